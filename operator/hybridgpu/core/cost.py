@@ -1,0 +1,98 @@
+"""The cost model: what a node-hour costs in each tier, and cloud spend against the budget.
+
+core node-hour    = capex / (years x 8760) + power_W x PUE x $/kWh / 1000 + ops
+elastic/spot hour = the pool's price (static, or read from the provider for spot)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hybridgpu.models.pool import GPUPoolSpec, Tier
+
+HOURS_PER_YEAR = 8760.0
+DEFAULT_AMORTIZATION_YEARS = 4.0
+DEFAULT_PUE = 1.4
+DEFAULT_ELECTRICITY_PER_KWH = 0.12
+DEFAULT_OPS_PER_NODE_HOUR = 0.0
+# GPUs draw roughly three quarters of a GPU server's wall power.
+SERVER_POWER_OVER_GPU_POWER = 1.3
+
+
+@dataclass(frozen=True, slots=True)
+class CoreNodeCost:
+    """The parts of one owned node-hour, in dollars."""
+
+    capex_per_hour: float
+    power_per_hour: float
+    ops_per_hour: float
+
+    @property
+    def total_per_hour(self) -> float:
+        return self.capex_per_hour + self.power_per_hour + self.ops_per_hour
+
+
+def core_node_cost(spec: GPUPoolSpec) -> CoreNodeCost:
+    """Amortized capex, power (with PUE) and ops of one core node-hour, dollars."""
+    p = spec.pricing
+    years = p.amortization_years or DEFAULT_AMORTIZATION_YEARS
+    capex = (p.capex_per_node or 0.0) / (years * HOURS_PER_YEAR)
+    watts = p.power_watts_per_node
+    if watts is None:
+        gpu_watts = spec.gpu.power_watts or 0.0
+        watts = gpu_watts * spec.gpu.per_node * SERVER_POWER_OVER_GPU_POWER
+    pue = p.pue or DEFAULT_PUE
+    per_kwh = DEFAULT_ELECTRICITY_PER_KWH if p.electricity_per_kwh is None else p.electricity_per_kwh
+    power = watts * pue * per_kwh / 1000.0
+    ops = DEFAULT_OPS_PER_NODE_HOUR if p.ops_per_node_hour is None else p.ops_per_node_hour
+    return CoreNodeCost(capex_per_hour=capex, power_per_hour=power, ops_per_hour=ops)
+
+
+def node_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = None) -> float:
+    """What one node of the pool costs per hour, dollars.
+
+    ``provider_price`` is the spot price read from the provider; it is used when the pool
+    asks for it (pricing.fromProvider) and falls back to pricing.perNodeHour.
+    """
+    if spec.tier == Tier.CORE:
+        return core_node_cost(spec).total_per_hour
+    if spec.pricing.from_provider and provider_price is not None:
+        return provider_price
+    if spec.pricing.per_node_hour is None:
+        raise ValueError("elastic/spot pool without a price: set pricing.perNodeHour")
+    return spec.pricing.per_node_hour
+
+
+def gpu_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = None) -> float:
+    """What one GPU of the pool costs per hour, dollars (the node price over its GPUs)."""
+    return node_hour_dollars(spec, provider_price) / spec.gpu.per_node
+
+
+def marginal_gpu_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = None) -> float:
+    """Extra dollars per hour of using one more GPU of the pool.
+
+    Core capacity is paid whether used or not, so its marginal cost is its share of power.
+    """
+    if spec.tier == Tier.CORE:
+        return core_node_cost(spec).power_per_hour / spec.gpu.per_node
+    return gpu_hour_dollars(spec, provider_price)
+
+
+def is_cloud(tier: str) -> bool:
+    """Elastic and spot capacity is rented by the hour; core is owned."""
+    return tier != Tier.CORE
+
+
+def cloud_cost_per_hour(pool_node_counts: Iterable[tuple[GPUPoolSpec, int, float | None]]) -> float:
+    """Cloud spend rate of (spec, node count, provider price) triples, dollars/hour."""
+    return sum(
+        node_hour_dollars(spec, price) * count
+        for spec, count, price in pool_node_counts
+        if is_cloud(spec.tier)
+    )
+
+
+def projected_month_dollars(spent: float, hourly: float, hours_left: float) -> float:
+    """Spend this month if the current rate holds until the month ends, dollars."""
+    return spent + hourly * max(hours_left, 0.0)

@@ -1,0 +1,706 @@
+"""``decide(snapshot, policy, now) -> Plan``: the whole policy of the operator, pure.
+
+Order (DESIGN.md, "The control loop"):
+1. interruption notices: cordon + drain, the node's Jobs requeue;
+2. pending GPU demand in criticality order then age: free capacity first (core, then the
+   tier's cloud pools); critical/standard work that does not fit preempts preemptible Jobs
+   on core and moves them to spot; the rest scales elastic (critical/standard) or spot
+   (preemptible) by bin packing into the pool's node shape, capped by maxNodes,
+   maxNodesPerTick and the budget;
+3. consolidation: preemptible Jobs on elastic nodes move to spot when it pays;
+4. idle release of elastic/spot nodes within the disruption budget, never when blind;
+5. GPU health: nodes with XID errors are cordoned.
+
+The capacity ledger below tracks free GPUs per node in buckets (``buckets[k]`` holds the
+nodes with exactly k free GPUs), so best-fit placement of a pod costs O(GPUs per node).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hybridgpu.core.cost import is_cloud, marginal_gpu_hour_dollars, node_hour_dollars
+from hybridgpu.models.actions import (
+    Action,
+    ActionKind,
+    Blocked,
+    CordonUnhealthy,
+    HandleInterruption,
+    MoveJob,
+    Plan,
+    ReleaseNode,
+    ScaleUp,
+)
+from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.policy import ScalingPolicySpec
+from hybridgpu.models.pool import Tier
+from hybridgpu.models.snapshot import (
+    CRITICALITY_RANK,
+    ClusterSnapshot,
+    Criticality,
+    GPUPod,
+    JobState,
+    NodeState,
+    PoolState,
+)
+
+# A node that is not Ready yet counts as capacity on its way for this long after it appears.
+JOINING_GRACE_SECONDS = 600.0
+
+
+@dataclass(slots=True)
+class _Demand:
+    """One pod's worth of GPUs that needs a place."""
+
+    gpus: int
+    criticality: Criticality
+    since: float
+    key: str
+    pool: str | None
+    job: str | None
+
+
+@dataclass(slots=True)
+class _PoolLedger:
+    state: PoolState
+    name: str
+    tier: str
+    per_node: int
+    node_price: float
+    gpu_price: float
+    live_nodes: int
+    """Nodes that count toward maxNodes: not interrupted, not being released."""
+    provisioning: int
+    buckets: list[dict[str, None]]
+    new_nodes: int = 0
+    released: int = 0
+    scale_reasons: dict[str, int] = field(default_factory=dict)
+    scale_gpus: int = 0
+
+
+@dataclass(slots=True)
+class _Blocks:
+    gpus: int = 0
+    pods: int = 0
+    reason: str = ""
+
+
+class _Decider:
+    def __init__(self, snapshot: ClusterSnapshot, policy: ScalingPolicySpec, now: float) -> None:
+        self.snap = snapshot
+        self.policy = policy
+        self.now = now
+        self.actions: list[Action] = []
+        self.notes: list[str] = []
+        self.grace = parse_duration_seconds(policy.pending_grace_period)
+        self.min_runtime = parse_duration_seconds(policy.preemption.min_runtime)
+        self.restart_hours = parse_duration_seconds(policy.preemption.restart_overhead) / 3600.0
+        self.moves_left = policy.preemption.max_per_tick
+        self.blocked: dict[tuple[str, str], _Blocks] = {}
+
+        self.pools: dict[str, _PoolLedger] = {}
+        for pool in sorted(snapshot.pools, key=lambda p: p.name):
+            price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+            self.pools[pool.name] = _PoolLedger(
+                state=pool,
+                name=pool.name,
+                tier=str(pool.spec.tier),
+                per_node=pool.spec.gpu.per_node,
+                node_price=price,
+                gpu_price=marginal_gpu_hour_dollars(pool.spec, pool.spot_price_per_node_hour),
+                live_nodes=0,
+                provisioning=pool.provisioning_nodes,
+                buckets=[{} for _ in range(pool.spec.gpu.per_node + 1)],
+            )
+        self.node_free: dict[str, int] = {}
+        self.node_pool: dict[str, str] = {}
+        self.reserved: set[str] = set()
+        self.nodes: dict[str, NodeState] = {}
+        self.pods_on: dict[str, list[GPUPod]] = {}
+        self.pods_of_job: dict[str, list[GPUPod]] = {}
+        self.jobs: dict[str, JobState] = {j.key: j for j in snapshot.jobs}
+        self.moving: set[str] = {k for k, j in self.jobs.items() if j.move is not None}
+        self.pending: list[_Demand] = []
+        self.requeued: list[_Demand] = []
+        self.pending_gpus: dict[str, int] = {c.value: 0 for c in Criticality}
+
+    # ---------------------------------------------------------------- ledger
+    def _build(self) -> None:
+        allocated: dict[str, int] = {}
+        pods_on = self.pods_on
+        for pod in self.snap.pods:
+            if pod.job is not None:
+                self.pods_of_job.setdefault(pod.job, []).append(pod)
+            if pod.node is None:
+                continue
+            allocated[pod.node] = allocated.get(pod.node, 0) + pod.gpus
+            pods_on.setdefault(pod.node, []).append(pod)
+        for node in sorted(self.snap.nodes, key=lambda n: n.name):
+            ledger = self.pools.get(node.pool)
+            if ledger is None:
+                continue
+            self.nodes[node.name] = node
+            self.node_pool[node.name] = node.pool
+            if node.interruption_deadline is None and not node.releasing:
+                ledger.live_nodes += 1
+            if not self._schedulable(node):
+                continue
+            free = max(0, min(node.gpus, ledger.per_node) - allocated.get(node.name, 0))
+            self.node_free[node.name] = free
+            ledger.buckets[free][node.name] = None
+        for ledger in self.pools.values():
+            for i in range(ledger.provisioning):
+                self._add_node(ledger, f"{ledger.name}/provisioning-{i}")
+
+    def _schedulable(self, node: NodeState) -> bool:
+        if node.cordoned or node.releasing or node.interruption_deadline is not None:
+            return False
+        if node.xid_errors > 0:
+            return False
+        return node.ready or self.now - node.created_at < JOINING_GRACE_SECONDS
+
+    def _add_node(self, ledger: _PoolLedger, name: str) -> None:
+        self.node_free[name] = ledger.per_node
+        self.node_pool[name] = ledger.name
+        ledger.buckets[ledger.per_node][name] = None
+
+    def _take_best_fit(self, ledger: _PoolLedger, gpus: int) -> str | None:
+        buckets = ledger.buckets
+        for free in range(gpus, ledger.per_node + 1):
+            bucket = buckets[free]
+            if bucket:
+                name, _ = bucket.popitem()
+                buckets[free - gpus][name] = None
+                self.node_free[name] = free - gpus
+                self.reserved.add(name)
+                return name
+        return None
+
+    def _adjust(self, node: str, delta: int) -> None:
+        """Change a node's free GPUs by ``delta`` (positive: freed, negative: taken)."""
+        free = self.node_free.get(node)
+        if free is None:
+            return
+        ledger = self.pools[self.node_pool[node]]
+        new_free = max(0, min(ledger.per_node, free + delta))
+        del ledger.buckets[free][node]
+        ledger.buckets[new_free][node] = None
+        self.node_free[node] = new_free
+
+    # ------------------------------------------------------- 1. interruptions
+    def _interruptions(self) -> None:
+        for node in self.nodes.values():
+            if node.interruption_deadline is None:
+                continue
+            pods = self.pods_on.get(node.name, [])
+            if node.cordoned and not pods:
+                continue
+            left = node.interruption_deadline - self.now
+            jobs = sorted({p.job for p in pods if p.job is not None})
+            self.actions.append(
+                HandleInterruption(
+                    pool=node.pool,
+                    node=node.name,
+                    reason=f"provider reclaims {node.name} in {max(left, 0):.0f}s: cordon and "
+                    f"drain; {len(jobs)} Job(s) requeue",
+                )
+            )
+            for pod in pods:
+                if pod.job is None:
+                    self.notes.append(
+                        f"bare pod {pod.key} on interrupted node {node.name} cannot be requeued"
+                    )
+                    continue
+                self.requeued.append(
+                    _Demand(pod.gpus, pod.criticality, self.now, pod.key, pod.pool, pod.job)
+                )
+
+    # -------------------------------------------------------------- 2. demand
+    def _collect_pending(self) -> None:
+        for pod in self.snap.pods:
+            if pod.node is not None:
+                continue
+            if pod.job is not None and pod.job in self.moving:
+                continue
+            self.pending_gpus[pod.criticality] += pod.gpus
+            if self.now - pod.pending_since < self.grace:
+                continue
+            self.pending.append(
+                _Demand(pod.gpus, pod.criticality, pod.pending_since, pod.key, pod.pool, pod.job)
+            )
+        # A Job in the middle of a move has no pods; its demand waits on the target pool.
+        for key in sorted(self.moving):
+            job = self.jobs[key]
+            assert job.move is not None
+            if any(p.node is None for p in self.pods_of_job.get(key, [])):
+                continue
+            for i in range(job.parallelism):
+                self.pending.append(
+                    _Demand(
+                        job.gpus_per_pod, job.criticality, job.move.since,
+                        f"{key}#move-{i}", job.move.to_pool, key,
+                    )
+                )
+        self.pending.extend(self.requeued)
+
+    def _free_order(self, demand: _Demand) -> list[_PoolLedger]:
+        """Pools whose free capacity the pod may use, cheapest marginal GPU first."""
+        if demand.pool is not None:
+            pinned = self.pools.get(demand.pool)
+            return [pinned] if pinned is not None and pinned.per_node >= demand.gpus else []
+        tiers = {Tier.CORE.value, Tier.ELASTIC.value}
+        if demand.criticality == Criticality.PREEMPTIBLE:
+            tiers.add(Tier.SPOT.value)
+        eligible = [
+            p for p in self.pools.values() if p.tier in tiers and p.per_node >= demand.gpus
+        ]
+        return sorted(eligible, key=lambda p: (p.gpu_price, p.name))
+
+    def _scale_target(self, demand: _Demand) -> _PoolLedger | None:
+        """The cloud pool to grow for a pod that fits nowhere."""
+        if demand.pool is not None:
+            pinned = self.pools.get(demand.pool)
+            if pinned is None or not is_cloud(pinned.tier) or pinned.per_node < demand.gpus:
+                return None
+            return pinned
+        want = Tier.SPOT.value if demand.criticality == Criticality.PREEMPTIBLE else "elastic"
+        candidates = [p for p in self.pools.values() if p.tier == want and p.per_node >= demand.gpus]
+        if not candidates and want == Tier.SPOT.value:
+            candidates = [
+                p for p in self.pools.values() if p.tier == "elastic" and p.per_node >= demand.gpus
+            ]
+        if not candidates:
+            return None
+        # Cheapest per GPU; among equals the smallest node that fits wastes least.
+        return min(candidates, key=lambda p: (p.gpu_price, p.per_node, p.name))
+
+    def _spot_target(self, gpus: int) -> _PoolLedger | None:
+        spots = [p for p in self.pools.values() if p.tier == Tier.SPOT.value and p.per_node >= gpus]
+        return min(spots, key=lambda p: (p.gpu_price, p.per_node, p.name)) if spots else None
+
+    def _place_demand(self) -> None:
+        order = sorted(
+            self.pending,
+            key=lambda d: (CRITICALITY_RANK[d.criticality], d.since, d.key),
+        )
+        preemptible: list[_Demand] = []
+        for demand in order:
+            if demand.criticality == Criticality.PREEMPTIBLE:
+                preemptible.append(demand)
+                continue
+            self._place_one(demand)
+        # Jobs preempted above joined the preemptible queue; older work first.
+        preemptible.extend(self.requeued_by_preemption)
+        for demand in sorted(preemptible, key=lambda d: (d.since, d.key)):
+            self._place_one(demand)
+
+    requeued_by_preemption: list[_Demand]
+
+    def _place_one(self, demand: _Demand) -> None:
+        for ledger in self._free_order(demand):
+            if self._take_best_fit(ledger, demand.gpus) is not None:
+                return
+        if demand.criticality != Criticality.PREEMPTIBLE and self._preempt_for(demand):
+            return
+        target = self._scale_target(demand)
+        if target is None:
+            self._block(demand.pool or "-", "no_pool", demand, "no pool can take it")
+            return
+        if self._take_best_fit(target, demand.gpus) is None:
+            cause = self._open_node(target)
+            if cause is not None:
+                self._block(target.name, cause, demand, self._cause_text(target, cause))
+                return
+            self._take_best_fit(target, demand.gpus)
+        reasons = target.scale_reasons
+        reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
+        target.scale_gpus += demand.gpus
+
+    def _open_node(self, ledger: _PoolLedger) -> str | None:
+        """Add one planned node to the pool, or say which limit stops it."""
+        if ledger.live_nodes + ledger.provisioning + ledger.new_nodes + 1 > ledger.state.spec.max_nodes:
+            return "max_nodes"
+        if ledger.new_nodes + 1 > self.policy.scale_up.max_nodes_per_tick:
+            return "max_per_tick"
+        budget = self.policy.budget
+        if budget.monthly_limit is not None and (
+            self.snap.budget.spent_this_month_dollars >= budget.monthly_limit
+        ):
+            return "budget_monthly"
+        if budget.max_hourly_cost is not None and (
+            self._cloud_cost_per_hour() + ledger.node_price > budget.max_hourly_cost + 1e-9
+        ):
+            return "budget_hourly"
+        ledger.new_nodes += 1
+        self._add_node(ledger, f"{ledger.name}/new-{ledger.new_nodes}")
+        return None
+
+    def _cause_text(self, ledger: _PoolLedger, cause: str) -> str:
+        budget = self.policy.budget
+        if cause == "max_nodes":
+            return f"{ledger.name} is at maxNodes={ledger.state.spec.max_nodes}"
+        if cause == "max_per_tick":
+            return f"scaleUp.maxNodesPerTick={self.policy.scale_up.max_nodes_per_tick} reached"
+        if cause == "budget_monthly":
+            return (
+                f"cloud spend this month ${self.snap.budget.spent_this_month_dollars:.2f} "
+                f"reached budget.monthlyLimit ${budget.monthly_limit:.2f}"
+            )
+        return (
+            f"one more {ledger.name} node (${ledger.node_price:.2f}/h) would take cloud spend "
+            f"${self._cloud_cost_per_hour():.2f}/h above budget.maxHourlyCost "
+            f"${budget.max_hourly_cost or 0:.2f}/h"
+        )
+
+    def _block(self, pool: str, cause: str, demand: _Demand, reason: str) -> None:
+        entry = self.blocked.setdefault((pool, cause), _Blocks())
+        entry.gpus += demand.gpus
+        entry.pods += 1
+        entry.reason = reason
+
+    def _cloud_cost_per_hour(self) -> float:
+        return sum(
+            (p.live_nodes + p.provisioning + p.new_nodes - p.released) * p.node_price
+            for p in self.pools.values()
+            if is_cloud(p.tier)
+        )
+
+    # ---------------------------------------------------------- preemption
+    def _movable(self, job_key: str | None) -> JobState | None:
+        if job_key is None or job_key in self.moving:
+            return None
+        job = self.jobs.get(job_key)
+        if job is None or job.criticality != Criticality.PREEMPTIBLE:
+            return None
+        if job.started_at is None or self.now - job.started_at < self.min_runtime:
+            return None
+        return job
+
+    def _job_gpus(self, job_key: str) -> int:
+        return sum(p.gpus for p in self.pods_of_job.get(job_key, []))
+
+    def _preempt_for(self, demand: _Demand) -> bool:
+        policy = self.policy.preemption
+        if not policy.enabled or self.moves_left <= 0:
+            return False
+        best: tuple[int, str, list[JobState]] | None = None
+        for ledger in self._free_order(demand):
+            if ledger.tier != Tier.CORE.value:
+                continue
+            for node_name in self._preemption_candidates(ledger.name):
+                free = self.node_free.get(node_name)
+                if free is None:
+                    continue
+                victims: dict[str, int] = {}
+                for pod in self.pods_on.get(node_name, []):
+                    job = self._movable(pod.job)
+                    if job is not None:
+                        victims[job.key] = victims.get(job.key, 0) + pod.gpus
+                if free + sum(victims.values()) < demand.gpus:
+                    continue
+                ranked = sorted(
+                    victims,
+                    key=lambda k: (
+                        self._job_gpus(k),
+                        -(self.jobs[k].started_at or 0.0),
+                        k,
+                    ),
+                )
+                chosen: list[JobState] = []
+                got = free
+                cost = 0
+                for key in ranked:
+                    if got >= demand.gpus:
+                        break
+                    chosen.append(self.jobs[key])
+                    got += victims[key]
+                    cost += self._job_gpus(key)
+                if len(chosen) > self.moves_left:
+                    continue
+                if best is None or (cost, node_name) < (best[0], best[1]):
+                    best = (cost, node_name, chosen)
+        if best is None:
+            return False
+        _, node_name, chosen = best
+        for job in chosen:
+            self._move_job(job, node_name, demand)
+        self._adjust(node_name, -demand.gpus)
+        self.reserved.add(node_name)
+        return True
+
+    def _preemption_candidates(self, pool: str) -> list[str]:
+        cached = self._candidates_cache.get(pool)
+        if cached is None:
+            cached = [
+                n
+                for n, pods in self.pods_on.items()
+                if self.node_pool.get(n) == pool
+                and any(p.criticality == Criticality.PREEMPTIBLE and p.job for p in pods)
+            ]
+            cached.sort()
+            self._candidates_cache[pool] = cached
+        return cached
+
+    _candidates_cache: dict[str, list[str]]
+
+    def _move_job(self, job: JobState, node_name: str, demand: _Demand) -> None:
+        target = self._spot_target(job.gpus_per_pod) if self.policy.preemption.move_to_spot else None
+        gpus = self._job_gpus(job.key)
+        where = f"spot pool {target.name}" if target else "the queue (no spot pool)"
+        self.actions.append(
+            MoveJob(
+                namespace=job.namespace,
+                job=job.name,
+                from_pool=self.node_pool.get(node_name),
+                to_pool=target.name if target else None,
+                gpus=gpus,
+                kind=ActionKind.PREEMPT,
+                reason=f"{demand.criticality} pod {demand.key} needs {demand.gpus} GPU(s) on "
+                f"core node {node_name}: preempt preemptible Job {job.key} ({gpus} GPU(s)) "
+                f"and move it to {where}",
+            )
+        )
+        self._release_job_pods(job, target.name if target else None)
+
+    def _release_job_pods(self, job: JobState, to_pool: str | None) -> None:
+        self.moves_left -= 1
+        self.moving.add(job.key)
+        for pod in self.pods_of_job.get(job.key, []):
+            if pod.node is not None:
+                self._adjust(pod.node, pod.gpus)
+            self.requeued_by_preemption.append(
+                _Demand(pod.gpus, Criticality.PREEMPTIBLE, job.started_at or self.now,
+                        pod.key, to_pool, job.key)
+            )
+
+    # -------------------------------------------------------- 3. consolidation
+    def _consolidate(self) -> None:
+        policy = self.policy
+        if not policy.consolidation.enabled or self.moves_left <= 0:
+            return
+        candidates: list[tuple[float, str, list[JobState], _PoolLedger]] = []
+        for node_name, pods in self.pods_on.items():
+            ledger = self.pools.get(self.node_pool.get(node_name, ""))
+            if ledger is None or ledger.tier != Tier.ELASTIC.value:
+                continue
+            node = self.nodes[node_name]
+            if not self._schedulable(node) or node_name in self.reserved:
+                continue
+            jobs: dict[str, JobState] = {}
+            gpus = 0
+            for pod in pods:
+                job = self._movable(pod.job)
+                if job is None or pod.pool == ledger.name:
+                    jobs = {}
+                    break
+                jobs[job.key] = job
+                gpus += pod.gpus
+            if not jobs:
+                continue
+            target = self._spot_target(max(j.gpus_per_pod for j in jobs.values()))
+            if target is None:
+                continue
+            savings = ledger.node_price - gpus * target.gpu_price
+            if savings < policy.consolidation.min_savings_per_hour:
+                continue
+            elapsed_h = min(self.now - (j.started_at or self.now) for j in jobs.values()) / 3600
+            restart_cost = gpus * target.gpu_price * self.restart_hours
+            if savings * elapsed_h <= restart_cost:
+                continue
+            candidates.append((-savings, node_name, sorted(jobs.values(), key=lambda j: j.key), target))
+        candidates.sort(key=lambda c: (c[0], c[1]))
+        for neg_savings, node_name, jobs, target in candidates:
+            if len(jobs) > self.moves_left or any(j.key in self.moving for j in jobs):
+                continue
+            need = sum(self._job_gpus(j.key) for j in jobs)
+            if need > self._headroom_gpus(target):
+                continue
+            for job in jobs:
+                self.actions.append(
+                    MoveJob(
+                        namespace=job.namespace,
+                        job=job.name,
+                        from_pool=self.node_pool[node_name],
+                        to_pool=target.name,
+                        gpus=self._job_gpus(job.key),
+                        kind=ActionKind.CONSOLIDATE,
+                        reason=f"elastic node {node_name} runs only preemptible work: moving "
+                        f"Job {job.key} to spot pool {target.name} saves "
+                        f"${-neg_savings:.2f}/h once the node is released",
+                    )
+                )
+                self.requeued_by_preemption = []
+                self._release_job_pods(job, target.name)
+                for demand in self.requeued_by_preemption:
+                    self._place_one(demand)
+            self.requeued_by_preemption = []
+
+    def _headroom_gpus(self, ledger: _PoolLedger) -> int:
+        free = sum(k * len(b) for k, b in enumerate(ledger.buckets))
+        nodes = min(
+            ledger.state.spec.max_nodes - ledger.live_nodes - ledger.provisioning - ledger.new_nodes,
+            self.policy.scale_up.max_nodes_per_tick - ledger.new_nodes,
+        )
+        budget = self.policy.budget
+        if budget.max_hourly_cost is not None:
+            room = budget.max_hourly_cost - self._cloud_cost_per_hour()
+            nodes = min(nodes, int(room // ledger.node_price) if ledger.node_price > 0 else nodes)
+        if budget.monthly_limit is not None and (
+            self.snap.budget.spent_this_month_dollars >= budget.monthly_limit
+        ):
+            nodes = 0
+        return free + max(nodes, 0) * ledger.per_node
+
+    # --------------------------------------------------------------- scale-up
+    def _emit_scale_ups(self) -> None:
+        for ledger in self.pools.values():
+            if ledger.new_nodes <= 0:
+                continue
+            by = ", ".join(f"{c} {n}" for c, n in sorted(ledger.scale_reasons.items(),
+                                                          key=lambda i: CRITICALITY_RANK[i[0]]))
+            self.actions.append(
+                ScaleUp(
+                    pool=ledger.name,
+                    nodes=ledger.new_nodes,
+                    reason=f"{sum(ledger.scale_reasons.values())} pending pod(s) ({by}) need "
+                    f"{ledger.scale_gpus} GPU(s) that fit nowhere: add {ledger.new_nodes} "
+                    f"{ledger.name} node(s) of {ledger.per_node} GPU(s) at "
+                    f"${ledger.node_price:.2f}/h each",
+                )
+            )
+
+    # ---------------------------------------------------------- 4. idle release
+    def _release_idle(self) -> None:
+        metrics = self.snap.metrics
+        candidates: list[tuple[float, float, str]] = []
+        for node in self.nodes.values():
+            ledger = self.pools[node.pool]
+            if not is_cloud(ledger.tier):
+                continue
+            if node.releasing and node.interruption_deadline is None:
+                self.actions.append(
+                    ReleaseNode(
+                        pool=node.pool, node=node.name, reason=f"continue releasing {node.name}"
+                    )
+                )
+                continue
+            if node.name in self.reserved or node.name not in self.node_free:
+                continue
+            spec = ledger.state.spec
+            if not spec.scale_down.enabled or ledger.new_nodes > 0:
+                continue
+            if node.idle_since is None:
+                continue
+            if self.now - node.idle_since < parse_duration_seconds(spec.scale_down.idle_for):
+                continue
+            pods = self.pods_on.get(node.name, [])
+            if pods and not self._drainable(node, pods, spec.scale_down.idle_utilization_percent):
+                continue
+            candidates.append((-ledger.node_price, node.idle_since, node.name))
+        if not candidates:
+            return
+        if not metrics.available:
+            self.notes.append(
+                f"utilization data unavailable ({metrics.reason or 'stale'}): {len(candidates)} "
+                "idle node(s) kept (fail static)"
+            )
+            return
+        candidates.sort()
+        budget_left = self.policy.disruption.max_nodes_per_tick
+        released_in_pool: dict[str, int] = {}
+        for _, idle_since, name in candidates:
+            if budget_left <= 0:
+                break
+            node = self.nodes[name]
+            if node.utilization_stale:
+                continue
+            ledger = self.pools[node.pool]
+            spec = ledger.state.spec
+            remaining = ledger.live_nodes + ledger.provisioning - ledger.released
+            if remaining - 1 < spec.min_nodes:
+                continue
+            cap = max(1, math.floor(self.policy.disruption.max_percent / 100 * ledger.live_nodes))
+            if released_in_pool.get(ledger.name, 0) >= cap:
+                continue
+            released_in_pool[ledger.name] = released_in_pool.get(ledger.name, 0) + 1
+            ledger.released += 1
+            budget_left -= 1
+            idle_min = (self.now - idle_since) / 60
+            self.actions.append(
+                ReleaseNode(
+                    pool=ledger.name,
+                    node=name,
+                    reason=f"{ledger.tier} node {name} idle for {idle_min:.0f} min "
+                    f"(threshold {spec.scale_down.idle_for}): cordon, drain and terminate, "
+                    f"saving ${ledger.node_price:.2f}/h",
+                )
+            )
+
+    def _drainable(self, node: NodeState, pods: list[GPUPod], threshold: float) -> bool:
+        """A busy node may be released only when its GPUs are nearly unused and every pod
+        on it belongs to a preemptible Job (which requeues)."""
+        if node.utilization_percent is None or node.utilization_percent >= threshold:
+            return False
+        return all(self._movable(p.job) is not None for p in pods)
+
+    # ----------------------------------------------------------- 5. GPU health
+    def _gpu_health(self) -> None:
+        for node in self.nodes.values():
+            if node.xid_errors > 0 and not node.cordoned:
+                self.actions.append(
+                    CordonUnhealthy(
+                        pool=node.pool,
+                        node=node.name,
+                        reason=f"{node.name} reports {node.xid_errors} GPU XID error(s): cordon "
+                        "it so no new work lands there",
+                    )
+                )
+
+    # ------------------------------------------------------------------- run
+    def run(self) -> Plan:
+        self._candidates_cache = {}
+        self.requeued_by_preemption = []
+        self._build()
+        self._interruptions()
+        self._collect_pending()
+        self._place_demand()
+        self.requeued_by_preemption = []
+        self._consolidate()
+        self._emit_scale_ups()
+        self._release_idle()
+        self._gpu_health()
+        blocked = tuple(
+            Blocked(
+                pool=pool,
+                nodes=math.ceil(b.gpus / max(1, self.pools[pool].per_node))
+                if pool in self.pools
+                else 0,
+                reason=f"{b.pods} pod(s) needing {b.gpus} GPU(s) wait: {b.reason}",
+                cause=cause,
+            )
+            for (pool, cause), b in sorted(self.blocked.items())
+        )
+        budget = self.policy.budget
+        over_month = budget.monthly_limit is not None and (
+            self.snap.budget.spent_this_month_dollars >= budget.monthly_limit
+        )
+        return Plan(
+            decided_at=self.now,
+            actions=tuple(self.actions),
+            blocked=blocked,
+            pending_gpus=dict(self.pending_gpus),
+            cloud_cost_per_hour=self._cloud_cost_per_hour(),
+            budget_exceeded=over_month or any(b.cause.startswith("budget") for b in blocked),
+            metrics_available=self.snap.metrics.available,
+            notes=tuple(self.notes),
+        )
+
+
+def decide(snapshot: ClusterSnapshot, policy: ScalingPolicySpec, now: float) -> Plan:
+    """The plan for ``snapshot`` under ``policy`` at ``now`` (seconds since the epoch).
+
+    Pure and deterministic: the same inputs give the same plan, and nothing is read from the
+    clock or the network.
+    """
+    return _Decider(snapshot, policy, now).run()

@@ -1,0 +1,116 @@
+"""The actions of a plan. Each carries the reason a person reads in Events and `explain`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class ActionKind(StrEnum):
+    HANDLE_INTERRUPTION = "handle_interruption"
+    PREEMPT = "preempt"
+    SCALE_UP = "scale_up"
+    CONSOLIDATE = "consolidate"
+    RELEASE_NODE = "release_node"
+    CORDON_UNHEALTHY = "cordon_unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class HandleInterruption:
+    """Cordon and drain a node the provider will take away; its Jobs requeue."""
+
+    pool: str
+    node: str
+    reason: str
+    kind: ActionKind = ActionKind.HANDLE_INTERRUPTION
+
+
+@dataclass(frozen=True, slots=True)
+class MoveJob:
+    """Suspend a Job, repin its pod template to ``to_pool`` (None: requeue in place), resume."""
+
+    namespace: str
+    job: str
+    from_pool: str | None
+    to_pool: str | None
+    gpus: int
+    reason: str
+    kind: ActionKind = ActionKind.PREEMPT
+
+    @property
+    def job_key(self) -> str:
+        return f"{self.namespace}/{self.job}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    """Ask the pool's provider for ``nodes`` more nodes."""
+
+    pool: str
+    nodes: int
+    reason: str
+    kind: ActionKind = ActionKind.SCALE_UP
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseNode:
+    """Cordon, drain and terminate one idle elastic or spot node."""
+
+    pool: str
+    node: str
+    reason: str
+    kind: ActionKind = ActionKind.RELEASE_NODE
+
+
+@dataclass(frozen=True, slots=True)
+class CordonUnhealthy:
+    """Cordon a node whose GPUs report XID errors."""
+
+    pool: str
+    node: str
+    reason: str
+    kind: ActionKind = ActionKind.CORDON_UNHEALTHY
+
+
+Action = HandleInterruption | MoveJob | ScaleUp | ReleaseNode | CordonUnhealthy
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Capacity that was wanted but not added, and why (maxNodes, per-tick cap, budget)."""
+
+    pool: str
+    nodes: int
+    reason: str
+    cause: str
+    """One of: max_nodes, max_per_tick, budget_hourly, budget_monthly, no_pool."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What ``decide`` wants done, in order, and what it could not do."""
+
+    decided_at: float
+    actions: tuple[Action, ...] = ()
+    blocked: tuple[Blocked, ...] = ()
+    pending_gpus: dict[str, int] = field(default_factory=dict)
+    """Unmet GPU requests by criticality at decision time."""
+    cloud_cost_per_hour: float = 0.0
+    """Projected cloud spend rate after the plan, $/hour."""
+    budget_exceeded: bool = False
+    metrics_available: bool = True
+    notes: tuple[str, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        """Number of actions by kind."""
+        out: dict[str, int] = {}
+        for action in self.actions:
+            out[action.kind.value] = out.get(action.kind.value, 0) + 1
+        return out
+
+    def explain(self) -> list[str]:
+        """One line per action and per blocked request, as `hybridgpu explain` prints them."""
+        lines = [f"{a.kind.value}: {a.reason}" for a in self.actions]
+        lines += [f"blocked ({b.cause}) {b.pool}: {b.reason}" for b in self.blocked]
+        lines += list(self.notes)
+        return lines

@@ -1,0 +1,100 @@
+"""Shared pieces of the CRD models: camelCase aliases, strict parsing, durations, CEL rules.
+
+Each cross-field rule is declared once as a :class:`Rule`: the CEL expression goes into the
+CRD (``x-kubernetes-validations``), the Python predicate runs in pydantic, so `kubectl apply`
+and `hybridgpu simulate --cluster` reject the same manifests with the same message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+Duration = Annotated[
+    str,
+    Field(
+        pattern=DURATION_PATTERN,
+        json_schema_extra={"example": "5m"},
+    ),
+]
+
+
+def parse_duration_seconds(text: str) -> float:
+    """Seconds in a duration such as ``90s``, ``5m``, ``1h30m`` or ``30d``.
+
+    Raises ValueError with the accepted format when ``text`` is not a duration.
+    """
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise ValueError(f"{text!r} is not a duration: use a number and a unit, e.g. 30s, 5m, 1h30m, 7d")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cross-field validation rule, written once for the apiserver (CEL) and for Python."""
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+    field_path: str | None = None
+
+
+class SpecModel(BaseModel):
+    """Base of every CRD model: camelCase on the wire, unknown fields rejected, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_enum_values=True,
+    )
+
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> SpecModel:
+        for rule in type(self).rules:
+            if not rule.check(self):
+                raise ValueError(rule.message)
+        return self
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as Kubernetes sees it: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Condition(SpecModel):
+    """A Kubernetes-style condition on a status."""
+
+    type: str = Field(description="Condition type, e.g. Ready, ScalingBlocked, BudgetExceeded.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="One CamelCase word saying why.")
+    message: str = Field(default="", description="A sentence for people.")
+    last_transition_time: str | None = Field(
+        default=None, description="RFC 3339 time the status last changed."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation this condition was computed from."
+    )
+
+
+class ObjectMeta(BaseModel):
+    """The part of metadata the models read; everything else is kept as is."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None

@@ -1,0 +1,155 @@
+"""CapacityPlan: how much GPU capacity to own versus rent."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from hybridgpu.models.base import Condition, Duration, Rule, SpecModel
+
+
+class PrometheusHistory(SpecModel):
+    """Demand history read from Prometheus with a range query."""
+
+    url: str = Field(pattern=r"^https?://", description="Prometheus base URL.")
+    query: str = Field(
+        default='sum by (criticality) (hybridgpu_pod_gpus{phase="Running"})',
+        min_length=1,
+        description="PromQL giving GPUs in use, split by a criticality label.",
+    )
+    window: Duration = Field(default="30d", description="How far back to read.")
+    step: Duration = Field(default="5m", description="Resolution of the range query.")
+
+
+class TraceHistory(SpecModel):
+    """Demand history from a job trace file."""
+
+    path: str = Field(min_length=1, description="Path of the trace file inside the operator.")
+    format: Literal["openb", "csv"] = Field(default="openb", description="openb or csv.")
+
+
+class HistorySource(SpecModel):
+    """Where past demand comes from: exactly one of prometheus or trace."""
+
+    rules = (
+        Rule(
+            cel="has(self.prometheus) != has(self.trace)",
+            message="set exactly one of history.prometheus or history.trace",
+            check=lambda s: (s.prometheus is None) != (s.trace is None),
+        ),
+    )
+
+    prometheus: PrometheusHistory | None = Field(default=None, description="Prometheus source.")
+    trace: TraceHistory | None = Field(default=None, description="Trace source.")
+
+
+class OwnedNodeCandidate(SpecModel):
+    """A node type the company could buy."""
+
+    name: str = Field(min_length=1, description="Name of the candidate, e.g. 8xH100.")
+    gpus_per_node: int = Field(ge=1, le=64, description="GPUs in one node.")
+    capex_per_node: float = Field(gt=0, description="Purchase price of one node, $.")
+    amortization_years: float = Field(default=4.0, gt=0, le=15, description="Years of use.")
+    power_watts_per_node: float = Field(gt=0, description="Wall power of one node, watts.")
+    pue: float = Field(default=1.4, ge=1, le=3, description="Power usage effectiveness.")
+    electricity_per_kwh: float = Field(
+        default=0.12, alias="electricityPerKWh", ge=0, description="$ per kWh."
+    )
+    ops_per_node_hour: float = Field(default=0.0, ge=0, description="Operations $/node-hour.")
+    max_nodes: int | None = Field(default=None, ge=0, description="Buy at most this many.")
+
+
+class CloudPrices(SpecModel):
+    """Rented capacity prices, per GPU-hour."""
+
+    on_demand_per_gpu_hour: float = Field(gt=0, description="On-demand $/GPU-hour.")
+    spot_per_gpu_hour: float = Field(gt=0, description="Spot $/GPU-hour.")
+    spot_interruptions_per_hour: float = Field(
+        default=0.005, ge=0, description="Interruptions per spot node-hour (hazard)."
+    )
+    spot_restart_overhead: Duration = Field(
+        default="5m", description="Work lost per interruption (restart + since checkpoint)."
+    )
+
+
+class CapacityPlanSpec(SpecModel):
+    """Desired planning run."""
+
+    history: HistorySource = Field(description="Where past demand comes from.")
+    horizon_months: int = Field(default=36, ge=1, le=120, description="Planning horizon, months.")
+    demand_growth_percent_per_year: float = Field(
+        default=0.0, ge=-90, le=1000, description="Expected demand growth per year, percent."
+    )
+    candidates: list[OwnedNodeCandidate] = Field(
+        min_length=1, description="Node types that could be owned."
+    )
+    cloud: CloudPrices = Field(description="Prices of rented capacity.")
+    preemptible_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of demand that is preemptible (default: measured from the history).",
+    )
+    schedule: Duration = Field(default="24h", description="Recompute this often.")
+
+
+class Recommendation(SpecModel):
+    """Owned nodes recommended for one candidate type."""
+
+    name: str = Field(description="Candidate name.")
+    nodes: int = Field(description="Nodes to own.")
+
+
+class MonthlyCost(SpecModel):
+    """Projected monthly cost per tier, $."""
+
+    core: float = Field(default=0.0, description="Owned: amortization, power, ops.")
+    elastic: float = Field(default=0.0, description="On-demand cloud.")
+    spot: float = Field(default=0.0, description="Spot cloud including restart overhead.")
+    total: float = Field(default=0.0, description="Sum of the tiers.")
+
+
+class SensitivityRow(SpecModel):
+    """How the plan moves when one input changes."""
+
+    parameter: str = Field(description="Input that was changed.")
+    change: str = Field(description="How it was changed, e.g. +20%.")
+    recommended_nodes: int = Field(description="Owned nodes recommended then.")
+    monthly_cost: float = Field(description="Projected monthly TCO then, $.")
+
+
+class CapacityPlanStatus(SpecModel):
+    """The computed plan."""
+
+    recommendations: list[Recommendation] = Field(
+        default_factory=list, description="Owned nodes per candidate type."
+    )
+    recommended_nodes: int | None = Field(default=None, description="Owned nodes in total.")
+    expected_owned_utilization: float | None = Field(
+        default=None, description="Expected utilization of the owned GPUs, 0..1."
+    )
+    expected_elastic_gpu_hours: float | None = Field(
+        default=None, description="On-demand GPU-hours per month."
+    )
+    expected_spot_gpu_hours: float | None = Field(
+        default=None, description="Spot GPU-hours per month."
+    )
+    monthly_cost: MonthlyCost | None = Field(default=None, description="Projected monthly TCO.")
+    savings_vs_on_demand_percent: float | None = Field(
+        default=None, description="Saving versus renting everything on demand, percent."
+    )
+    savings_vs_current_percent: float | None = Field(
+        default=None, description="Saving versus today's fleet, percent."
+    )
+    break_even_utilization: float | None = Field(
+        default=None, description="Utilization above which owning a node beats renting, 0..1."
+    )
+    sensitivity: list[SensitivityRow] = Field(
+        default_factory=list, description="Small sensitivity table."
+    )
+    last_computed: str | None = Field(default=None, description="RFC 3339 time of the run.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, HistoryAvailable.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status reflects."
+    )

@@ -1,0 +1,209 @@
+"""CustomResourceDefinitions generated from the pydantic models (pure: dicts in, dicts out).
+
+The CRD YAML in ``crds/`` is this module's output; a test fails when they drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from hybridgpu.models.base import SpecModel
+from hybridgpu.models.resources import RESOURCES, Resource
+
+GROUP = "hybridgpu.io"
+VERSION = "v1alpha1"
+CATEGORY = "hybridgpu"
+
+# Keywords of JSON Schema that Kubernetes' structural schemas accept and we pass through.
+_PASSTHROUGH = (
+    "type",
+    "description",
+    "enum",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "format",
+)
+
+
+def _rules_by_title(models: list[type[BaseModel]]) -> dict[str, type[SpecModel]]:
+    """Every SpecModel reachable from ``models``, by the title pydantic gives its schema."""
+    seen: dict[str, type[SpecModel]] = {}
+    stack = list(models)
+    while stack:
+        model = stack.pop()
+        if not isinstance(model, type) or not issubclass(model, BaseModel):
+            continue
+        title = model.model_config.get("title") or model.__name__
+        if title in seen:
+            continue
+        if issubclass(model, SpecModel):
+            seen[title] = model
+        for info in model.model_fields.values():
+            stack.extend(_model_types(info.annotation))
+    return seen
+
+
+def _model_types(annotation: Any) -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        found.append(annotation)
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found.extend(_model_types(arg))
+    return found
+
+
+class _Converter:
+    """Turns pydantic's JSON schema into a Kubernetes structural OpenAPI v3 schema."""
+
+    def __init__(self, root: dict[str, Any], models: dict[str, type[SpecModel]]) -> None:
+        self.defs: dict[str, Any] = root.get("$defs", {})
+        self.models = models
+
+    def convert(self, schema: dict[str, Any], title: str | None = None) -> dict[str, Any]:
+        if "$ref" in schema:
+            name = schema["$ref"].rsplit("/", 1)[-1]
+            merged = dict(self.defs[name])
+            if "description" in schema:
+                merged["description"] = schema["description"]
+            return self.convert(merged, title=name)
+        if "anyOf" in schema:
+            options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+            if len(options) != 1:
+                raise ValueError(f"cannot express a union in a structural schema: {schema}")
+            inner = dict(options[0])
+            if "description" in schema:
+                inner["description"] = schema["description"]
+            if "default" in schema:
+                inner.setdefault("default", schema["default"])
+            return self.convert(inner, title=title)
+        out: dict[str, Any] = {}
+        for key in _PASSTHROUGH:
+            if key in schema:
+                out[key] = schema[key]
+        if "const" in schema:
+            out["enum"] = [schema["const"]]
+        if "exclusiveMinimum" in schema:
+            out["minimum"] = schema["exclusiveMinimum"]
+            out["exclusiveMinimum"] = True
+        if "exclusiveMaximum" in schema:
+            out["maximum"] = schema["exclusiveMaximum"]
+            out["exclusiveMaximum"] = True
+        if "enum" in out and "type" not in out:
+            out["type"] = "string"
+        default = schema.get("default")
+        if default is not None and not isinstance(default, dict | list):
+            note = f"Default: {default!s}."
+            text = out.get("description", "")
+            if "default" not in text.lower():
+                out["description"] = f"{text} {note}".strip()
+        kind = schema.get("type")
+        if kind == "object" or "properties" in schema:
+            out["type"] = "object"
+            props = schema.get("properties")
+            if props is not None:
+                out["properties"] = {k: self.convert(v) for k, v in props.items()}
+                required = [k for k in schema.get("required", []) if k in props]
+                if required:
+                    out["required"] = required
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, dict):
+                out["additionalProperties"] = self.convert(extra)
+            model = self.models.get(title or schema.get("title", ""))
+            if model is not None and model.rules:
+                out["x-kubernetes-validations"] = [
+                    {"rule": r.cel, "message": r.message}
+                    | ({"fieldPath": r.field_path} if r.field_path else {})
+                    for r in model.rules
+                ]
+        elif kind == "array":
+            out["items"] = self.convert(schema.get("items", {}))
+        if "description" not in out and title:
+            doc = (self.models[title].__doc__ or "") if title in self.models else ""
+            if doc:
+                out["description"] = doc.strip().splitlines()[0]
+        return out
+
+
+def _section(model: type[BaseModel]) -> dict[str, Any]:
+    root = model.model_json_schema(by_alias=True, mode="validation")
+    converter = _Converter(root, _rules_by_title([model]))
+    return converter.convert(root, title=root.get("title"))
+
+
+def crd_for(resource: type[Resource]) -> dict[str, Any]:
+    """The CustomResourceDefinition of one resource class."""
+    kind = resource.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
+    spec_model = _annotation_model(resource, "spec")
+    status_model = _annotation_model(resource, "status")
+    spec_required = resource.model_fields["spec"].is_required()
+    properties: dict[str, Any] = {
+        "apiVersion": {"type": "string", "description": "hybridgpu.io/v1alpha1"},
+        "kind": {"type": "string", "description": kind},
+        "metadata": {"type": "object"},
+        "spec": _section(spec_model),
+        "status": _section(status_model),
+    }
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": resource.description,
+        "properties": properties,
+    }
+    if spec_required:
+        schema["required"] = ["spec"]
+    columns = [
+        {
+            "name": c.name,
+            "type": c.type,
+            "jsonPath": c.json_path,
+            "description": c.description,
+        }
+        | ({"priority": c.priority} if c.priority else {})
+        for c in resource.printer_columns
+    ]
+    columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{resource.plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": resource.plural,
+                "singular": kind.lower(),
+                "shortNames": list(resource.short_names),
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                }
+            ],
+        },
+    }
+
+
+def _annotation_model(resource: type[Resource], field: str) -> type[BaseModel]:
+    models = _model_types(resource.model_fields[field].annotation)
+    if not models:
+        raise TypeError(f"{resource.__name__}.{field} is not a model")
+    return models[0]
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """File name -> CRD, for every resource."""
+    return {f"{r.plural}.{GROUP}.yaml": crd_for(r) for r in RESOURCES}

@@ -1,0 +1,278 @@
+"""GPUPool: one pool of identical GPU nodes in one capacity tier."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from hybridgpu.models.base import Condition, Duration, Rule, SpecModel
+
+
+class Tier(StrEnum):
+    """Capacity tier of a pool."""
+
+    CORE = "core"
+    ELASTIC = "elastic"
+    SPOT = "spot"
+
+
+class GPUSpec(SpecModel):
+    """The GPUs in every node of the pool."""
+
+    model: str = Field(min_length=1, description="GPU model, e.g. A100-80GB, H100, V100, L4.")
+    per_node: int = Field(ge=1, le=64, description="GPUs per node (nvidia.com/gpu capacity).")
+    memory_gib: int | None = Field(
+        default=None, alias="memoryGiB", ge=1, description="Memory of one GPU in GiB."
+    )
+    power_watts: float | None = Field(
+        default=None, gt=0, description="Board power of one GPU in watts (for the core cost model)."
+    )
+
+
+class AWSProviderSpec(SpecModel):
+    """Where the pool's instances come from in AWS. Credentials never go here."""
+
+    rules = (
+        Rule(
+            cel="has(self.autoScalingGroupName) != has(self.launchTemplateName)",
+            message="set exactly one of autoScalingGroupName or launchTemplateName",
+            check=lambda s: (s.auto_scaling_group_name is None) != (s.launch_template_name is None),
+        ),
+        Rule(
+            cel="!has(self.launchTemplateName) || (has(self.instanceTypes) && size(self.instanceTypes) > 0)",
+            message="launchTemplateName needs instanceTypes (the EC2 Fleet's instance types)",
+            check=lambda s: s.launch_template_name is None or len(s.instance_types) > 0,
+        ),
+    )
+
+    region: str = Field(min_length=1, description="AWS region, e.g. us-east-1.")
+    auto_scaling_group_name: str | None = Field(
+        default=None, description="EC2 Auto Scaling group that holds the pool's instances."
+    )
+    launch_template_name: str | None = Field(
+        default=None, description="Launch template for an EC2 Fleet (spot pools)."
+    )
+    instance_types: list[str] = Field(
+        default_factory=list,
+        description="Instance types the fleet may use, e.g. [p3.2xlarge, g5.xlarge].",
+    )
+    interruption_queue_url: str | None = Field(
+        default=None,
+        alias="interruptionQueueURL",
+        description="SQS queue fed by EventBridge with spot interruption and rebalance notices.",
+    )
+
+
+class ProviderSpec(SpecModel):
+    """How nodes of the pool are created and removed."""
+
+    rules = (
+        Rule(
+            cel="!has(self.type) || self.type != 'aws' || has(self.aws)",
+            message="provider.aws is required when provider.type is aws",
+            check=lambda s: s.type != "aws" or s.aws is not None,
+        ),
+    )
+
+    type: Literal["static", "aws", "fake"] = Field(
+        default="static",
+        description="static: nodes are what they are (owned hardware); aws: EC2; fake: tests.",
+    )
+    aws: AWSProviderSpec | None = Field(default=None, description="AWS settings (type aws).")
+
+
+class PricingSpec(SpecModel):
+    """What a node costs. Core pools: capex, power and ops. Elastic/spot: a price per hour."""
+
+    capex_per_node: float | None = Field(
+        default=None, gt=0, description="Core: purchase price of one node in dollars."
+    )
+    amortization_years: float | None = Field(
+        default=None, gt=0, le=15, description="Core: years the capex is spread over (default 4)."
+    )
+    power_watts_per_node: float | None = Field(
+        default=None,
+        gt=0,
+        description="Core: wall power of one node in watts (default: GPU power x perNode x 1.3).",
+    )
+    pue: float | None = Field(
+        default=None, ge=1, le=3, description="Core: power usage effectiveness (default 1.4)."
+    )
+    electricity_per_kwh: float | None = Field(
+        default=None,
+        alias="electricityPerKWh",
+        ge=0,
+        description="Core: electricity price in dollars per kWh (default 0.12).",
+    )
+    ops_per_node_hour: float | None = Field(
+        default=None, ge=0, description="Core: operations cost per node-hour in dollars (default 0)."
+    )
+    per_node_hour: float | None = Field(
+        default=None, gt=0, description="Elastic/spot: price of one node-hour in dollars."
+    )
+    from_provider: bool | None = Field(
+        default=None,
+        description="Spot: read the current spot price from the provider (perNodeHour is the "
+        "fallback when the provider has none).",
+    )
+
+
+class ScaleDownSpec(SpecModel):
+    """When idle elastic/spot nodes are released."""
+
+    enabled: bool = Field(default=True, description="Release idle nodes of this pool.")
+    idle_utilization_percent: float = Field(
+        default=10.0,
+        ge=0,
+        le=100,
+        description="A node whose GPU utilization stays below this percent counts as idle.",
+    )
+    idle_for: Duration = Field(
+        default="10m", description="How long a node must stay idle before it is released."
+    )
+
+
+class Taint(SpecModel):
+    """A taint the operator puts on the pool's nodes."""
+
+    key: str = Field(min_length=1, description="Taint key.")
+    value: str | None = Field(default=None, description="Taint value.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        description="NoSchedule, PreferNoSchedule or NoExecute."
+    )
+
+
+def _from_provider(s: GPUPoolSpec) -> bool:
+    return bool(s.pricing.from_provider)
+
+
+class GPUPoolSpec(SpecModel):
+    """Desired state of a GPUPool."""
+
+    rules = (
+        Rule(
+            cel="self.minNodes <= self.maxNodes",
+            message="minNodes must not exceed maxNodes",
+            check=lambda s: s.min_nodes <= s.max_nodes,
+            field_path=".minNodes",
+        ),
+        Rule(
+            cel="self.tier != 'core' || has(self.pricing.capexPerNode)",
+            message="core pools need pricing.capexPerNode (the purchase price of one node)",
+            check=lambda s: s.tier != "core" or s.pricing.capex_per_node is not None,
+            field_path=".pricing",
+        ),
+        Rule(
+            cel="self.tier != 'core' || !has(self.pricing.perNodeHour)",
+            message="core pools are priced by capex, power and ops: pricing.perNodeHour is for "
+            "elastic and spot pools",
+            check=lambda s: s.tier != "core" or s.pricing.per_node_hour is None,
+            field_path=".pricing",
+        ),
+        Rule(
+            cel="self.tier == 'core' || has(self.pricing.perNodeHour) || "
+            "(has(self.pricing.fromProvider) && self.pricing.fromProvider)",
+            message="elastic and spot pools need pricing.perNodeHour (or, for spot, "
+            "pricing.fromProvider: true)",
+            check=lambda s: s.tier == "core" or s.pricing.per_node_hour is not None
+            or _from_provider(s),
+            field_path=".pricing",
+        ),
+        Rule(
+            cel="self.tier == 'core' || !has(self.pricing.capexPerNode)",
+            message="pricing.capexPerNode is for core pools; elastic and spot pools use "
+            "pricing.perNodeHour",
+            check=lambda s: s.tier == "core" or s.pricing.capex_per_node is None,
+            field_path=".pricing",
+        ),
+        Rule(
+            cel="!has(self.pricing.fromProvider) || !self.pricing.fromProvider || "
+            "self.tier == 'spot'",
+            message="pricing.fromProvider reads spot prices and is only valid on spot pools",
+            check=lambda s: not _from_provider(s) or s.tier == "spot",
+            field_path=".pricing",
+        ),
+        Rule(
+            cel="self.tier != 'core' || !has(self.provider) || !has(self.provider.type) || "
+            "self.provider.type != 'aws'",
+            message="core pools are owned hardware: provider.type must be static or fake",
+            check=lambda s: s.tier != "core" or s.provider.type != "aws",
+            field_path=".provider",
+        ),
+        Rule(
+            cel="self.tier == 'core' || (has(self.provider) && has(self.provider.type) && "
+            "self.provider.type != 'static')",
+            message="elastic and spot pools scale through a cloud provider: provider.type must "
+            "be aws or fake",
+            check=lambda s: s.tier == "core" or s.provider.type != "static",
+            field_path=".provider",
+        ),
+    )
+
+    tier: Tier = Field(
+        description="core: owned nodes (never terminated); elastic: on-demand cloud nodes; "
+        "spot: spot/preemptible cloud nodes."
+    )
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        description="Labels that select the pool's nodes (default: hybridgpu.io/pool=<name>).",
+    )
+    gpu: GPUSpec = Field(description="The GPUs in each node.")
+    min_nodes: int = Field(default=0, ge=0, description="Never fewer nodes than this.")
+    max_nodes: int = Field(ge=0, le=100000, description="Never more nodes than this.")
+    provider: ProviderSpec = Field(
+        default_factory=ProviderSpec, description="Where nodes come from (default static)."
+    )
+    pricing: PricingSpec = Field(description="What a node costs.")
+    scale_down: ScaleDownSpec = Field(
+        default_factory=ScaleDownSpec, description="When idle nodes are released."
+    )
+    taints: list[Taint] = Field(
+        default_factory=list, description="Taints the operator puts on the pool's nodes."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels the operator puts on the pool's nodes."
+    )
+    policy: str = Field(
+        default="default", min_length=1, description="Name of the ScalingPolicy that drives it."
+    )
+
+
+class NodeCounts(SpecModel):
+    """Node counts of a pool."""
+
+    total: int = Field(default=0, description="Nodes in the pool.")
+    ready: int = Field(default=0, description="Ready nodes.")
+    cordoned: int = Field(default=0, description="Cordoned nodes.")
+    provisioning: int = Field(default=0, description="Nodes requested that have not joined yet.")
+
+
+class GPUCounts(SpecModel):
+    """GPU counts of a pool."""
+
+    total: int = Field(default=0, description="GPUs on the pool's nodes.")
+    allocated: int = Field(default=0, description="GPUs requested by running pods.")
+    idle: int = Field(default=0, description="GPUs no pod requests.")
+
+
+class GPUPoolStatus(SpecModel):
+    """Observed state of a GPUPool."""
+
+    nodes: NodeCounts = Field(default_factory=NodeCounts, description="Node counts.")
+    gpus: GPUCounts = Field(default_factory=GPUCounts, description="GPU counts.")
+    utilization: float | None = Field(
+        default=None, description="Average GPU utilization in percent (absent when unknown)."
+    )
+    cost_per_hour: float | None = Field(
+        default=None, description="What the pool costs now, in dollars per hour."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, ScalingBlocked, BudgetLimited, ProviderError.",
+    )
+    last_scale_time: str | None = Field(default=None, description="Last scale-up or release.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status reflects."
+    )

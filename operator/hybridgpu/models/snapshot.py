@@ -1,0 +1,151 @@
+"""An immutable picture of the cluster at one instant: the only input of ``core.decide``.
+
+These are frozen slotted dataclasses rather than pydantic models: a snapshot of a large
+cluster holds 100,000 pods, and building and reading them must cost microseconds, not the
+validation pydantic does for objects that come from users (the CRD specs are pydantic).
+Adapters (kube, sim) build snapshots from data that is already validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from hybridgpu.models.pool import GPUPoolSpec, Tier
+
+
+class Criticality(StrEnum):
+    """How much a workload may be disturbed (label ``hybridgpu.io/criticality``)."""
+
+    CRITICAL = "critical"
+    STANDARD = "standard"
+    PREEMPTIBLE = "preemptible"
+
+
+# Lower rank is served first.
+CRITICALITY_RANK: dict[str, int] = {"critical": 0, "standard": 1, "preemptible": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """A GPUPool as the operator sees it now."""
+
+    name: str
+    spec: GPUPoolSpec
+    provisioning_nodes: int = 0
+    """Nodes requested from the provider that have not joined the cluster yet."""
+    spot_price_per_node_hour: float | None = None
+    """Current price read from the provider (spot pools with pricing.fromProvider)."""
+
+    @property
+    def tier(self) -> Tier:
+        return Tier(self.spec.tier)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.spec.gpu.per_node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One GPU node."""
+
+    name: str
+    pool: str
+    gpus: int
+    ready: bool = True
+    cordoned: bool = False
+    releasing: bool = False
+    """The operator cordoned it to release it; a release in progress."""
+    created_at: float = 0.0
+    idle_since: float | None = None
+    """Start of the current stretch with no GPU pods or utilization below the pool's idle
+    threshold; None while busy."""
+    utilization_percent: float | None = None
+    """Average GPU utilization over the policy window; None when there is no sample."""
+    utilization_stale: bool = False
+    interruption_deadline: float | None = None
+    """Set when the provider announced this (spot) node will be taken away, at that time."""
+    xid_errors: int = 0
+    provider_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GPUPod:
+    """A pod that requests GPUs."""
+
+    namespace: str
+    name: str
+    gpus: int
+    criticality: Criticality
+    node: str | None = None
+    """Node it is bound to; None while pending."""
+    job: str | None = None
+    """``namespace/name`` of the owning batch/v1 Job; None for bare pods (never evicted)."""
+    pool: str | None = None
+    """Pool the pod is pinned to (nodeSelector hybridgpu.io/pool), if any."""
+    pending_since: float = 0.0
+    started_at: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class MoveIntent:
+    """A multi-step move of a Job between pools, recorded on the Job (annotation)."""
+
+    to_pool: str | None
+    step: str
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """A batch/v1 Job that runs GPU pods."""
+
+    namespace: str
+    name: str
+    criticality: Criticality
+    gpus_per_pod: int
+    parallelism: int = 1
+    suspended: bool = False
+    pool: str | None = None
+    """Pool its pod template is pinned to, if any."""
+    started_at: float | None = None
+    move: MoveIntent | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsHealth:
+    """Whether utilization data can be trusted."""
+
+    available: bool = True
+    age_seconds: float = 0.0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """Cloud spend so far this month."""
+
+    spent_this_month_dollars: float = 0.0
+    hours_left_in_month: float = 720.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything ``decide`` needs, frozen at ``taken_at`` (seconds since the epoch)."""
+
+    taken_at: float
+    pools: tuple[PoolState, ...]
+    nodes: tuple[NodeState, ...] = ()
+    pods: tuple[GPUPod, ...] = ()
+    jobs: tuple[JobState, ...] = ()
+    metrics: MetricsHealth = field(default_factory=MetricsHealth)
+    budget: BudgetState = field(default_factory=BudgetState)
