@@ -116,6 +116,7 @@ class _Decider:
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
         self.reserved: set[str] = set()
+        self.new_node_names: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
         self.pods_of_job: dict[str, list[GPUPod]] = {}
@@ -165,7 +166,9 @@ class _Decider:
         self.node_pool[name] = ledger.name
         ledger.buckets[ledger.per_node][name] = None
 
-    def _take_best_fit(self, ledger: _PoolLedger, gpus: int) -> str | None:
+    def _take_best_fit(
+        self, ledger: _PoolLedger, gpus: int, demand: _Demand | None = None
+    ) -> str | None:
         buckets = ledger.buckets
         for free in range(gpus, ledger.per_node + 1):
             bucket = buckets[free]
@@ -174,6 +177,10 @@ class _Decider:
                 buckets[free - gpus][name] = None
                 self.node_free[name] = free - gpus
                 self.reserved.add(name)
+                if demand is not None and name in self.new_node_names:
+                    reasons = ledger.scale_reasons
+                    reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
+                    ledger.scale_gpus += demand.gpus
                 return name
         return None
 
@@ -299,7 +306,7 @@ class _Decider:
 
     def _place_one(self, demand: _Demand) -> None:
         for ledger in self._free_order(demand):
-            if self._take_best_fit(ledger, demand.gpus) is not None:
+            if self._take_best_fit(ledger, demand.gpus, demand) is not None:
                 return
         if demand.criticality != Criticality.PREEMPTIBLE and self._preempt_for(demand):
             return
@@ -307,15 +314,12 @@ class _Decider:
         if target is None:
             self._block(demand.pool or "-", "no_pool", demand, "no pool can take it")
             return
-        if self._take_best_fit(target, demand.gpus) is None:
+        if self._take_best_fit(target, demand.gpus, demand) is None:
             cause = self._open_node(target)
             if cause is not None:
                 self._block(target.name, cause, demand, self._cause_text(target, cause))
                 return
-            self._take_best_fit(target, demand.gpus)
-        reasons = target.scale_reasons
-        reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
-        target.scale_gpus += demand.gpus
+            self._take_best_fit(target, demand.gpus, demand)
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it."""
@@ -333,7 +337,9 @@ class _Decider:
         ):
             return "budget_hourly"
         ledger.new_nodes += 1
-        self._add_node(ledger, f"{ledger.name}/new-{ledger.new_nodes}")
+        name = f"{ledger.name}/new-{ledger.new_nodes}"
+        self.new_node_names.add(name)
+        self._add_node(ledger, name)
         return None
 
     def _cause_text(self, ledger: _PoolLedger, cause: str) -> str:
