@@ -7,6 +7,7 @@ what is expected, and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -42,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("--output", "-o", default="crds", help="directory (default: crds)")
     crds.set_defaults(func=_cmd_crds)
 
-    from hybridgpu.sim.cli import add_simulate_parser
-
-    add_simulate_parser(sub)
+    # Each area owns its subcommands; a module missing here is a packaging bug, not input.
+    for module in ("hybridgpu.sim.cli", "hybridgpu.planner_cli", "hybridgpu.handlers.cli"):
+        importlib.import_module(module).add_parsers(sub)
     return parser
 
 

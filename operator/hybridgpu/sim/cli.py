@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 
-def add_simulate_parser(sub: Any) -> None:
+def add_parsers(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "simulate", help="compare hybridgpu against baselines on a job trace"
     )

@@ -1,0 +1,72 @@
+"""The one interface every capacity provider implements; adapters raise the errors below."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from hybridgpu.errors import HybridGPUError
+from hybridgpu.models.pool import GPUPoolSpec
+
+
+class ProviderError(HybridGPUError):
+    """The provider failed; ``retryable`` says whether trying again later may work."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One machine of a pool as the provider sees it."""
+
+    instance_id: str
+    provider_id: str
+    """Matches Node.spec.providerID, e.g. aws:///us-east-1a/i-0123."""
+    state: str
+    """pending | running | terminating"""
+    launched_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionNotice:
+    """The provider will take an instance away (spot interruption, rebalance, maintenance)."""
+
+    instance_id: str
+    provider_id: str
+    deadline: float
+    """Seconds since the epoch when the instance goes away."""
+    kind: str
+    """spot_interruption | rebalance | scheduled_change | state_change"""
+    receipt: str
+    """Opaque handle to acknowledge (delete) the message after it was handled."""
+
+
+class CapacityProvider(Protocol):
+    """Adds and removes nodes of one pool. Every method is safe to call again after a failure
+    (a retried scale-up never doubles capacity)."""
+
+    def instances(self, pool: str, spec: GPUPoolSpec) -> list[Instance]:
+        """Instances of the pool that exist or are being launched."""
+        ...
+
+    def set_target(self, pool: str, spec: GPUPoolSpec, nodes: int) -> None:
+        """Ask for ``nodes`` instances in total (never above spec.maxNodes)."""
+        ...
+
+    def terminate(self, pool: str, spec: GPUPoolSpec, instance_id: str) -> None:
+        """Terminate this one (drained) instance and lower the target by one."""
+        ...
+
+    def spot_price_per_node_hour(self, pool: str, spec: GPUPoolSpec) -> float | None:
+        """Current spot price of one node, dollars/hour; None when unknown."""
+        ...
+
+    def interruptions(self) -> list[InterruptionNotice]:
+        """Notices received and not yet acknowledged."""
+        ...
+
+    def acknowledge(self, notice: InterruptionNotice) -> None:
+        """Forget a notice after it was handled (e.g. delete the SQS message)."""
+        ...
