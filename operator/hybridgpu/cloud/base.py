@@ -51,8 +51,17 @@ class CapacityProvider(Protocol):
         """Instances of the pool that exist or are being launched."""
         ...
 
+    def target(self, pool: str, spec: GPUPoolSpec) -> int:
+        """Instances the provider is asked to hold now (e.g. the ASG's desired capacity).
+
+        Read this, not ``len(instances())``, to compute a new target: launches show up in
+        ``instances()`` with a delay, and a target computed from them would double a scale-up.
+        """
+        ...
+
     def set_target(self, pool: str, spec: GPUPoolSpec, nodes: int) -> None:
-        """Ask for ``nodes`` instances in total (never above spec.maxNodes)."""
+        """Ask for ``nodes`` instances in total (never above spec.maxNodes). A target below
+        the current one is ignored: nodes leave only through ``terminate``, drained first."""
         ...
 
     def terminate(self, pool: str, spec: GPUPoolSpec, instance_id: str) -> None:

@@ -1,0 +1,138 @@
+"""The fake and static providers keep the CapacityProvider contract the operator relies on."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridgpu.cloud.base import CapacityProvider, ProviderError
+from hybridgpu.cloud.fake import FakeProvider, ProviderCall
+from hybridgpu.cloud.static import StaticProvider
+from hybridgpu.models.pool import GPUPoolSpec
+
+pytestmark = pytest.mark.unit
+
+
+def elastic_spec(max_nodes: int = 4) -> GPUPoolSpec:
+    return GPUPoolSpec.model_validate(
+        {
+            "tier": "elastic",
+            "gpu": {"model": "A100", "perNode": 8},
+            "maxNodes": max_nodes,
+            "provider": {"type": "fake"},
+            "pricing": {"perNodeHour": 32.0},
+        }
+    )
+
+
+def core_spec() -> GPUPoolSpec:
+    return GPUPoolSpec.model_validate(
+        {
+            "tier": "core",
+            "gpu": {"model": "A100", "perNode": 8, "powerWatts": 400},
+            "maxNodes": 4,
+            "pricing": {"capexPerNode": 250000},
+        }
+    )
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_both_providers_satisfy_the_protocol() -> None:
+    providers: list[CapacityProvider] = [FakeProvider(), StaticProvider()]
+    assert len(providers) == 2
+
+
+def test_scale_up_is_capped_at_max_nodes_and_instances_join_after_the_delay() -> None:
+    clock = Clock()
+    fake = FakeProvider(clock, provisioning_delay_seconds=90)
+    spec = elastic_spec(max_nodes=3)
+
+    fake.set_target("gpu", spec, 5)
+
+    assert fake.target("gpu", spec) == 3
+    assert [i.state for i in fake.instances("gpu", spec)] == ["pending"] * 3
+    clock.now += 90
+    assert [i.state for i in fake.instances("gpu", spec)] == ["running"] * 3
+
+
+def test_repeating_a_target_never_doubles_capacity() -> None:
+    fake = FakeProvider()
+    spec = elastic_spec()
+    fake.set_target("gpu", spec, 2)
+    fake.set_target("gpu", spec, 2)
+    fake.set_target("gpu", spec, 1)  # lower targets are ignored: nodes leave via terminate
+    assert len(fake.instances("gpu", spec)) == 2
+    assert fake.target("gpu", spec) == 2
+
+
+def test_terminate_removes_exactly_that_instance_and_lowers_the_target() -> None:
+    fake = FakeProvider()
+    spec = elastic_spec()
+    fake.set_target("gpu", spec, 3)
+    victim = fake.instances("gpu", spec)[1].instance_id
+
+    fake.terminate("gpu", spec, victim)
+    fake.terminate("gpu", spec, victim)  # a retry is a no-op
+
+    left = [i.instance_id for i in fake.instances("gpu", spec)]
+    assert victim not in left and len(left) == 2
+    assert fake.target("gpu", spec) == 2
+
+
+def test_next_error_fails_one_call_without_effect_and_calls_are_recorded() -> None:
+    fake = FakeProvider()
+    spec = elastic_spec()
+    fake.next_error = ProviderError("throttled", retryable=True)
+
+    with pytest.raises(ProviderError, match="throttled"):
+        fake.set_target("gpu", spec, 2)
+    fake.set_target("gpu", spec, 2)
+
+    assert fake.target("gpu", spec) == 2
+    assert fake.calls[:2] == [
+        ProviderCall("set_target", "gpu", (2,)),
+        ProviderCall("set_target", "gpu", (2,)),
+    ]
+    fake.reset()
+    assert fake.calls == [] and fake.instances("gpu", spec) == []
+
+
+def test_interruption_notices_stay_until_acknowledged() -> None:
+    clock = Clock(5000.0)
+    fake = FakeProvider(clock)
+    spec = elastic_spec()
+    fake.set_target("spot", spec, 1)
+    instance = fake.instances("spot", spec)[0]
+
+    notice = fake.interrupt(instance.instance_id)
+
+    assert notice.deadline == 5120.0
+    assert notice.provider_id == instance.provider_id
+    assert fake.interruptions() == [notice]
+    assert fake.interruptions() == [notice]
+    fake.acknowledge(notice)
+    assert fake.interruptions() == []
+
+
+def test_spot_prices_come_from_the_configured_table() -> None:
+    fake = FakeProvider(spot_prices_per_node_hour={"spot": 9.5})
+    assert fake.spot_price_per_node_hour("spot", elastic_spec()) == 9.5
+    assert fake.spot_price_per_node_hour("other", elastic_spec()) is None
+
+
+def test_static_provider_refuses_to_scale_owned_hardware() -> None:
+    static = StaticProvider()
+    spec = core_spec()
+    with pytest.raises(ProviderError, match="owned hardware") as raised:
+        static.set_target("core", spec, 5)
+    assert raised.value.retryable is False
+    with pytest.raises(ProviderError, match="never terminates") as raised:
+        static.terminate("core", spec, "i-1")
+    assert raised.value.retryable is False
+    assert static.instances("core", spec) == [] and static.interruptions() == []
