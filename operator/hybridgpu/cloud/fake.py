@@ -138,7 +138,11 @@ class FakeProvider:
         return f"fake:///{self.zone}/{instance_id}"
 
     def interrupt(
-        self, instance_id: str, *, kind: str = "spot_interruption", lead_seconds: float | None = None
+        self,
+        instance_id: str,
+        *,
+        kind: str = "spot_interruption",
+        lead_seconds: float | None = None,
     ) -> InterruptionNotice:
         """Announce that the provider takes ``instance_id`` away (default: in two minutes)."""
         self._serial += 1
