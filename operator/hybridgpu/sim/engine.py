@@ -1,0 +1,547 @@
+"""A discrete-event simulation of a hybrid GPU cluster that runs the real ``core.decide``.
+
+The simulated world: jobs arrive from a trace, a scheduler places pending pods on free
+nodes (like kube-scheduler with a bin-packing score), the operator ticks every
+``policy.interval`` and its plan is executed against a fake provider with provisioning
+delay, spot interruptions (a hazard rate or a measured preemption trace) and restart
+overhead for moved or interrupted jobs. Cloud nodes are billed from launch to removal;
+owned nodes for the whole run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hybridgpu.core.cost import is_cloud, node_hour_dollars
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import (
+    HandleInterruption,
+    MoveJob,
+    Plan,
+    ReleaseNode,
+    ScaleUp,
+)
+from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.policy import ScalingPolicySpec
+from hybridgpu.models.pool import Tier
+from hybridgpu.models.snapshot import (
+    CRITICALITY_RANK,
+    ClusterSnapshot,
+    Criticality,
+    GPUPod,
+    JobState,
+    NodeState,
+    PoolState,
+)
+from hybridgpu.sim.traces import SpotTrace, TraceJob
+
+INTERRUPTION_NOTICE_SECONDS = 120.0
+# Every this many seconds the cost/capacity time series gets a sample (for the PNG).
+SERIES_STEP_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """The fake world's physics."""
+
+    provisioning_delay_seconds: float = 120.0
+    """Launch to Ready for a cloud node."""
+    restart_overhead_seconds: float = 300.0
+    """Work a job redoes after a move or an interruption (start-up + since its checkpoint)."""
+    spot_hazard_per_hour: float = 0.0
+    """Interruptions per spot node-hour, when no spot trace is given."""
+    spot_trace: SpotTrace | None = None
+    seed: int = 1
+
+
+@dataclass
+class _Node:
+    name: str
+    pool: str
+    tier: str
+    gpus: int
+    price: float
+    launched_at: float
+    ready_at: float
+    free: int
+    jobs: set[int] = field(default_factory=set)
+    cordoned: bool = False
+    interruption_deadline: float | None = None
+    idle_since: float | None = None
+    removed_at: float | None = None
+
+
+@dataclass
+class _Job:
+    index: int
+    trace: TraceJob
+    remaining: float
+    pending_since: float
+    pool: str | None = None
+    node: str | None = None
+    run_started: float | None = None
+    first_started: float | None = None
+    wait_seconds: float = 0.0
+    done: bool = False
+    run_id: int = 0
+
+
+@dataclass
+class PolicyResult:
+    """What one policy costs and how its jobs fared."""
+
+    name: str
+    total_cost_dollars: float
+    cost_by_tier_dollars: dict[str, float]
+    gpu_hours: dict[str, float]
+    """GPU-hours of work run, by tier, and billed GPU-hours ("billed")."""
+    wait_seconds: dict[str, dict[str, float]]
+    preemptions: int
+    spot_interruptions: int
+    unfinished_jobs: int
+    jobs: int
+    scale_ups: int = 0
+    releases: int = 0
+    ticks: int = 0
+    end_seconds: float = 0.0
+    series: dict[str, list[float]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "total_cost_dollars": round(self.total_cost_dollars, 2),
+            "cost_by_tier_dollars": {k: round(v, 2) for k, v in self.cost_by_tier_dollars.items()},
+            "gpu_hours": {k: round(v, 1) for k, v in self.gpu_hours.items()},
+            "wait_seconds": {
+                c: {q: round(v, 1) for q, v in qs.items()} for c, qs in self.wait_seconds.items()
+            },
+            "preemptions": self.preemptions,
+            "spot_interruptions": self.spot_interruptions,
+            "unfinished_jobs": self.unfinished_jobs,
+            "jobs": self.jobs,
+            "scale_ups": self.scale_ups,
+            "releases": self.releases,
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+class Simulation:
+    """One run of one policy over one trace."""
+
+    def __init__(
+        self,
+        name: str,
+        pools: Sequence[PoolState],
+        policy: ScalingPolicySpec,
+        jobs: Sequence[TraceJob],
+        settings: SimSettings,
+        *,
+        horizon_seconds: float | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.pools = {p.name: p for p in pools}
+        self.policy = policy
+        self.settings = settings
+        self.rng = random.Random(settings.seed)
+        self.interval = parse_duration_seconds(policy.interval)
+        self.trace = list(jobs)
+        self.jobs: list[_Job] = []
+        self.nodes: dict[str, _Node] = {}
+        self.removed: list[_Node] = []
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = 0
+        self.node_seq = 0
+        self.now = 0.0
+        self.pending: set[int] = set()
+        self.running: set[int] = set()
+        self.preemptions = 0
+        self.interruptions = 0
+        self.scale_ups = 0
+        self.releases = 0
+        self.ticks = 0
+        self.work_by_tier: dict[str, float] = {t.value: 0.0 for t in Tier}
+        self.progress = progress
+        last_arrival = max((j.arrival_seconds for j in self.trace), default=0.0)
+        self.horizon = horizon_seconds or (
+            last_arrival + max((j.duration_seconds for j in self.trace), default=0.0) * 4 + 86400
+        )
+        self.series: dict[str, list[float]] = {"t": []}
+        for tier in Tier:
+            self.series[f"gpus_{tier.value}"] = []
+            self.series[f"cost_{tier.value}"] = []
+        self.series["demand_gpus"] = []
+
+    # ------------------------------------------------------------------ events
+    def _push(self, at: float, kind: str, payload: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, kind, payload))
+
+    def _add_core_nodes(self) -> None:
+        for pool in self.pools.values():
+            if pool.spec.tier != Tier.CORE:
+                continue
+            # Owned pools are as big as maxNodes: that is the hardware that was bought.
+            for _ in range(pool.spec.max_nodes):
+                self._launch(pool, ready_at=0.0)
+
+    def _launch(self, pool: PoolState, ready_at: float) -> _Node:
+        self.node_seq += 1
+        price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+        node = _Node(
+            name=f"{pool.name}-{self.node_seq:05d}",
+            pool=pool.name,
+            tier=str(pool.spec.tier),
+            gpus=pool.spec.gpu.per_node,
+            price=price,
+            launched_at=self.now,
+            ready_at=ready_at,
+            free=pool.spec.gpu.per_node,
+            idle_since=ready_at,
+        )
+        self.nodes[node.name] = node
+        if ready_at > self.now:
+            self._push(ready_at, "ready", node.name)
+        if node.tier == Tier.SPOT:
+            self._schedule_interruption(node)
+        return node
+
+    def _schedule_interruption(self, node: _Node) -> None:
+        trace = self.settings.spot_trace
+        if trace is not None:
+            delay = trace.seconds_to_next_interruption(self.rng.randrange(trace.length))
+        elif self.settings.spot_hazard_per_hour > 0:
+            delay = self.rng.expovariate(self.settings.spot_hazard_per_hour / 3600)
+        else:
+            delay = None
+        if delay is not None:
+            self._push(self.now + max(delay, 1.0), "notice", node.name)
+
+    # ------------------------------------------------------------- scheduler
+    def _eligible_pools(self, job: _Job) -> list[str]:
+        if job.pool is not None:
+            return [job.pool] if job.pool in self.pools else []
+        tiers = [Tier.CORE.value]
+        if job.trace.criticality == Criticality.PREEMPTIBLE:
+            tiers.append(Tier.SPOT.value)
+        tiers.append(Tier.ELASTIC.value)
+        order = {t: i for i, t in enumerate(tiers)}
+        names = [n for n, p in self.pools.items() if p.spec.tier in order]
+        return sorted(names, key=lambda n: (order[self.pools[n].spec.tier], n))
+
+    def _schedule(self) -> None:
+        if not self.pending:
+            return
+        max_free: dict[str, int] = {}
+        by_pool: dict[str, list[_Node]] = {}
+        for node in self.nodes.values():
+            if node.cordoned or node.ready_at > self.now or node.removed_at is not None:
+                continue
+            by_pool.setdefault(node.pool, []).append(node)
+            max_free[node.pool] = max(max_free.get(node.pool, 0), node.free)
+        if not max_free:
+            return
+        order = sorted(
+            self.pending,
+            key=lambda i: (
+                CRITICALITY_RANK[self.jobs[i].trace.criticality],
+                self.jobs[i].pending_since,
+                i,
+            ),
+        )
+        for index in order:
+            job = self.jobs[index]
+            need = job.trace.gpus
+            for pool in self._eligible_pools(job):
+                if max_free.get(pool, 0) < need:
+                    continue
+                # Bin-packing score: the fullest node that fits.
+                best = min(
+                    (n for n in by_pool[pool] if n.free >= need),
+                    key=lambda n: (n.free, n.name),
+                )
+                self._start(job, best)
+                max_free[pool] = max(n.free for n in by_pool[pool])
+                break
+
+    def _start(self, job: _Job, node: _Node) -> None:
+        self.pending.discard(job.index)
+        self.running.add(job.index)
+        node.free -= job.trace.gpus
+        node.jobs.add(job.index)
+        node.idle_since = None
+        job.node = node.name
+        job.run_started = self.now
+        job.wait_seconds += self.now - job.pending_since
+        if job.first_started is None:
+            job.first_started = self.now
+        job.run_id += 1
+        self._push(self.now + job.remaining, "finish", (job.index, job.run_id))
+
+    def _stop(self, job: _Job, *, requeue: bool, pool: str | None = None) -> None:
+        """Take a running job off its node; requeued jobs keep their checkpointed progress
+        and redo the restart overhead."""
+        node = self.nodes[job.node] if job.node else None
+        if node is not None:
+            node.free += job.trace.gpus
+            node.jobs.discard(job.index)
+            if not node.jobs:
+                node.idle_since = self.now
+            ran = self.now - (job.run_started or self.now)
+            self.work_by_tier[node.tier] += ran * job.trace.gpus / 3600
+            job.remaining = max(job.remaining - ran, 0.0)
+        self.running.discard(job.index)
+        job.node = None
+        job.run_started = None
+        job.run_id += 1
+        if requeue:
+            job.remaining += self.settings.restart_overhead_seconds
+            job.pending_since = self.now
+            job.pool = pool
+            self.pending.add(job.index)
+        else:
+            job.done = True
+
+    # ------------------------------------------------------------- operator
+    def _snapshot(self) -> ClusterSnapshot:
+        provisioning: dict[str, int] = {}
+        nodes: list[NodeState] = []
+        for node in self.nodes.values():
+            if node.ready_at > self.now:
+                provisioning[node.pool] = provisioning.get(node.pool, 0) + 1
+                continue
+            busy = bool(node.jobs)
+            nodes.append(
+                NodeState(
+                    name=node.name,
+                    pool=node.pool,
+                    gpus=node.gpus,
+                    cordoned=node.cordoned,
+                    created_at=node.launched_at,
+                    idle_since=node.idle_since,
+                    utilization_percent=90.0 if busy else 0.0,
+                    interruption_deadline=node.interruption_deadline,
+                )
+            )
+        pods: list[GPUPod] = []
+        jobs: list[JobState] = []
+        for index in sorted(self.running | self.pending):
+            job = self.jobs[index]
+            key = f"sim/{job.trace.name}"
+            crit = job.trace.criticality
+            pods.append(
+                GPUPod(
+                    namespace="sim",
+                    name=job.trace.name,
+                    gpus=job.trace.gpus,
+                    criticality=crit,
+                    node=job.node,
+                    job=key,
+                    pool=job.pool,
+                    pending_since=job.pending_since,
+                    started_at=job.run_started,
+                )
+            )
+            jobs.append(
+                JobState(
+                    namespace="sim",
+                    name=job.trace.name,
+                    criticality=crit,
+                    gpus_per_pod=job.trace.gpus,
+                    pool=job.pool,
+                    started_at=job.run_started,
+                )
+            )
+        pools = tuple(
+            PoolState(
+                name=p.name,
+                spec=p.spec,
+                provisioning_nodes=provisioning.get(p.name, 0),
+                spot_price_per_node_hour=p.spot_price_per_node_hour,
+            )
+            for p in self.pools.values()
+        )
+        return ClusterSnapshot(
+            taken_at=self.now,
+            pools=pools,
+            nodes=tuple(nodes),
+            pods=tuple(pods),
+            jobs=tuple(jobs),
+        )
+
+    def _tick(self) -> Plan:
+        self.ticks += 1
+        plan = decide(self._snapshot(), self.policy, self.now)
+        by_name = {f"sim/{j.trace.name}": j for j in (self.jobs[i] for i in self.running | self.pending)}
+        for action in plan.actions:
+            if isinstance(action, ScaleUp):
+                pool = self.pools[action.pool]
+                self.scale_ups += 1
+                for _ in range(action.nodes):
+                    self._launch(pool, ready_at=self.now + self.settings.provisioning_delay_seconds)
+            elif isinstance(action, ReleaseNode):
+                node = self.nodes.get(action.node)
+                if node is None:
+                    continue
+                for index in sorted(node.jobs):
+                    self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
+                self.releases += 1
+                self._remove(node)
+            elif isinstance(action, MoveJob):
+                job = by_name.get(action.job_key)
+                if job is None:
+                    continue
+                self.preemptions += 1
+                if job.node is not None:
+                    self._stop(job, requeue=True, pool=action.to_pool)
+                else:
+                    job.pool = action.to_pool
+            elif isinstance(action, HandleInterruption):
+                node = self.nodes.get(action.node)
+                if node is None:
+                    continue
+                node.cordoned = True
+                for index in sorted(node.jobs):
+                    self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
+        return plan
+
+    def _remove(self, node: _Node) -> None:
+        node.removed_at = self.now
+        self.removed.append(node)
+        del self.nodes[node.name]
+
+    # ----------------------------------------------------------------- time
+    def _sample(self) -> None:
+        for tier in Tier:
+            gpus = sum(n.gpus for n in self.nodes.values() if n.tier == tier)
+            cost = sum(n.price for n in self.nodes.values() if n.tier == tier)
+            self.series[f"gpus_{tier.value}"].append(gpus)
+            self.series[f"cost_{tier.value}"].append(cost)
+        self.series["t"].append(self.now / 3600)
+        self.series["demand_gpus"].append(
+            sum(self.jobs[i].trace.gpus for i in self.running | self.pending)
+        )
+
+    def _needs_ticks(self) -> bool:
+        if self.pending:
+            return True
+        return any(is_cloud(n.tier) for n in self.nodes.values())
+
+    def run(self) -> PolicyResult:
+        self._add_core_nodes()
+        for index, tj in enumerate(self.trace):
+            self.jobs.append(_Job(index, tj, tj.duration_seconds, tj.arrival_seconds))
+            self._push(tj.arrival_seconds, "arrive", index)
+        next_tick = 0.0
+        next_sample = 0.0
+        outstanding = len(self.trace)
+        while self.now <= self.horizon:
+            if outstanding == 0 and not any(is_cloud(n.tier) for n in self.nodes.values()):
+                break
+            next_event = self.events[0][0] if self.events else math.inf
+            if not self._needs_ticks():
+                # Quiet: nothing to decide until something happens; stay on the tick grid.
+                if next_event == math.inf:
+                    break
+                next_tick = max(next_tick, math.ceil(next_event / self.interval) * self.interval)
+            t = min(next_event, next_tick, next_sample)
+            if t > self.horizon:
+                break
+            self.now = t
+            if t == next_sample:
+                self._sample()
+                next_sample += SERIES_STEP_SECONDS
+                if self.progress is not None:
+                    self.progress(min(1.0, t / self.horizon))
+            while self.events and self.events[0][0] <= t:
+                _, _, kind, payload = heapq.heappop(self.events)
+                outstanding -= self._handle(kind, payload)
+            self._schedule()
+            if t >= next_tick:
+                self._tick()
+                self._schedule()
+                next_tick = t + self.interval
+        return self._result()
+
+    def _handle(self, kind: str, payload: object) -> int:
+        """Process one event; returns 1 when a job finished."""
+        if kind == "arrive":
+            assert isinstance(payload, int)
+            self.pending.add(payload)
+            return 0
+        if kind == "finish":
+            index, run_id = payload  # type: ignore[misc]
+            job = self.jobs[index]
+            if job.run_id != run_id or job.done:
+                return 0
+            self._stop(job, requeue=False)
+            return 1
+        if kind == "ready":
+            return 0
+        node = self.nodes.get(str(payload))
+        if node is None:
+            return 0
+        if kind == "notice":
+            self.interruptions += 1
+            node.interruption_deadline = self.now + INTERRUPTION_NOTICE_SECONDS
+            self._push(node.interruption_deadline, "reclaim", node.name)
+        elif kind == "reclaim":
+            for index in sorted(node.jobs):
+                self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
+            self._remove(node)
+        return 0
+
+    # ---------------------------------------------------------------- result
+    def _result(self) -> PolicyResult:
+        end = self.now
+        cost: dict[str, float] = {t.value: 0.0 for t in Tier}
+        billed = 0.0
+        for node in list(self.nodes.values()) + self.removed:
+            stop = node.removed_at if node.removed_at is not None else end
+            hours = max(stop - node.launched_at, 0.0) / 3600
+            cost[node.tier] += hours * node.price
+            billed += hours * node.gpus
+        for index in list(self.running):
+            job = self.jobs[index]
+            node = self.nodes[job.node] if job.node else None
+            if node is not None:
+                ran = end - (job.run_started or end)
+                self.work_by_tier[node.tier] += ran * job.trace.gpus / 3600
+        waits: dict[str, list[float]] = {c.value: [] for c in Criticality}
+        for job in self.jobs:
+            if job.first_started is not None:
+                waits[job.trace.criticality].append(job.wait_seconds)
+        unfinished = sum(1 for j in self.jobs if not j.done)
+        gpu_hours = {k: v for k, v in self.work_by_tier.items()}
+        gpu_hours["billed"] = billed
+        return PolicyResult(
+            name=self.name,
+            total_cost_dollars=sum(cost.values()),
+            cost_by_tier_dollars=cost,
+            gpu_hours=gpu_hours,
+            wait_seconds={
+                c: {"p50": percentile(w, 50), "p95": percentile(w, 95)} for c, w in waits.items()
+            },
+            preemptions=self.preemptions,
+            spot_interruptions=self.interruptions,
+            unfinished_jobs=unfinished,
+            jobs=len(self.jobs),
+            scale_ups=self.scale_ups,
+            releases=self.releases,
+            ticks=self.ticks,
+            end_seconds=end,
+            series=self.series,
+        )

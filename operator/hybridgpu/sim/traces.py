@@ -1,0 +1,248 @@
+"""Job traces: the Alibaba openb pod list, a plain CSV, the built-in synthetic scenario, and
+measured spot preemption traces. Every loader names the file, line and field it rejects."""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import json
+import math
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from hybridgpu.errors import UserError
+from hybridgpu.models.snapshot import Criticality
+
+DEFAULT_QOS_MAP: dict[str, Criticality] = {
+    "LS": Criticality.CRITICAL,
+    "Guaranteed": Criticality.CRITICAL,
+    "Burstable": Criticality.STANDARD,
+    "BE": Criticality.PREEMPTIBLE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One GPU job of a trace: it arrives, waits for GPUs, then runs ``duration_seconds``."""
+
+    name: str
+    arrival_seconds: float
+    duration_seconds: float
+    gpus: int
+    criticality: Criticality
+
+
+@dataclass(frozen=True, slots=True)
+class TraceLoad:
+    """Jobs read from a file and what was left out, with the reason."""
+
+    jobs: list[TraceJob]
+    skipped: dict[str, int]
+
+
+def parse_qos_map(text: str | None) -> dict[str, Criticality]:
+    """``LS=critical,BE=preemptible`` on top of the default openb mapping."""
+    mapping = dict(DEFAULT_QOS_MAP)
+    if not text:
+        return mapping
+    for part in text.split(","):
+        qos, sep, value = part.partition("=")
+        if not sep or value.strip() not in {c.value for c in Criticality}:
+            raise UserError(
+                f"--qos-map: {part!r} must be QOS=critical|standard|preemptible, "
+                "e.g. LS=standard,BE=preemptible"
+            )
+        mapping[qos.strip()] = Criticality(value.strip())
+    return mapping
+
+
+def _number(path: Path, line: int, field: str, raw: str | None, *, allow_empty: bool = False) -> float | None:
+    if raw is None or raw.strip() == "":
+        if allow_empty:
+            return None
+        raise UserError(f"{path}:{line}: field {field!r} is empty; expected a number")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UserError(f"{path}:{line}: field {field!r} is {raw!r}; expected a number") from None
+    if math.isnan(value) or value < 0:
+        raise UserError(f"{path}:{line}: field {field!r} is {raw!r}; expected a number >= 0")
+    return value
+
+
+def _open_csv(path: Path, required: Iterable[str]) -> tuple[csv.DictReader[str], list[str]]:
+    try:
+        handle = path.open(newline="")
+    except OSError as err:
+        raise UserError(f"{path}: cannot read trace: {err.strerror}") from None
+    reader = csv.DictReader(handle)
+    header = reader.fieldnames or []
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise UserError(
+            f"{path}: missing column(s) {', '.join(missing)}; expected a header with "
+            f"{', '.join(required)}"
+        )
+    return reader, header
+
+
+def load_openb(
+    path: str | Path,
+    *,
+    time_scale: float = 1.0,
+    qos_map: Mapping[str, Criticality] | None = None,
+) -> TraceLoad:
+    """Jobs of an Alibaba openb pod list (cluster-trace-gpu-v2023).
+
+    A pod arrives at creation_time and runs from scheduled_time to deletion_time; times are
+    divided by ``time_scale``. Pods asking no GPU, and pods never scheduled (their run time is
+    unknown), are skipped and counted. A fractional GPU (gpu_milli < 1000) counts as one
+    whole GPU: Kubernetes allocates nvidia.com/gpu in whole units.
+    """
+    path = Path(path)
+    mapping = dict(qos_map or DEFAULT_QOS_MAP)
+    required = ("name", "num_gpu", "qos", "creation_time", "deletion_time", "scheduled_time")
+    reader, _ = _open_csv(path, required)
+    jobs: list[TraceJob] = []
+    skipped: dict[str, int] = {}
+    for line, row in enumerate(reader, start=2):
+        gpus = _number(path, line, "num_gpu", row["num_gpu"])
+        assert gpus is not None
+        if gpus == 0:
+            skipped["no_gpu"] = skipped.get("no_gpu", 0) + 1
+            continue
+        qos = row["qos"]
+        if qos not in mapping:
+            raise UserError(
+                f"{path}:{line}: field 'qos' is {qos!r}; expected one of {', '.join(sorted(mapping))} "
+                "(or map it with --qos-map)"
+            )
+        created = _number(path, line, "creation_time", row["creation_time"])
+        scheduled = _number(path, line, "scheduled_time", row["scheduled_time"], allow_empty=True)
+        deleted = _number(path, line, "deletion_time", row["deletion_time"], allow_empty=True)
+        if scheduled is None or deleted is None:
+            skipped["never_scheduled"] = skipped.get("never_scheduled", 0) + 1
+            continue
+        assert created is not None
+        duration = deleted - scheduled
+        if duration <= 0:
+            skipped["zero_duration"] = skipped.get("zero_duration", 0) + 1
+            continue
+        jobs.append(
+            TraceJob(
+                name=row["name"],
+                arrival_seconds=created / time_scale,
+                duration_seconds=duration / time_scale,
+                gpus=int(gpus),
+                criticality=mapping[qos],
+            )
+        )
+    jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
+    return TraceLoad(jobs=jobs, skipped=skipped)
+
+
+def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
+    """Jobs of a plain CSV: name, arrival_seconds, duration_seconds, gpus, criticality."""
+    path = Path(path)
+    required = ("name", "arrival_seconds", "duration_seconds", "gpus", "criticality")
+    reader, _ = _open_csv(path, required)
+    jobs: list[TraceJob] = []
+    allowed = {c.value for c in Criticality}
+    for line, row in enumerate(reader, start=2):
+        arrival = _number(path, line, "arrival_seconds", row["arrival_seconds"])
+        duration = _number(path, line, "duration_seconds", row["duration_seconds"])
+        gpus = _number(path, line, "gpus", row["gpus"])
+        assert arrival is not None and duration is not None and gpus is not None
+        if gpus < 1 or gpus != int(gpus):
+            raise UserError(f"{path}:{line}: field 'gpus' is {row['gpus']!r}; expected a whole number >= 1")
+        crit = (row["criticality"] or "").strip()
+        if crit not in allowed:
+            raise UserError(
+                f"{path}:{line}: field 'criticality' is {crit!r}; expected critical, standard "
+                "or preemptible"
+            )
+        jobs.append(
+            TraceJob(row["name"], arrival / time_scale, duration / time_scale, int(gpus), Criticality(crit))
+        )
+    jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
+    return TraceLoad(jobs=jobs, skipped={})
+
+
+def synthetic(seed: int = 7, hours: float = 72.0) -> list[TraceJob]:
+    """The built-in scenario: three days of a research cluster, seeded and deterministic.
+
+    A daily cycle of critical inference and standard training jobs peaking in working hours
+    over a steady stream of preemptible batch work, with a burst on the second day.
+    """
+    rng = random.Random(seed)
+    jobs: list[TraceJob] = []
+    kinds = (
+        # criticality, jobs per hour at peak, GPU choices, mean duration seconds
+        (Criticality.CRITICAL, 2.4, (1, 1, 2, 4), 1.5 * 3600),
+        (Criticality.STANDARD, 2.0, (1, 2, 4, 8), 3.0 * 3600),
+        (Criticality.PREEMPTIBLE, 2.8, (1, 2, 4, 8), 2.5 * 3600),
+    )
+    horizon = hours * 3600
+    for crit, peak_rate, sizes, mean in kinds:
+        t = 0.0
+        i = 0
+        while True:
+            # Thinning of a non-homogeneous Poisson process with a daily cycle.
+            t += rng.expovariate(peak_rate / 3600)
+            if t >= horizon:
+                break
+            hour = (t / 3600) % 24
+            daily = 0.35 + 0.65 * max(0.0, math.sin(math.pi * (hour - 6) / 14)) if 6 <= hour <= 20 else 0.35
+            burst = 1.0 if not (30 * 3600 <= t <= 38 * 3600) else 1.6
+            if crit == Criticality.PREEMPTIBLE:
+                daily = 0.8
+            if rng.random() > min(1.0, daily * burst):
+                continue
+            i += 1
+            duration = min(rng.expovariate(1 / mean), 12 * 3600) + 300
+            jobs.append(TraceJob(f"{crit.value}-{i:04d}", t, duration, rng.choice(sizes), crit))
+    jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class SpotTrace:
+    """A measured spot availability series: 1 while preempted, 0 while running, every ``gap``."""
+
+    gap_seconds: float
+    edges: list[int]
+    """Sample indexes where the instance was preempted (0 -> 1)."""
+    length: int
+
+    def seconds_to_next_interruption(self, offset: int) -> float | None:
+        """From sample ``offset`` (cyclic), seconds until the next preemption edge."""
+        if not self.edges:
+            return None
+        offset %= self.length
+        i = bisect.bisect_right(self.edges, offset)
+        edge = self.edges[i] if i < len(self.edges) else self.edges[0] + self.length
+        return (edge - offset) * self.gap_seconds
+
+
+def load_spot_trace(path: str | Path) -> SpotTrace:
+    """A preemption trace in the spot-traces JSON format ({"metadata": {"gap_seconds"}, "data"})."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as err:
+        raise UserError(f"{path}: cannot read spot trace: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+    try:
+        gap = float(raw["metadata"]["gap_seconds"])
+        data = [int(x) for x in raw["data"]]
+    except (KeyError, TypeError, ValueError):
+        raise UserError(
+            f"{path}: expected {{\"metadata\": {{\"gap_seconds\": N}}, \"data\": [0|1, ...]}}"
+        ) from None
+    if gap <= 0 or not data:
+        raise UserError(f"{path}: field 'metadata.gap_seconds' must be > 0 and 'data' non-empty")
+    edges = [i for i in range(1, len(data)) if data[i] == 1 and data[i - 1] == 0]
+    return SpotTrace(gap_seconds=gap, edges=edges, length=len(data))
