@@ -58,6 +58,12 @@ class OwnedNodeCandidate(SpecModel):
     )
     ops_per_node_hour: float = Field(default=0.0, ge=0, description="Operations $/node-hour.")
     max_nodes: int | None = Field(default=None, ge=0, description="Buy at most this many.")
+    current_nodes: int = Field(
+        default=0,
+        ge=0,
+        description="Nodes of this type owned today (the fleet the plan's saving is measured "
+        "against).",
+    )
 
 
 class CloudPrices(SpecModel):
@@ -149,7 +155,9 @@ class CapacityPlanStatus(SpecModel):
         default_factory=list, description="Small sensitivity table."
     )
     last_computed: str | None = Field(default=None, description="RFC 3339 time of the run.")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, HistoryAvailable.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, HistoryAvailable."
+    )
     observed_generation: int | None = Field(
         default=None, description="metadata.generation the status reflects."
     )

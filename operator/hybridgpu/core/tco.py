@@ -1,0 +1,551 @@
+"""The TCO planner: how many GPU nodes to own, and how much to rent on demand and on spot.
+
+The model, per hour of the horizon:
+
+- demand is GPUs in use, split into firm (critical + standard) and preemptible;
+- owned GPUs serve firm demand first (the operator preempts preemptible work off core), then
+  preemptible demand;
+- firm demand above the owned GPUs runs on demand; preemptible demand above what is left runs
+  on spot at ``spot / (1 - interruptions_per_hour x restart_overhead_hours)`` per useful
+  GPU-hour (lost work is paid again), or on demand when that is cheaper;
+- an owned node costs amortized capex + power x PUE x $/kWh + ops every hour, used or not
+  (``core.cost``);
+- demand grows by a yearly rate, compounded month by month over the horizon; the fleet is
+  bought once, at the start.
+
+With G owned GPUs the cloud bill falls with slope ``-on_demand`` while G is below firm demand,
+``-spot`` between firm and total demand, and 0 above, and ``on_demand >= spot``: it is convex
+in G, and so is the total cost of one node type in its node count. ``optimal_single_type`` buys
+nodes while the next node saves more than it costs (exact by convexity); ``optimal_fleet``
+handles several node types exactly with a knapsack over the total owned GPUs (the cheapest way
+to own exactly g GPUs, then the best g). Both read the cloud bill off duration curves in
+O(log n) per size.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from hybridgpu.core.cost import HOURS_PER_YEAR, CoreNodeCost
+from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.capacityplan import CapacityPlanSpec
+
+HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0
+# Relative slack when comparing dollar totals, so float noise does not flip a choice.
+_COST_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class DemandSample:
+    """GPUs in use during ``hours`` hours: firm (critical + standard) and preemptible."""
+
+    hours: float
+    firm_gpus: float
+    preemptible_gpus: float
+
+    @property
+    def total_gpus(self) -> float:
+        return self.firm_gpus + self.preemptible_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedNodeType:
+    """A node type that can be owned, with what one node costs."""
+
+    name: str
+    gpus_per_node: int
+    capex_dollars: float
+    amortization_years: float
+    power_watts: float
+    pue: float
+    electricity_per_kwh: float
+    ops_per_node_hour: float = 0.0
+    max_nodes: int | None = None
+    current_nodes: int = 0
+
+    @property
+    def cost(self) -> CoreNodeCost:
+        """One node-hour: amortized capex, power with PUE, ops; dollars."""
+        return CoreNodeCost(
+            capex_per_hour=self.capex_dollars / (self.amortization_years * HOURS_PER_YEAR),
+            power_per_hour=self.power_watts * self.pue * self.electricity_per_kwh / 1000.0,
+            ops_per_hour=self.ops_per_node_hour,
+        )
+
+    @property
+    def node_hour_dollars(self) -> float:
+        return self.cost.total_per_hour
+
+    @property
+    def gpu_hour_dollars(self) -> float:
+        return self.node_hour_dollars / self.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class CloudRates:
+    """Rented capacity: dollars per GPU-hour and the spot interruption model."""
+
+    on_demand_per_gpu_hour: float
+    spot_per_gpu_hour: float
+    spot_interruptions_per_hour: float = 0.0
+    spot_restart_overhead_hours: float = 0.0
+
+    @property
+    def spot_rerun_factor(self) -> float:
+        """Spot GPU-hours billed per useful GPU-hour (work lost to interruptions runs again)."""
+        lost = self.spot_interruptions_per_hour * self.spot_restart_overhead_hours
+        return math.inf if lost >= 1.0 else 1.0 / (1.0 - lost)
+
+    @property
+    def spot_effective_per_gpu_hour(self) -> float:
+        """Dollars per useful preemptible GPU-hour: spot with reruns, or on demand if cheaper."""
+        return min(self.spot_per_gpu_hour * self.spot_rerun_factor, self.on_demand_per_gpu_hour)
+
+    @property
+    def spot_is_used(self) -> bool:
+        """False when reruns make spot dearer than on demand (preemptible work goes there)."""
+        return self.spot_per_gpu_hour * self.spot_rerun_factor < self.on_demand_per_gpu_hour
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """Everything the plan depends on. ``demand_growth_per_year`` is a fraction (0.2 = +20 %)."""
+
+    history: tuple[DemandSample, ...]
+    node_types: tuple[OwnedNodeType, ...]
+    cloud: CloudRates
+    horizon_months: int = 36
+    demand_growth_per_year: float = 0.0
+    preemptible_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.node_types:
+            raise ValueError("at least one owned node type is needed")
+        if self.horizon_months < 1:
+            raise ValueError("horizon_months must be >= 1")
+        if self.demand_growth_per_year <= -1.0:
+            raise ValueError("demand_growth_per_year must be > -1 (demand cannot vanish)")
+        if sum(s.hours for s in self.history) <= 0:
+            raise ValueError("the demand history covers no time")
+        for t in self.node_types:
+            if t.node_hour_dollars <= 0:
+                raise ValueError(f"node type {t.name}: an owned node must cost something")
+
+    @property
+    def horizon_hours(self) -> float:
+        return self.horizon_months * HOURS_PER_MONTH
+
+
+class DurationCurve:
+    """A weighted distribution of GPU levels: hours spent at each level.
+
+    ``gpu_hours_below(g)`` = sum of hours x min(level, g): the GPU-hours that g GPUs can serve.
+    """
+
+    __slots__ = ("_levels", "_prefix_gpu_hours", "_suffix_hours", "hours", "total_gpu_hours")
+
+    def __init__(self, points: Iterable[tuple[float, float]]) -> None:
+        merged: dict[float, float] = {}
+        for level, hours in points:
+            if hours > 0:
+                merged[level] = merged.get(level, 0.0) + hours
+        self._levels = sorted(merged)
+        weights = [merged[v] for v in self._levels]
+        self._prefix_gpu_hours = [0.0]
+        for level, hours in zip(self._levels, weights, strict=True):
+            self._prefix_gpu_hours.append(self._prefix_gpu_hours[-1] + level * hours)
+        self._suffix_hours = [0.0] * (len(weights) + 1)
+        for i in range(len(weights) - 1, -1, -1):
+            self._suffix_hours[i] = self._suffix_hours[i + 1] + weights[i]
+        self.total_gpu_hours = self._prefix_gpu_hours[-1]
+        self.hours = self._suffix_hours[0]
+
+    @property
+    def peak(self) -> float:
+        return self._levels[-1] if self._levels else 0.0
+
+    def gpu_hours_below(self, gpus: float) -> float:
+        """GPU-hours of the demand that ``gpus`` GPUs serve: sum of hours x min(level, gpus)."""
+        i = bisect.bisect_left(self._levels, gpus)
+        return self._prefix_gpu_hours[i] + gpus * self._suffix_hours[i]
+
+    def hours_above(self, gpus: float) -> float:
+        """Hours during which demand exceeds ``gpus``."""
+        return self._suffix_hours[bisect.bisect_right(self._levels, gpus)]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCost:
+    """What owning ``nodes`` (per node type) costs over the horizon, and where demand runs."""
+
+    nodes: tuple[int, ...]
+    owned_gpus: int
+    horizon_hours: float
+    core_dollars: float
+    elastic_dollars: float
+    spot_dollars: float
+    demand_gpu_hours: float
+    owned_used_gpu_hours: float
+    elastic_gpu_hours: float
+    spot_gpu_hours: float  # billed, reruns included
+
+    @property
+    def total_dollars(self) -> float:
+        return self.core_dollars + self.elastic_dollars + self.spot_dollars
+
+    @property
+    def months(self) -> float:
+        return self.horizon_hours / HOURS_PER_MONTH
+
+    @property
+    def owned_utilization(self) -> float:
+        """Share of owned GPU-hours that serve demand, 0..1 (0 when nothing is owned)."""
+        if self.owned_gpus == 0:
+            return 0.0
+        return self.owned_used_gpu_hours / (self.owned_gpus * self.horizon_hours)
+
+
+class CostModel:
+    """The cost of any owned fleet for one set of inputs (duration curves built once)."""
+
+    def __init__(self, inputs: PlanInputs) -> None:
+        self.inputs = inputs
+        firm, total = _horizon_curves(inputs)
+        self.firm = firm
+        self.total = total
+        self.horizon_hours = inputs.horizon_hours
+        self.node_hour_dollars = tuple(t.node_hour_dollars for t in inputs.node_types)
+        self.gpus_per_node = tuple(t.gpus_per_node for t in inputs.node_types)
+
+    @property
+    def max_useful_gpus(self) -> int:
+        """Owning more GPUs than this never pays: every extra node could go (see module doc)."""
+        return math.ceil(self.total.peak - 1e-9) + max(self.gpus_per_node) - 1
+
+    def cloud_dollars(self, owned_gpus: float) -> float:
+        """Cloud bill over the horizon with ``owned_gpus`` owned, dollars."""
+        cloud = self.inputs.cloud
+        elastic = self.firm.total_gpu_hours - self.firm.gpu_hours_below(owned_gpus)
+        spot_useful = self.total.total_gpu_hours - self.total.gpu_hours_below(owned_gpus) - elastic
+        return cloud.on_demand_per_gpu_hour * elastic + cloud.spot_effective_per_gpu_hour * max(
+            spot_useful, 0.0
+        )
+
+    def total_dollars(self, nodes: Sequence[int]) -> float:
+        """Owned plus cloud cost of ``nodes`` (per node type) over the horizon, dollars."""
+        owned = sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))
+        core = sum(n * c for n, c in zip(nodes, self.node_hour_dollars, strict=True))
+        return core * self.horizon_hours + self.cloud_dollars(owned)
+
+    def fleet_cost(self, nodes: Sequence[int]) -> FleetCost:
+        """The full breakdown of ``nodes`` (per node type) over the horizon."""
+        cloud = self.inputs.cloud
+        owned = sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))
+        core = sum(n * c for n, c in zip(nodes, self.node_hour_dollars, strict=True))
+        elastic = self.firm.total_gpu_hours - self.firm.gpu_hours_below(owned)
+        served = self.total.gpu_hours_below(owned)
+        preemptible_out = max(self.total.total_gpu_hours - served - elastic, 0.0)
+        if cloud.spot_is_used:
+            spot_hours = preemptible_out * cloud.spot_rerun_factor
+            spot_dollars = spot_hours * cloud.spot_per_gpu_hour
+        else:
+            spot_hours, spot_dollars = 0.0, 0.0
+            elastic += preemptible_out
+        return FleetCost(
+            nodes=tuple(nodes),
+            owned_gpus=owned,
+            horizon_hours=self.horizon_hours,
+            core_dollars=core * self.horizon_hours,
+            elastic_dollars=elastic * cloud.on_demand_per_gpu_hour,
+            spot_dollars=spot_dollars,
+            demand_gpu_hours=self.total.total_gpu_hours,
+            owned_used_gpu_hours=served,
+            elastic_gpu_hours=elastic,
+            spot_gpu_hours=spot_hours,
+        )
+
+    def all_on_demand_dollars(self) -> float:
+        """Every GPU-hour of demand rented on demand, dollars over the horizon."""
+        return self.total.total_gpu_hours * self.inputs.cloud.on_demand_per_gpu_hour
+
+
+def growth_factors(horizon_months: int, growth_per_year: float) -> list[tuple[float, int]]:
+    """(demand multiplier, months) over the horizon, compounded monthly, mid-month."""
+    counts: dict[float, int] = {}
+    for month in range(horizon_months):
+        factor = 1.0 if growth_per_year == 0 else (1.0 + growth_per_year) ** ((month + 0.5) / 12)
+        counts[factor] = counts.get(factor, 0) + 1
+    return sorted(counts.items())
+
+
+def _split(sample: DemandSample, preemptible_share: float | None) -> tuple[float, float]:
+    if preemptible_share is None:
+        return sample.firm_gpus, sample.total_gpus
+    return sample.total_gpus * (1.0 - preemptible_share), sample.total_gpus
+
+
+def _horizon_curves(inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:
+    """Firm and total demand duration curves over the whole horizon, in horizon hours."""
+    history_hours = sum(s.hours for s in inputs.history)
+    per_history_hour = HOURS_PER_MONTH / history_hours
+    levels: dict[tuple[float, float], float] = {}
+    for sample in inputs.history:
+        key = _split(sample, inputs.preemptible_share)
+        levels[key] = levels.get(key, 0.0) + sample.hours
+    firm_points: list[tuple[float, float]] = []
+    total_points: list[tuple[float, float]] = []
+    for factor, months in growth_factors(inputs.horizon_months, inputs.demand_growth_per_year):
+        weight = per_history_hour * months
+        for (firm, total), hours in levels.items():
+            firm_points.append((firm * factor, hours * weight))
+            total_points.append((total * factor, hours * weight))
+    return DurationCurve(firm_points), DurationCurve(total_points)
+
+
+def optimal_single_type(model: CostModel, type_index: int = 0) -> int:
+    """Fewest nodes of one type minimizing the total cost (others owned: none).
+
+    Buys the next node while the cloud dollars it saves exceed what it costs; the saving of
+    successive nodes never grows (convexity), so the first node that does not pay ends it.
+    """
+    node = model.inputs.node_types[type_index]
+    k = node.gpus_per_node
+    node_dollars = node.node_hour_dollars * model.horizon_hours
+    limit = model.max_useful_gpus // k
+    if node.max_nodes is not None:
+        limit = min(limit, node.max_nodes)
+    nodes = 0
+    while nodes < limit:
+        saving = model.cloud_dollars(nodes * k) - model.cloud_dollars((nodes + 1) * k)
+        if saving <= node_dollars * (1.0 + _COST_EPS):
+            break
+        nodes += 1
+    return nodes
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedSizeCost:
+    """The cheapest way to own exactly ``owned_gpus`` GPUs and what it costs in total."""
+
+    owned_gpus: int
+    nodes: tuple[int, ...]
+    total_dollars: float
+
+
+def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
+    """For every owned GPU count that node types can make up, its cheapest fleet and total cost.
+
+    A bounded knapsack over the node types (binary splitting of each type's node bound) gives
+    the cheapest node mix owning exactly g GPUs, for g up to ``max_useful_gpus``.
+    """
+    g_max = model.max_useful_gpus
+    types = model.inputs.node_types
+    best: list[float] = [math.inf] * (g_max + 1)
+    mix: list[tuple[int, ...]] = [()] * (g_max + 1)
+    best[0], mix[0] = 0.0, (0,) * len(types)
+    for j, node in enumerate(types):
+        k = node.gpus_per_node
+        bound = g_max // k
+        if node.max_nodes is not None:
+            bound = min(bound, node.max_nodes)
+        chunk = 1
+        while bound > 0:
+            take = min(chunk, bound)
+            bound -= take
+            chunk *= 2
+            size, dollars = take * k, take * node.node_hour_dollars
+            for g in range(g_max, size - 1, -1):
+                before = best[g - size]
+                if before + dollars < best[g]:
+                    best[g] = before + dollars
+                    counts = list(mix[g - size])
+                    counts[j] += take
+                    mix[g] = tuple(counts)
+    return [
+        OwnedSizeCost(g, mix[g], best[g] * model.horizon_hours + model.cloud_dollars(g))
+        for g in range(g_max + 1)
+        if best[g] < math.inf
+    ]
+
+
+def optimal_fleet(model: CostModel) -> tuple[int, ...]:
+    """Nodes per type minimizing the total cost over the horizon; ties: fewest owned GPUs."""
+    sizes = cost_by_owned_gpus(model)
+    choice = sizes[0]
+    for size in sizes[1:]:
+        if size.total_dollars < choice.total_dollars * (1.0 - _COST_EPS):
+            choice = size
+    return choice.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class SensitivityCase:
+    """The plan again with one input changed."""
+
+    parameter: str
+    change: str
+    nodes: tuple[int, ...]
+    monthly_dollars: float
+    savings_vs_on_demand: float
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.nodes)
+
+
+@dataclass(frozen=True)
+class CapacityPlanResult:
+    """The recommendation, the fleets it is compared with, and how it moves with its inputs."""
+
+    inputs: PlanInputs
+    recommended: FleetCost
+    current: FleetCost
+    all_on_demand_dollars: float
+    cost_curve: tuple[OwnedSizeCost, ...]
+    sensitivity: tuple[SensitivityCase, ...] = field(default=())
+
+    @property
+    def months(self) -> float:
+        return float(self.inputs.horizon_months)
+
+    def monthly(self, dollars: float) -> float:
+        return dollars / self.months
+
+    @property
+    def savings_vs_on_demand(self) -> float:
+        """Share of the all-on-demand bill saved, 0..1."""
+        return _saving(self.recommended.total_dollars, self.all_on_demand_dollars)
+
+    @property
+    def savings_vs_current(self) -> float:
+        """Share of today's fleet's total cost saved, 0..1."""
+        return _saving(self.recommended.total_dollars, self.current.total_dollars)
+
+    @property
+    def break_even_utilization(self) -> float:
+        """Utilization above which owning the cheapest node type beats renting on demand, 0..1."""
+        return min(break_even_utilizations(self.inputs).values())
+
+
+def _saving(cost: float, reference: float) -> float:
+    return 0.0 if reference <= 0 else 1.0 - cost / reference
+
+
+def break_even_utilizations(inputs: PlanInputs) -> dict[str, float]:
+    """Per node type: the share of hours a GPU must be busy for owning to beat on demand."""
+    od = inputs.cloud.on_demand_per_gpu_hour
+    return {t.name: t.gpu_hour_dollars / od for t in inputs.node_types}
+
+
+def _with_electricity(inputs: PlanInputs, factor: float) -> PlanInputs:
+    types = tuple(
+        replace(t, electricity_per_kwh=t.electricity_per_kwh * factor) for t in inputs.node_types
+    )
+    return replace(inputs, node_types=types)
+
+
+def _with_amortization(inputs: PlanInputs, delta_years: float) -> PlanInputs:
+    types = tuple(
+        replace(t, amortization_years=max(t.amortization_years + delta_years, 0.5))
+        for t in inputs.node_types
+    )
+    return replace(inputs, node_types=types)
+
+
+def sensitivity_inputs(inputs: PlanInputs) -> list[tuple[str, str, PlanInputs]]:
+    """The inputs the sensitivity table varies: spot price, electricity, amortization, growth."""
+    cloud = inputs.cloud
+    growth = inputs.demand_growth_per_year
+    cases: list[tuple[str, str, PlanInputs]] = []
+    for pct in (-30, 30):
+        spot = replace(cloud, spot_per_gpu_hour=cloud.spot_per_gpu_hour * (1 + pct / 100))
+        cases.append(("spot price", f"{pct:+d}%", replace(inputs, cloud=spot)))
+    for pct in (-50, 50):
+        cases.append(("electricity price", f"{pct:+d}%", _with_electricity(inputs, 1 + pct / 100)))
+    for years in (-1, 1):
+        cases.append(("amortization years", f"{years:+d}y", _with_amortization(inputs, years)))
+    for points in (-20, 20):
+        grown = max(growth + points / 100, -0.9)
+        cases.append(
+            ("demand growth", f"{points:+d}pp/y", replace(inputs, demand_growth_per_year=grown))
+        )
+    return cases
+
+
+def plan_capacity(inputs: PlanInputs, *, with_sensitivity: bool = True) -> CapacityPlanResult:
+    """The cheapest owned fleet for ``inputs`` and everything reported about it."""
+    model = CostModel(inputs)
+    curve = tuple(cost_by_owned_gpus(model))
+    nodes = optimal_fleet(model)
+    current = tuple(t.current_nodes for t in inputs.node_types)
+    cases: list[SensitivityCase] = []
+    if with_sensitivity:
+        for parameter, change, varied in sensitivity_inputs(inputs):
+            other = CostModel(varied)
+            other_nodes = optimal_fleet(other)
+            other_total = other.total_dollars(other_nodes)
+            cases.append(
+                SensitivityCase(
+                    parameter=parameter,
+                    change=change,
+                    nodes=other_nodes,
+                    monthly_dollars=other_total / varied.horizon_months,
+                    savings_vs_on_demand=_saving(other_total, other.all_on_demand_dollars()),
+                )
+            )
+    return CapacityPlanResult(
+        inputs=inputs,
+        recommended=model.fleet_cost(nodes),
+        current=model.fleet_cost(current),
+        all_on_demand_dollars=model.all_on_demand_dollars(),
+        cost_curve=curve,
+        sensitivity=tuple(cases),
+    )
+
+
+def duration_curve(history: Iterable[DemandSample]) -> list[tuple[float, float]]:
+    """(hours demand is at or above, GPUs) points of the total demand, highest first."""
+    by_level: dict[float, float] = {}
+    for s in history:
+        by_level[s.total_gpus] = by_level.get(s.total_gpus, 0.0) + s.hours
+    points: list[tuple[float, float]] = []
+    hours = 0.0
+    for level in sorted(by_level, reverse=True):
+        hours += by_level[level]
+        points.append((hours, level))
+    return points
+
+
+def inputs_from_spec(spec: CapacityPlanSpec, history: Sequence[DemandSample]) -> PlanInputs:
+    """PlanInputs of a CapacityPlan spec and a demand history."""
+    cloud = spec.cloud
+    return PlanInputs(
+        history=tuple(history),
+        node_types=tuple(
+            OwnedNodeType(
+                name=c.name,
+                gpus_per_node=c.gpus_per_node,
+                capex_dollars=c.capex_per_node,
+                amortization_years=c.amortization_years,
+                power_watts=c.power_watts_per_node,
+                pue=c.pue,
+                electricity_per_kwh=c.electricity_per_kwh,
+                ops_per_node_hour=c.ops_per_node_hour,
+                max_nodes=c.max_nodes,
+                current_nodes=c.current_nodes,
+            )
+            for c in spec.candidates
+        ),
+        cloud=CloudRates(
+            on_demand_per_gpu_hour=cloud.on_demand_per_gpu_hour,
+            spot_per_gpu_hour=cloud.spot_per_gpu_hour,
+            spot_interruptions_per_hour=cloud.spot_interruptions_per_hour,
+            spot_restart_overhead_hours=parse_duration_seconds(cloud.spot_restart_overhead) / 3600,
+        ),
+        horizon_months=spec.horizon_months,
+        demand_growth_per_year=spec.demand_growth_percent_per_year / 100.0,
+        preemptible_share=spec.preemptible_share,
+    )

@@ -1,0 +1,367 @@
+"""The TCO planner: exact optimum (brute force, MILP), convexity, reported figures, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybridgpu.core.tco import (
+    HOURS_PER_MONTH,
+    CloudRates,
+    CostModel,
+    DemandSample,
+    OwnedNodeType,
+    PlanInputs,
+    break_even_utilizations,
+    growth_factors,
+    optimal_fleet,
+    optimal_single_type,
+    plan_capacity,
+)
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---------------------------------------------------------------- builders
+
+
+def node_type(
+    name: str = "n",
+    gpus: int = 8,
+    gpu_hour_dollars: float = 1.0,
+    max_nodes: int | None = None,
+    current: int = 0,
+) -> OwnedNodeType:
+    """A node type whose owned GPU-hour costs ``gpu_hour_dollars`` (half capex, half power)."""
+    node_hour = gpu_hour_dollars * gpus
+    years, pue, per_kwh = 4.0, 1.25, 0.1
+    return OwnedNodeType(
+        name=name,
+        gpus_per_node=gpus,
+        capex_dollars=node_hour / 2 * years * 8760,
+        amortization_years=years,
+        power_watts=node_hour / 2 * 1000 / (pue * per_kwh),
+        pue=pue,
+        electricity_per_kwh=per_kwh,
+        max_nodes=max_nodes,
+        current_nodes=current,
+    )
+
+
+def inputs(
+    samples: list[tuple[float, float, float]],
+    types: list[OwnedNodeType],
+    on_demand: float = 3.0,
+    spot: float = 1.2,
+    interruptions: float = 0.0,
+    overhead_hours: float = 0.0,
+    months: int = 12,
+    growth: float = 0.0,
+    share: float | None = None,
+) -> PlanInputs:
+    return PlanInputs(
+        history=tuple(DemandSample(h, f, p) for h, f, p in samples),
+        node_types=tuple(types),
+        cloud=CloudRates(on_demand, spot, interruptions, overhead_hours),
+        horizon_months=months,
+        demand_growth_per_year=growth,
+        preemptible_share=share,
+    )
+
+
+def direct_total(plan: PlanInputs, nodes: tuple[int, ...]) -> float:
+    """The cost of ``nodes`` by walking every month and every sample (no duration curves)."""
+    cloud = plan.cloud
+    lost = cloud.spot_interruptions_per_hour * cloud.spot_restart_overhead_hours
+    spot = cloud.spot_per_gpu_hour / (1 - lost) if lost < 1 else math.inf
+    spot = min(spot, cloud.on_demand_per_gpu_hour)
+    owned = sum(n * t.gpus_per_node for n, t in zip(nodes, plan.node_types, strict=True))
+    per_hour = sum(n * t.node_hour_dollars for n, t in zip(nodes, plan.node_types, strict=True))
+    history_hours = sum(s.hours for s in plan.history)
+    total = per_hour * plan.horizon_months * HOURS_PER_MONTH
+    for month in range(plan.horizon_months):
+        factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
+        for s in plan.history:
+            demand = s.total_gpus * factor
+            firm = s.firm_gpus * factor
+            if plan.preemptible_share is not None:
+                firm = demand * (1 - plan.preemptible_share)
+            hours = s.hours * HOURS_PER_MONTH / history_hours
+            on_demand_gpus = max(firm - owned, 0.0)
+            spot_gpus = max(demand - max(owned, firm), 0.0)
+            total += hours * (on_demand_gpus * cloud.on_demand_per_gpu_hour + spot_gpus * spot)
+    return total
+
+
+def brute_force(plan: PlanInputs) -> float:
+    """The cheapest total over every node mix up to well past the peak demand."""
+    peak = max(s.total_gpus for s in plan.history) * max(
+        f for f, _ in growth_factors(plan.horizon_months, plan.demand_growth_per_year)
+    )
+    ranges = []
+    for t in plan.node_types:
+        top = math.ceil(peak / t.gpus_per_node) + 2
+        if t.max_nodes is not None:
+            top = min(top, t.max_nodes)
+        ranges.append(range(top + 1))
+    return min(direct_total(plan, nodes) for nodes in itertools.product(*ranges))
+
+
+def milp_total(plan: PlanInputs) -> tuple[float, tuple[int, ...]]:
+    """The same problem as a MILP: integer nodes, per-sample on-demand and spot GPUs."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    cloud = plan.cloud
+    lost = cloud.spot_interruptions_per_hour * cloud.spot_restart_overhead_hours
+    spot = min(cloud.spot_per_gpu_hour / (1 - lost), cloud.on_demand_per_gpu_hour)
+    history_hours = sum(s.hours for s in plan.history)
+    rows = []  # (hours, firm, total)
+    for month in range(plan.horizon_months):
+        factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
+        for s in plan.history:
+            rows.append((s.hours * HOURS_PER_MONTH / history_hours, s.firm_gpus * factor,
+                         s.total_gpus * factor))  # fmt: skip
+    types, n = len(plan.node_types), len(rows)
+    horizon = plan.horizon_months * HOURS_PER_MONTH
+    cost = np.concatenate(
+        [
+            [t.node_hour_dollars * horizon for t in plan.node_types],
+            [h * cloud.on_demand_per_gpu_hour for h, _, _ in rows],
+            [h * spot for h, _, _ in rows],
+        ]
+    )
+    a = np.zeros((2 * n, types + 2 * n))
+    low = np.zeros(2 * n)
+    gpus = [t.gpus_per_node for t in plan.node_types]
+    for i, (_, firm, total) in enumerate(rows):
+        a[i, :types] = gpus  # owned + on demand >= firm
+        a[i, types + i] = 1
+        low[i] = firm
+        a[n + i, :types] = gpus  # owned + on demand + spot >= total
+        a[n + i, types + i] = 1
+        a[n + i, types + n + i] = 1
+        low[n + i] = total
+    upper = [t.max_nodes if t.max_nodes is not None else np.inf for t in plan.node_types]
+    result = milp(
+        cost,
+        constraints=LinearConstraint(a, low, np.inf),
+        integrality=np.array([1] * types + [0] * 2 * n),
+        bounds=Bounds(np.zeros(types + 2 * n), np.array(upper + [np.inf] * 2 * n)),
+    )
+    assert result.success, result.message
+    return float(result.fun), tuple(round(x) for x in result.x[:types])
+
+
+# ---------------------------------------------------------------- strategies
+
+samples_st = st.lists(
+    st.tuples(
+        st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+        st.integers(0, 12).map(float),
+        st.integers(0, 12).map(float),
+    ),
+    min_size=1,
+    max_size=8,
+)
+type_st = st.builds(
+    node_type,
+    gpus=st.sampled_from([1, 2, 4, 8]),
+    gpu_hour_dollars=st.floats(0.3, 3.5),
+    max_nodes=st.one_of(st.none(), st.integers(0, 4)),
+)
+cloud_st = st.tuples(
+    st.floats(1.0, 5.0),  # on demand
+    st.floats(0.1, 1.0),  # spot as a share of on demand
+    st.sampled_from([0.0, 0.05, 0.5]),  # interruptions per hour
+)
+
+
+def _plan(samples, types, cloud, months=3, growth=0.0) -> PlanInputs:
+    on_demand, spot_share, hazard = cloud
+    return inputs(samples, types, on_demand, on_demand * spot_share, hazard, 0.5, months, growth)
+
+
+# ---------------------------------------------------------------- exactness
+
+
+@FAST
+@given(samples_st, type_st, cloud_st, st.sampled_from([0.0, 0.3]))
+def test_cost_model_matches_a_direct_walk_over_the_history(samples, t, cloud, growth):
+    plan = _plan(samples, [t], cloud, growth=growth)
+    model = CostModel(plan)
+    for nodes in range(0, 6):
+        assert model.total_dollars((nodes,)) == pytest.approx(direct_total(plan, (nodes,)))
+
+
+@FAST
+@given(samples_st, type_st, cloud_st, st.sampled_from([0.0, 0.5]))
+def test_total_cost_is_convex_in_owned_nodes(samples, t, cloud, growth):
+    plan = _plan(samples, [t], cloud, growth=growth)
+    costs = [direct_total(plan, (c,)) for c in range(0, 30)]
+    for a, b, c in zip(costs, costs[1:], costs[2:], strict=False):
+        assert a + c - 2 * b >= -1e-6 * max(abs(a), 1.0)
+
+
+@FAST
+@given(samples_st, type_st, cloud_st, st.sampled_from([0.0, 0.25]))
+def test_marginal_analysis_finds_the_brute_force_optimum(samples, t, cloud, growth):
+    plan = _plan(samples, [t], cloud, growth=growth)
+    model = CostModel(plan)
+    nodes = optimal_single_type(model)
+    assert direct_total(plan, (nodes,)) == pytest.approx(brute_force(plan), rel=1e-9)
+    assert optimal_fleet(model) == (nodes,)
+
+
+@FAST
+@given(samples_st, st.lists(type_st, min_size=2, max_size=3), cloud_st)
+def test_several_node_types_find_the_brute_force_optimum(samples, types, cloud):
+    plan = _plan(samples, types, cloud)
+    nodes = optimal_fleet(CostModel(plan))
+    assert direct_total(plan, nodes) == pytest.approx(brute_force(plan), rel=1e-9)
+    for n, t in zip(nodes, types, strict=True):
+        assert t.max_nodes is None or n <= t.max_nodes
+
+
+MILP_CASES = {
+    "one type, firm only": (
+        [(1, 10, 0), (2, 4, 0), (1, 16, 0)],
+        [node_type("a", 4, 1.0)],
+        0.0,
+    ),
+    "one type, spot takes the preemptible peak": (
+        [(3, 8, 8), (1, 8, 20), (2, 2, 0)],
+        [node_type("a", 8, 0.9)],
+        0.0,
+    ),
+    "two types: big cheap nodes and small dear ones": (
+        [(2, 9, 3), (1, 13, 5), (3, 5, 1), (1, 0, 0)],
+        [node_type("big", 8, 0.8), node_type("small", 1, 1.6)],
+        0.0,
+    ),
+    "three types with a purchase limit and growth": (
+        [(1, 7, 2), (2, 11, 6), (1, 3, 9)],
+        [node_type("a", 8, 0.7, max_nodes=1), node_type("b", 4, 1.1), node_type("c", 2, 1.4)],
+        0.4,
+    ),
+    "owning never pays": (
+        [(1, 2, 0), (9, 0, 0)],
+        [node_type("a", 8, 2.5)],
+        0.0,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MILP_CASES))
+def test_optimum_agrees_with_a_milp(name):
+    samples, types, growth = MILP_CASES[name]
+    plan = inputs(samples, types, 3.0, 1.1, 0.2, 0.5, months=4, growth=growth)
+    want_dollars, _ = milp_total(plan)
+    nodes = optimal_fleet(CostModel(plan))
+    assert CostModel(plan).total_dollars(nodes) == pytest.approx(want_dollars, rel=1e-6)
+
+
+@settings(max_examples=15, deadline=None)
+@given(samples_st, st.lists(type_st, min_size=1, max_size=3), cloud_st)
+def test_optimum_agrees_with_a_milp_on_random_cases(samples, types, cloud):
+    plan = _plan(samples, types, cloud, months=2, growth=0.2)
+    want_dollars, _ = milp_total(plan)
+    nodes = optimal_fleet(CostModel(plan))
+    assert CostModel(plan).total_dollars(nodes) == pytest.approx(want_dollars, rel=1e-6, abs=1e-6)
+
+
+# ---------------------------------------------------------------- behaviour
+
+
+def test_steady_firm_demand_is_owned_and_peaks_are_rented():
+    # 16 GPUs all the time, 8 more a tenth of the time: owning a GPU at $1/h beats $3/h on
+    # demand only for the steady part.
+    plan = inputs([(9, 16, 0), (1, 24, 0)], [node_type("n", 8, 1.0)])
+    result = plan_capacity(plan, with_sensitivity=False)
+    assert result.recommended.nodes == (2,)
+    assert result.recommended.owned_utilization == pytest.approx(1.0)
+    assert result.recommended.elastic_gpu_hours == pytest.approx(8 * 0.1 * 12 * HOURS_PER_MONTH)
+    assert result.recommended.spot_gpu_hours == 0
+
+
+def test_cheap_spot_leaves_preemptible_demand_unowned():
+    plan = inputs([(1, 0, 16)], [node_type("n", 8, 1.0)], on_demand=3.0, spot=0.9)
+    assert plan_capacity(plan, with_sensitivity=False).recommended.nodes == (0,)
+    dearer_spot = inputs([(1, 0, 16)], [node_type("n", 8, 1.0)], on_demand=3.0, spot=1.5)
+    assert plan_capacity(dearer_spot, with_sensitivity=False).recommended.nodes == (2,)
+
+
+def test_interruptions_make_spot_dearer_and_beyond_on_demand_it_is_not_used():
+    # spot $0.9/h; one interruption an hour losing 0.5 h doubles it to $1.8 > $1 owned.
+    plan = inputs([(1, 0, 8)], [node_type("n", 8, 1.0)], spot=0.9, interruptions=1.0,
+                  overhead_hours=0.5)  # fmt: skip
+    assert plan_capacity(plan, with_sensitivity=False).recommended.nodes == (1,)
+    hopeless = inputs([(1, 0, 8)], [node_type("n", 8, 5.0)], spot=0.9, interruptions=2.0,
+                      overhead_hours=0.5)  # fmt: skip
+    fleet = plan_capacity(hopeless, with_sensitivity=False).recommended
+    assert fleet.nodes == (0,)
+    assert fleet.spot_gpu_hours == 0
+    assert fleet.elastic_gpu_hours == pytest.approx(8 * 12 * HOURS_PER_MONTH)
+
+
+def test_growth_raises_the_recommendation():
+    flat = inputs([(1, 10, 0), (1, 30, 0)], [node_type("n", 4, 1.0)], months=36)
+    grown = inputs([(1, 10, 0), (1, 30, 0)], [node_type("n", 4, 1.0)], months=36, growth=0.5)
+    flat_nodes = plan_capacity(flat, with_sensitivity=False).recommended.nodes[0]
+    grown_nodes = plan_capacity(grown, with_sensitivity=False).recommended.nodes[0]
+    assert grown_nodes > flat_nodes
+
+
+def test_preemptible_share_overrides_the_measured_split():
+    measured = inputs([(1, 16, 0)], [node_type("n", 8, 1.0)], spot=0.5)
+    assert plan_capacity(measured, with_sensitivity=False).recommended.nodes == (2,)
+    all_preemptible = inputs([(1, 16, 0)], [node_type("n", 8, 1.0)], spot=0.5, share=1.0)
+    assert plan_capacity(all_preemptible, with_sensitivity=False).recommended.nodes == (0,)
+
+
+def test_savings_break_even_and_tiers_add_up():
+    plan = inputs([(6, 16, 4), (2, 30, 10), (4, 4, 0)], [node_type("n", 8, 1.2, current=6)])
+    result = plan_capacity(plan)
+    fleet = result.recommended
+    assert fleet.total_dollars == pytest.approx(direct_total(plan, fleet.nodes))
+    served = fleet.owned_used_gpu_hours + fleet.elastic_gpu_hours + fleet.spot_gpu_hours
+    assert served == pytest.approx(fleet.demand_gpu_hours)  # no interruptions: no reruns
+    assert result.all_on_demand_dollars == pytest.approx(fleet.demand_gpu_hours * 3.0)
+    assert result.current.nodes == (6,)
+    assert 0 < result.savings_vs_on_demand < 1
+    assert result.savings_vs_current > 0  # six nodes for a 16-GPU base is too many
+    assert result.break_even_utilization == pytest.approx(1.2 / 3.0)
+    assert break_even_utilizations(plan) == {"n": pytest.approx(0.4)}
+    assert {(c.parameter, c.change) for c in result.sensitivity} >= {
+        ("spot price", "-30%"),
+        ("electricity price", "+50%"),
+        ("amortization years", "+1y"),
+        ("demand growth", "+20pp/y"),
+    }
+    by_case = {(c.parameter, c.change): c for c in result.sensitivity}
+    assert by_case[("electricity price", "+50%")].monthly_dollars > result.monthly(
+        fleet.total_dollars
+    )
+    assert by_case[("demand growth", "+20pp/y")].total_nodes >= sum(fleet.nodes)
+
+
+def test_cost_curve_minimum_is_the_recommendation():
+    plan = inputs([(6, 16, 4), (2, 30, 10)], [node_type("a", 8, 1.2), node_type("b", 2, 1.5)])
+    result = plan_capacity(plan, with_sensitivity=False)
+    cheapest = min(p.total_dollars for p in result.cost_curve)
+    assert result.recommended.total_dollars == pytest.approx(cheapest)
+
+
+def test_inputs_are_checked():
+    with pytest.raises(ValueError, match="node type"):
+        inputs([(1, 1, 1)], [])
+    with pytest.raises(ValueError, match="no time"):
+        inputs([(0, 1, 1)], [node_type()])
