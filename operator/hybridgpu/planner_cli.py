@@ -1,9 +1,266 @@
-"""`hybridgpu plan`: the buy-vs-rent TCO planner (issue 6)."""
+"""`hybridgpu plan`: how many GPU nodes to own, and how much to rent (the TCO planner).
+
+Parsing and output only; the model is ``core.tco``, the inputs ``planner_io``.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import time
+from pathlib import Path
 from typing import Any
+
+from hybridgpu.errors import UserError
 
 
 def add_parsers(sub: Any) -> None:
-    """Register `plan` (not written yet)."""
+    """Register ``hybridgpu plan``."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "plan",
+        help="recommend how many GPU nodes to own vs rent, from measured demand",
+        description="Find the owned fleet (nodes per candidate type) with the lowest total cost "
+        "of ownership over the horizon, renting the rest on demand (critical/standard) and on "
+        "spot (preemptible), from a demand history, a job trace or Prometheus. Prices and "
+        "candidates come from --config (a CapacityPlan manifest or its spec).",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--history",
+        metavar="FILE",
+        help="CSV of GPUs in use over time: time,critical,standard,preemptible "
+        "(or time,criticality,gpus)",
+    )
+    source.add_argument("--trace", metavar="FILE", help="job trace file")
+    source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
+    parser.add_argument("--trace-format", choices=("openb", "csv"), default="openb")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="divide the trace's times by this factor (default 1)",
+    )
+    parser.add_argument("--qos-map", help="openb qos mapping, e.g. LS=standard,BE=preemptible")
+    parser.add_argument("--window", default=None, help="Prometheus: how far back (default 30d)")
+    parser.add_argument("--step", default=None, help="Prometheus: resolution (default 5m)")
+    parser.add_argument("--query", default=None, help="Prometheus: PromQL of GPUs in use")
+    parser.add_argument(
+        "--config",
+        "-c",
+        metavar="PLAN.yaml",
+        required=True,
+        help="CapacityPlan manifest or spec: candidates, prices, horizon, growth",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--png", metavar="FILE", help="chart: duration curve and cost curve")
+    parser.set_defaults(func=run)
+
+
+def _history(args: argparse.Namespace) -> tuple[list[Any], Any, str]:
+    """The demand history, the spec and a description of where the history came from."""
+    from hybridgpu.planner_io import (
+        history_from_spec_trace,
+        load_demand_csv,
+        load_plan_spec,
+        load_trace_history,
+        prometheus_history,
+    )
+
+    if args.history:
+        spec = load_plan_spec(
+            args.config, history={"trace": {"path": args.history, "format": "demand"}}
+        )
+        return load_demand_csv(args.history), spec, f"{args.history} (demand)"
+    if args.trace:
+        scale = 1.0 if args.time_scale is None else args.time_scale
+        spec = load_plan_spec(
+            args.config,
+            history={"trace": {"path": args.trace, "format": args.trace_format}},
+        )
+        samples = load_trace_history(
+            args.trace, args.trace_format, time_scale=scale, qos_map=args.qos_map
+        )
+        return samples, spec, f"{args.trace} ({args.trace_format}, time scale {scale:g})"
+    if args.prometheus:
+        spec = load_plan_spec(args.config, history={"prometheus": {"url": args.prometheus}})
+        prom = spec.history.prometheus
+        query = args.query or (prom.query if prom else None)
+        window = args.window or (prom.window if prom else "30d")
+        step = args.step or (prom.step if prom else "5m")
+        samples = prometheus_history(
+            args.prometheus,
+            query or "",
+            window,
+            step,
+            end_seconds=time.time(),
+        )
+        return samples, spec, f"{args.prometheus} (last {window}, step {step})"
+    spec = load_plan_spec(args.config)
+    if spec.history.trace is not None:
+        trace = spec.history.trace
+        base = Path(args.config).resolve().parent
+        return history_from_spec_trace(trace, base), spec, f"{trace.path} ({trace.format})"
+    prom = spec.history.prometheus
+    assert prom is not None
+    samples = prometheus_history(
+        prom.url, prom.query, prom.window, prom.step, end_seconds=time.time()
+    )
+    return samples, spec, f"{prom.url} (last {prom.window}, step {prom.step})"
+
+
+def run(args: argparse.Namespace) -> int:
+    from hybridgpu.core.tco import (
+        break_even_utilizations,
+        inputs_from_spec,
+        plan_capacity,
+        plan_status,
+    )
+
+    if (args.window or args.step or args.query) and not args.prometheus:
+        raise UserError("--window, --step and --query need --prometheus URL")
+    if args.time_scale is not None and not args.trace:
+        raise UserError("--time-scale needs --trace FILE")
+    if args.time_scale is not None and not args.time_scale > 0:
+        raise UserError(f"--time-scale must be > 0, got {args.time_scale}")
+    samples, spec, source = _history(args)
+    try:
+        inputs = inputs_from_spec(spec, samples)
+    except ValueError as err:
+        raise UserError(f"{args.config}: {err}") from None
+    result = plan_capacity(inputs)
+    status = plan_status(result)
+    png = _write_png(result, args.png) if args.png else None
+    if args.json:
+        out: dict[str, Any] = {
+            "source": source,
+            "historyHours": round(sum(s.hours for s in samples), 2),
+            "horizonMonths": spec.horizon_months,
+            "status": status.to_wire(),
+            "breakEvenUtilizationByType": {
+                k: round(v, 4) for k, v in break_even_utilizations(inputs).items()
+            },
+            "monthlyCostAllOnDemand": round(result.monthly(result.all_on_demand_dollars), 2),
+            "monthlyCostCurrentFleet": round(result.monthly(result.current.total_dollars), 2),
+            "currentNodes": {t.name: t.current_nodes for t in inputs.node_types},
+        }
+        if png is not None:
+            out["png"] = str(png)
+        print(json.dumps(out, indent=2))
+        return 0
+    print(_text_report(result, source))
+    if png is not None:
+        print(f"chart: {png}")
+    return 0
+
+
+def _money(dollars: float) -> str:
+    return f"${dollars:,.0f}"
+
+
+def _text_report(result: Any, source: str) -> str:
+    from hybridgpu.core.tco import break_even_utilizations
+
+    inputs = result.inputs
+    fleet = result.recommended
+    months = result.months
+    hist_hours = sum(s.hours for s in inputs.history)
+    lines = [
+        f"hybridgpu plan: {hist_hours:,.1f} h of demand from {source}",
+        f"horizon {inputs.horizon_months} months, demand growth "
+        f"{100 * inputs.demand_growth_per_year:+.0f}%/year",
+        "",
+        "recommended owned fleet:",
+    ]
+    be = break_even_utilizations(inputs)
+    for t, n in zip(inputs.node_types, fleet.nodes, strict=True):
+        lines.append(
+            f"  {t.name:<16} {n:>4} nodes x {t.gpus_per_node} GPUs   "
+            f"${t.node_hour_dollars:,.2f}/node-hour   break-even utilization {be[t.name]:.0%}"
+        )
+    lines += [
+        f"  owned GPUs {fleet.owned_gpus}, expected utilization {fleet.owned_utilization:.0%}",
+        f"  elastic (on-demand) {fleet.elastic_gpu_hours / months:,.0f} GPU-h/month, "
+        f"spot {fleet.spot_gpu_hours / months:,.0f} GPU-h/month (reruns included)",
+        "",
+        "monthly TCO:",
+        f"  core     {_money(result.monthly(fleet.core_dollars)):>14}   "
+        "(amortized capex, power x PUE, ops)",
+        f"  elastic  {_money(result.monthly(fleet.elastic_dollars)):>14}",
+        f"  spot     {_money(result.monthly(fleet.spot_dollars)):>14}",
+        f"  total    {_money(result.monthly(fleet.total_dollars)):>14}",
+        "",
+        f"saving vs all on-demand ({_money(result.monthly(result.all_on_demand_dollars))}/month): "
+        f"{result.savings_vs_on_demand:.1%}",
+        f"saving vs today's fleet ({_current(result)}, "
+        f"{_money(result.monthly(result.current.total_dollars))}/month): "
+        f"{result.savings_vs_current:.1%}",
+        "",
+        "sensitivity:",
+        f"  {'input':<20} {'change':>9} {'owned nodes':>12} {'$/month':>14}",
+    ]
+    for case in result.sensitivity:
+        lines.append(
+            f"  {case.parameter:<20} {case.change:>9} {case.total_nodes:>12} "
+            f"{_money(case.monthly_dollars):>14}"
+        )
+    return "\n".join(lines)
+
+
+def _current(result: Any) -> str:
+    parts = [
+        f"{n} x {t.name}"
+        for t, n in zip(result.inputs.node_types, result.current.nodes, strict=True)
+        if n
+    ]
+    return ", ".join(parts) or "nothing owned"
+
+
+def _write_png(result: Any, path: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hybridgpu.core.tco import duration_curve
+
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--png {path}: cannot create the directory: {err.strerror}") from None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    points = duration_curve(result.inputs.history)
+    hours = [0.0] + [h for h, _ in points]
+    gpus = [points[0][1]] + [g for _, g in points] if points else [0.0]
+    left.step(hours, gpus, where="pre", label="GPUs in use (history)")
+    left.axhline(
+        result.recommended.owned_gpus,
+        color="tab:green",
+        linestyle="--",
+        label=f"owned: {result.recommended.owned_gpus} GPUs",
+    )
+    left.set_xlabel("hours demand is at or above the level")
+    left.set_ylabel("GPUs")
+    left.set_title("Demand duration curve")
+    left.legend()
+    months = result.months
+    right.plot(
+        [c.owned_gpus for c in result.cost_curve],
+        [c.total_dollars / months for c in result.cost_curve],
+        marker=".",
+    )
+    right.axvline(
+        result.recommended.owned_gpus, color="tab:green", linestyle="--", label="recommended"
+    )
+    right.set_xlabel("owned GPUs (cheapest node mix)")
+    right.set_ylabel("TCO, $/month")
+    right.set_title("Total cost over owned size")
+    right.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(out, dpi=110)
+    except OSError as err:
+        raise UserError(f"--png {path}: cannot write: {err.strerror}") from None
+    finally:
+        plt.close(fig)
+    return out

@@ -25,13 +25,20 @@ O(log n) per size.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from hybridgpu.core.cost import HOURS_PER_YEAR, CoreNodeCost
 from hybridgpu.models.base import parse_duration_seconds
-from hybridgpu.models.capacityplan import CapacityPlanSpec
+from hybridgpu.models.capacityplan import (
+    CapacityPlanSpec,
+    CapacityPlanStatus,
+    MonthlyCost,
+    Recommendation,
+    SensitivityRow,
+)
 
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0
 # Relative slack when comparing dollar totals, so float noise does not flip a choice.
@@ -548,4 +555,65 @@ def inputs_from_spec(spec: CapacityPlanSpec, history: Sequence[DemandSample]) ->
         horizon_months=spec.horizon_months,
         demand_growth_per_year=spec.demand_growth_percent_per_year / 100.0,
         preemptible_share=spec.preemptible_share,
+    )
+
+
+def history_from_intervals(
+    intervals: Iterable[tuple[float, float, float, bool]],
+) -> list[DemandSample]:
+    """Demand samples of jobs given as (start_seconds, end_seconds, gpus, preemptible).
+
+    The history runs from the first start to the last end; each sample holds while no job
+    starts or ends.
+    """
+    changes: dict[float, list[float]] = {}
+    for start, end, gpus, preemptible in intervals:
+        if end <= start or gpus <= 0:
+            continue
+        slot = 1 if preemptible else 0
+        changes.setdefault(start, [0.0, 0.0])[slot] += gpus
+        changes.setdefault(end, [0.0, 0.0])[slot] -= gpus
+    samples: list[DemandSample] = []
+    firm = preemptible_gpus = 0.0
+    times = sorted(changes)
+    for at, after in itertools.pairwise(times):
+        firm += changes[at][0]
+        preemptible_gpus += changes[at][1]
+        samples.append(
+            DemandSample((after - at) / 3600.0, max(firm, 0.0), max(preemptible_gpus, 0.0))
+        )
+    return samples
+
+
+def plan_status(result: CapacityPlanResult) -> CapacityPlanStatus:
+    """The CapacityPlan status fields of a result (conditions and times are the caller's)."""
+    fleet = result.recommended
+    months = result.months
+    return CapacityPlanStatus(
+        recommendations=[
+            Recommendation(name=t.name, nodes=n)
+            for t, n in zip(result.inputs.node_types, fleet.nodes, strict=True)
+        ],
+        recommended_nodes=sum(fleet.nodes),
+        expected_owned_utilization=round(fleet.owned_utilization, 4),
+        expected_elastic_gpu_hours=round(fleet.elastic_gpu_hours / months, 1),
+        expected_spot_gpu_hours=round(fleet.spot_gpu_hours / months, 1),
+        monthly_cost=MonthlyCost(
+            core=round(fleet.core_dollars / months, 2),
+            elastic=round(fleet.elastic_dollars / months, 2),
+            spot=round(fleet.spot_dollars / months, 2),
+            total=round(fleet.total_dollars / months, 2),
+        ),
+        savings_vs_on_demand_percent=round(100 * result.savings_vs_on_demand, 2),
+        savings_vs_current_percent=round(100 * result.savings_vs_current, 2),
+        break_even_utilization=round(result.break_even_utilization, 4),
+        sensitivity=[
+            SensitivityRow(
+                parameter=c.parameter,
+                change=c.change,
+                recommended_nodes=c.total_nodes,
+                monthly_cost=round(c.monthly_dollars, 2),
+            )
+            for c in result.sensitivity
+        ],
     )

@@ -26,7 +26,17 @@ class TraceHistory(SpecModel):
     """Demand history from a job trace file."""
 
     path: str = Field(min_length=1, description="Path of the trace file inside the operator.")
-    format: Literal["openb", "csv"] = Field(default="openb", description="openb or csv.")
+    format: Literal["openb", "csv", "demand"] = Field(
+        default="openb",
+        description="openb: Alibaba openb pod list; csv: jobs (name, arrival_seconds, "
+        "duration_seconds, gpus, criticality); demand: GPUs in use over time (time, critical, "
+        "standard, preemptible).",
+    )
+    time_scale: float = Field(
+        default=1.0,
+        gt=0,
+        description="Divide the trace's times by this factor (compresses a long trace).",
+    )
 
 
 class HistorySource(SpecModel):

@@ -1,0 +1,253 @@
+"""Inputs of the TCO planner: demand history files, job traces, Prometheus range queries and
+CapacityPlan manifests. Every bad input becomes one UserError naming the file and field."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hybridgpu.core.tco import DemandSample, history_from_intervals
+from hybridgpu.errors import UserError
+from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.capacityplan import CapacityPlanSpec, TraceHistory
+
+CRITICALITIES = ("critical", "standard", "preemptible")
+# Prometheus refuses range queries of more than 11,000 points per series.
+_MAX_POINTS_PER_QUERY = 10_000
+PROMETHEUS_TIMEOUT_SECONDS = 30.0
+
+
+def _parse_time(path: Path, line: int, raw: str) -> float:
+    text = raw.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise UserError(
+            f"{path}:{line}: field 'time' is {raw!r}; expected seconds or an ISO 8601 time"
+        ) from None
+
+
+def _parse_gpus(path: Path, line: int, field: str, raw: str | None) -> float:
+    if raw is None or raw.strip() == "":
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0 or math.isinf(value):
+        raise UserError(f"{path}:{line}: field {field!r} is {raw!r}; expected GPUs in use, >= 0")
+    return value
+
+
+def load_demand_csv(path: str | Path) -> list[DemandSample]:
+    """GPUs in use over time from a CSV.
+
+    Wide: ``time`` and any of ``critical``, ``standard``, ``preemptible`` (GPUs in use).
+    Long: ``time``, ``criticality``, ``gpus`` (one row per time and criticality).
+    ``time`` is seconds or ISO 8601. A row holds until the next time; the last row for the
+    median step between rows.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read demand history: {err.strerror}") from None
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in reader.fieldnames or []]
+    reader.fieldnames = header
+    long_form = "criticality" in header and "gpus" in header
+    if "time" not in header or not (long_form or any(c in header for c in CRITICALITIES)):
+        raise UserError(
+            f"{path}: header is {','.join(header) or '(empty)'}; expected time and critical, "
+            "standard, preemptible (GPUs in use), or time, criticality, gpus"
+        )
+    by_time: dict[float, dict[str, float]] = {}
+    for line, row in enumerate(reader, start=2):
+        at = _parse_time(path, line, row.get("time") or "")
+        levels = by_time.setdefault(at, dict.fromkeys(CRITICALITIES, 0.0))
+        if long_form:
+            crit = (row.get("criticality") or "").strip()
+            if crit not in CRITICALITIES:
+                raise UserError(
+                    f"{path}:{line}: field 'criticality' is {crit!r}; expected critical, "
+                    "standard or preemptible"
+                )
+            levels[crit] += _parse_gpus(path, line, "gpus", row.get("gpus"))
+        else:
+            for crit in CRITICALITIES:
+                levels[crit] += _parse_gpus(path, line, crit, row.get(crit))
+    return _samples_from_levels(by_time, str(path))
+
+
+def _samples_from_levels(by_time: dict[float, dict[str, float]], source: str) -> list[DemandSample]:
+    times = sorted(by_time)
+    if len(times) < 2:
+        raise UserError(f"{source}: needs at least two points in time to measure demand")
+    steps = sorted(b - a for a, b in itertools.pairwise(times))
+    last_step = steps[len(steps) // 2]
+    samples = []
+    for i, at in enumerate(times):
+        hours = ((times[i + 1] if i + 1 < len(times) else at + last_step) - at) / 3600
+        levels = by_time[at]
+        samples.append(
+            DemandSample(hours, levels["critical"] + levels["standard"], levels["preemptible"])
+        )
+    return samples
+
+
+def load_trace_history(
+    path: str | Path,
+    trace_format: str,
+    *,
+    time_scale: float = 1.0,
+    qos_map: str | None = None,
+) -> list[DemandSample]:
+    """Demand of a job trace: each job holds its GPUs from arrival for its duration."""
+    if trace_format == "demand":
+        return load_demand_csv(path)
+    from hybridgpu.sim.traces import load_csv, load_openb, parse_qos_map
+
+    if not time_scale > 0:
+        raise UserError(f"time scale must be > 0, got {time_scale}")
+    if trace_format == "openb":
+        load = load_openb(path, time_scale=time_scale, qos_map=parse_qos_map(qos_map))
+    elif trace_format == "csv":
+        load = load_csv(path, time_scale=time_scale)
+    else:
+        raise UserError(f"trace format {trace_format!r}: expected openb, csv or demand")
+    samples = history_from_jobs(load.jobs)
+    if not samples:
+        raise UserError(f"{path}: no GPU jobs in the trace")
+    return samples
+
+
+def history_from_jobs(jobs: Sequence[Any]) -> list[DemandSample]:
+    """Demand samples of trace jobs (``sim.traces.TraceJob``)."""
+    return history_from_intervals(
+        (
+            j.arrival_seconds,
+            j.arrival_seconds + j.duration_seconds,
+            float(j.gpus),
+            str(j.criticality) == "preemptible",
+        )
+        for j in jobs
+    )
+
+
+def history_from_spec_trace(trace: TraceHistory, base: Path | None = None) -> list[DemandSample]:
+    """The demand of a CapacityPlan's trace source; relative paths from ``base``."""
+    path = Path(trace.path)
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return load_trace_history(path, trace.format, time_scale=trace.time_scale)
+
+
+def prometheus_history(
+    url: str,
+    query: str,
+    window: str,
+    step: str,
+    *,
+    end_seconds: float,
+    timeout_seconds: float = PROMETHEUS_TIMEOUT_SECONDS,
+) -> list[DemandSample]:
+    """GPUs in use by criticality over ``window`` before ``end_seconds`` (Prometheus range
+    queries, split so no request exceeds Prometheus' point limit). Series without a
+    ``criticality`` label count as standard."""
+    try:
+        window_s = parse_duration_seconds(window)
+        step_s = parse_duration_seconds(step)
+    except ValueError as err:
+        raise UserError(f"--window/--step: {err}") from None
+    if step_s <= 0 or window_s < 2 * step_s:
+        raise UserError(f"--window {window} must cover at least two steps of {step}")
+    by_time: dict[float, dict[str, float]] = {}
+    start = end_seconds - window_s
+    while start < end_seconds:
+        stop = min(start + step_s * _MAX_POINTS_PER_QUERY, end_seconds)
+        for series in _range_query(url, query, start, stop, step_s, timeout_seconds):
+            crit = str(series.get("metric", {}).get("criticality", "standard"))
+            if crit not in CRITICALITIES:
+                crit = "standard"
+            for at, value in series.get("values", []):
+                levels = by_time.setdefault(float(at), dict.fromkeys(CRITICALITIES, 0.0))
+                gpus = float(value)
+                levels[crit] += gpus if math.isfinite(gpus) and gpus > 0 else 0.0
+        start = stop + step_s
+    if not by_time:
+        raise UserError(f"{url}: the query {query!r} returned no data over the last {window}")
+    return _samples_from_levels(by_time, url)
+
+
+def _range_query(
+    url: str, query: str, start: float, end: float, step: float, timeout: float
+) -> list[dict[str, Any]]:
+    params = urllib.parse.urlencode({"query": query, "start": start, "end": end, "step": step})
+    request = url.rstrip("/") + "/api/v1/query_range?" + params
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        detail = err.read().decode(errors="replace")[:200]
+        raise UserError(f"{url}: range query failed: HTTP {err.code} {detail}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise UserError(f"{url}: cannot reach Prometheus: {err}") from None
+    except json.JSONDecodeError:
+        raise UserError(f"{url}: the answer is not JSON; is this a Prometheus URL?") from None
+    if body.get("status") != "success" or body.get("data", {}).get("resultType") != "matrix":
+        raise UserError(f"{url}: range query failed: {body.get('error', body.get('status'))}")
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def load_plan_spec(path: str | Path, *, history: dict[str, Any] | None = None) -> CapacityPlanSpec:
+    """A CapacityPlan manifest or bare spec from YAML. ``history`` fills a missing
+    spec.history (the command line names the history instead)."""
+    import yaml
+    from pydantic import ValidationError
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise UserError(f"{path}: cannot read plan: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        raise UserError(f"{path}:{where} not valid YAML") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: expected a CapacityPlan manifest or its spec (a mapping)")
+    prefix = ""
+    if "kind" in doc:
+        if doc.get("kind") != "CapacityPlan":
+            raise UserError(f"{path}: kind is {doc.get('kind')!r}; expected CapacityPlan")
+        doc = doc.get("spec")
+        prefix = "spec."
+        if not isinstance(doc, dict):
+            raise UserError(f"{path}: field 'spec' is missing; expected the plan's spec")
+    if history is not None and "history" not in doc:
+        doc = {**doc, "history": history}
+    try:
+        return CapacityPlanSpec.model_validate(doc)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = prefix + ".".join(str(p) for p in first["loc"])
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        if first["type"] == "missing":
+            msg = "required field is missing"
+        elif first["type"] == "extra_forbidden":
+            msg = "unknown field"
+        raise UserError(f"{path}: field '{loc.rstrip('.')}': {msg}") from None
