@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -365,3 +366,210 @@ def test_inputs_are_checked():
         inputs([(1, 1, 1)], [])
     with pytest.raises(ValueError, match="no time"):
         inputs([(0, 1, 1)], [node_type()])
+
+
+# ---------------------------------------------------------------- the command line
+
+PLAN_SPEC = """\
+horizonMonths: 12
+candidates:
+  - name: 8x
+    gpusPerNode: 8
+    capexPerNode: {capex}
+    amortizationYears: 4
+    powerWattsPerNode: 1000
+    pue: 1.0
+    electricityPerKWh: 0.0
+    currentNodes: 3
+cloud:
+  onDemandPerGpuHour: 3.0
+  spotPerGpuHour: 1.0
+  spotInterruptionsPerHour: 0
+"""
+# 8 GPUs at $1/GPU-hour of capex: 4 years x 8760 h x $8/node-hour.
+ONE_DOLLAR_PER_GPU_HOUR = 4 * 8760 * 8
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from hybridgpu.cli import main
+
+    code = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def plan_files(tmp_path):
+    config = tmp_path / "plan.yaml"
+    config.write_text(PLAN_SPEC.format(capex=ONE_DOLLAR_PER_GPU_HOUR))
+    history = tmp_path / "demand.csv"
+    # 16 firm GPUs for 9 hours, 24 firm + 8 preemptible for 1 hour (the last row lasts the
+    # median step, one hour).
+    rows = [(h * 3600, 16, 0, 0) for h in range(9)] + [(9 * 3600, 20, 4, 8)]
+    history.write_text(
+        "time,critical,standard,preemptible\n"
+        + "".join(f"{t},{c},{s},{p}\n" for t, c, s, p in rows)
+    )
+    return config, history
+
+
+def test_plan_cli_prints_the_optimum_as_json(capsys, plan_files):
+    config, history = plan_files
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    status = report["status"]
+    assert status["recommendations"] == [{"name": "8x", "nodes": 2}]
+    plan = inputs([(9, 16, 0), (1, 24, 8)], [node_type("8x", 8, 1.0)], spot=1.0)
+    assert status["monthlyCost"]["total"] == pytest.approx(direct_total(plan, (2,)) / 12, rel=1e-4)
+    assert status["expectedElasticGpuHours"] == pytest.approx(8 * 0.1 * HOURS_PER_MONTH, rel=1e-3)
+    assert status["expectedSpotGpuHours"] == pytest.approx(8 * 0.1 * HOURS_PER_MONTH, rel=1e-3)
+    assert status["breakEvenUtilization"] == pytest.approx(1 / 3, rel=1e-3)
+    assert 0 < status["savingsVsOnDemandPercent"] < 100
+    assert status["savingsVsCurrentPercent"] > 0  # three nodes today, two needed
+    assert report["historyHours"] == pytest.approx(10)
+    assert {row["parameter"] for row in status["sensitivity"]} == {
+        "spot price",
+        "electricity price",
+        "amortization years",
+        "demand growth",
+    }
+
+
+def test_plan_cli_reads_the_long_csv_form_and_writes_a_chart(capsys, plan_files, tmp_path):
+    config, _ = plan_files
+    history = tmp_path / "long.csv"
+    history.write_text(
+        "time,criticality,gpus\n"
+        "2026-01-01T00:00:00Z,critical,16\n"
+        "2026-01-01T09:00:00Z,critical,24\n"
+        "2026-01-01T09:00:00Z,preemptible,8\n"
+        "2026-01-01T10:00:00Z,critical,16\n"
+    )
+    png = tmp_path / "out" / "plan.png"
+    code, out, err = run_cli(
+        capsys, "--config", str(config), "--history", str(history), "--png", str(png)
+    )
+    assert code == 0, err
+    assert "recommended owned fleet" in out and "8x" in out
+    assert png.stat().st_size > 10_000
+
+
+BAD_INPUTS = {
+    "history without a time column": (
+        "gpus,critical\n1,2\n",
+        None,
+        ["demand.csv", "header", "expected time"],
+    ),
+    "history with a word for GPUs": (
+        "time,critical\n0,4\n60,four\n",
+        None,
+        ["demand.csv:3", "'critical'", "expected GPUs"],
+    ),
+    "history with negative GPUs": (
+        "time,critical\n0,4\n60,-1\n",
+        None,
+        ["demand.csv:3", "'critical'", ">= 0"],
+    ),
+    "history with one point": ("time,critical\n0,4\n", None, ["demand.csv", "two points"]),
+    "plan with zero GPUs per node": (
+        None,
+        PLAN_SPEC.format(capex=1000).replace("gpusPerNode: 8", "gpusPerNode: 0"),
+        ["plan.yaml", "candidates.0.gpusPerNode", "greater than or equal to 1"],
+    ),
+    "plan with an unknown field": (
+        None,
+        PLAN_SPEC.format(capex=1000) + "colour: blue\n",
+        ["plan.yaml", "'colour'", "unknown field"],
+    ),
+    "plan of another kind": (
+        None,
+        "apiVersion: hybridgpu.io/v1alpha1\nkind: GPUPool\nspec: {}\n",
+        ["plan.yaml", "GPUPool", "expected CapacityPlan"],
+    ),
+    "plan that is not YAML": (None, "candidates: [\n", ["plan.yaml", "not valid YAML"]),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_plan_cli_bad_input_is_one_line_and_exit_2(capsys, plan_files, name):
+    history_text, plan_text, want = BAD_INPUTS[name]
+    config, history = plan_files
+    if history_text is not None:
+        history.write_text(history_text)
+    if plan_text is not None:
+        config.write_text(plan_text)
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    for part in want:
+        assert part in err
+
+
+def test_plan_cli_missing_file_is_exit_2(capsys, plan_files, tmp_path):
+    config, _ = plan_files
+    code, _, err = run_cli(capsys, "--config", str(config), "--history", str(tmp_path / "nope"))
+    assert code == 2
+    assert "nope" in err and "cannot read" in err
+
+
+def test_plan_cli_reads_prometheus_range_queries(capsys, plan_files):
+    """A local HTTP server answers like Prometheus' /api/v1/query_range."""
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    seen: list[dict[str, list[str]]] = []
+
+    class Prometheus(BaseHTTPRequestHandler):
+        def do_GET(self):
+            params = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+            seen.append(params)
+            start, end, step = (float(params[k][0]) for k in ("start", "end", "step"))
+            times = [start + i * step for i in range(int((end - start) / step) + 1)]
+            # 16 critical GPUs always; 8 preemptible one step in ten.
+            result = [
+                {"metric": {"criticality": "critical"}, "values": [[t, "16"] for t in times]},
+                {
+                    "metric": {"criticality": "preemptible"},
+                    "values": [[t, "8" if int(t / step) % 10 == 0 else "0"] for t in times],
+                },
+            ]
+            body = json.dumps(
+                {"status": "success", "data": {"resultType": "matrix", "result": result}}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Prometheus)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config, _ = plan_files
+        url = f"http://127.0.0.1:{server.server_port}"
+        code, out, err = run_cli(
+            capsys, "--config", str(config), "--prometheus", url, "--window", "1d", "--json"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, err
+    assert seen and seen[0]["query"][0].startswith("sum by (criticality)")
+    status = json.loads(out)["status"]
+    assert status["recommendations"] == [{"name": "8x", "nodes": 2}]
+    assert status["expectedSpotGpuHours"] == pytest.approx(0.8 * HOURS_PER_MONTH, rel=0.02)
+
+
+def test_plan_cli_unreachable_prometheus_is_exit_2(capsys, plan_files):
+    config, _ = plan_files
+    code, _, err = run_cli(
+        capsys, "--config", str(config), "--prometheus", "http://127.0.0.1:9", "--window", "1h"
+    )
+    assert code == 2
+    assert "127.0.0.1:9" in err and "cannot reach Prometheus" in err
