@@ -573,3 +573,61 @@ def test_plan_cli_unreachable_prometheus_is_exit_2(capsys, plan_files):
     )
     assert code == 2
     assert "127.0.0.1:9" in err and "cannot reach Prometheus" in err
+
+
+# ---------------------------------------------------------------- the CapacityPlan timer
+
+
+def _plan_body(history_path) -> dict:
+    import yaml
+
+    body = yaml.safe_load(PLAN_SPEC.format(capex=ONE_DOLLAR_PER_GPU_HOUR))
+    body["history"] = {"trace": {"path": str(history_path), "format": "demand"}}
+    body["schedule"] = "1h"
+    return body
+
+
+def test_capacityplan_timer_writes_the_plan_with_conditions(plan_files):
+    import kopf
+
+    from hybridgpu.handlers.capacityplan import capacityplan_timer
+
+    _, history = plan_files
+    patch = kopf.Patch()
+    capacityplan_timer(spec=_plan_body(history), meta={"generation": 3}, status={}, patch=patch)
+    status = patch["status"]
+    assert status["recommendations"] == [{"name": "8x", "nodes": 2}]
+    assert status["recommendedNodes"] == 2
+    assert status["observedGeneration"] == 3
+    ready = {c["type"]: c for c in status["conditions"]}
+    assert ready["Ready"]["status"] == "True" and ready["Ready"]["observedGeneration"] == 3
+    assert ready["HistoryAvailable"]["status"] == "True"
+    # the same generation an hour later is due again; a minute later it is not
+    from hybridgpu.handlers.capacityplan import _seconds, plan_is_due
+
+    at = _seconds(status["lastComputed"])
+    assert not plan_is_due(status, "1h", 3, at + 60)
+    assert plan_is_due(status, "1h", 3, at + 3600)
+    assert plan_is_due(status, "1h", 4, at + 60)
+
+
+def test_capacityplan_timer_reports_missing_history_and_bad_specs(plan_files, tmp_path):
+    import kopf
+
+    from hybridgpu.handlers.capacityplan import capacityplan_timer
+
+    patch = kopf.Patch()
+    body = _plan_body(tmp_path / "missing.csv")
+    capacityplan_timer(spec=body, meta={"generation": 1}, status={}, patch=patch)
+    conds = {c["type"]: c for c in patch["status"]["conditions"]}
+    assert conds["HistoryAvailable"]["status"] == "False"
+    assert conds["Ready"]["reason"] == "HistoryUnavailable"
+    assert "missing.csv" in conds["Ready"]["message"]
+    assert "recommendedNodes" not in patch["status"]
+
+    patch = kopf.Patch()
+    body["candidates"][0]["gpusPerNode"] = 0
+    capacityplan_timer(spec=body, meta={"generation": 2}, status={}, patch=patch)
+    ready = {c["type"]: c for c in patch["status"]["conditions"]}["Ready"]
+    assert ready["reason"] == "InvalidSpec"
+    assert "candidates.0.gpusPerNode" in ready["message"]

@@ -1,0 +1,151 @@
+"""The CapacityPlan timer: every ``spec.schedule`` (or when the spec changes) read the demand
+history, run ``core.tco`` and write the plan to status. Thin: parsing and the model live in
+``planner_io`` and ``core.tco``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from hybridgpu.core.tco import inputs_from_spec, plan_capacity, plan_status
+from hybridgpu.errors import UserError
+from hybridgpu.models.base import Condition, parse_duration_seconds
+from hybridgpu.models.capacityplan import CapacityPlanSpec
+from hybridgpu.models.crd import GROUP, VERSION
+
+CAPACITYPLANS = "capacityplans"
+# How often the timer looks whether a plan is due; the plan's own period is spec.schedule.
+CHECK_INTERVAL_SECONDS = 60.0
+
+
+def _rfc3339(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(text: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def plan_is_due(
+    status: Mapping[str, Any], schedule: str, generation: int | None, now: float
+) -> bool:
+    """A new spec, no plan yet, or the last one older than ``schedule``."""
+    if status.get("observedGeneration") != generation:
+        return True
+    last = _seconds(status.get("lastComputed")) if status.get("lastComputed") else None
+    return last is None or now - last >= parse_duration_seconds(schedule)
+
+
+def _conditions(
+    old: list[Mapping[str, Any]], new: list[Condition], now: float
+) -> list[dict[str, Any]]:
+    """``new`` as wire dicts, keeping lastTransitionTime when a condition's status held."""
+    before = {c.get("type"): c for c in old}
+    out = []
+    for cond in new:
+        prior = before.get(cond.type)
+        held = prior is not None and prior.get("status") == cond.status
+        stamp = prior.get("lastTransitionTime") if held and prior else _rfc3339(now)
+        out.append(cond.model_copy(update={"last_transition_time": stamp}).to_wire())
+    return out
+
+
+def _read_history(spec: CapacityPlanSpec, now: float) -> list[Any]:
+    from hybridgpu.planner_io import history_from_spec_trace, prometheus_history
+
+    if spec.history.trace is not None:
+        return history_from_spec_trace(spec.history.trace)
+    prom = spec.history.prometheus
+    assert prom is not None  # the spec's rule: exactly one source
+    return prometheus_history(prom.url, prom.query, prom.window, prom.step, end_seconds=now)
+
+
+def compute_status(
+    spec_body: Mapping[str, Any],
+    status: Mapping[str, Any],
+    generation: int | None,
+    now: float,
+) -> dict[str, Any]:
+    """The status to write: the plan and Ready/HistoryAvailable conditions (wire dict)."""
+    old = list(status.get("conditions") or [])
+
+    def failed(kind: str, reason: str, message: str) -> dict[str, Any]:
+        conds = [
+            Condition(
+                type="Ready",
+                status="False",
+                reason=reason,
+                message=message,
+                observed_generation=generation,
+            ),
+            Condition(
+                type="HistoryAvailable",
+                status="True" if kind == "plan" else "False",
+                reason=reason,
+                message=message,
+                observed_generation=generation,
+            ),
+        ]
+        return {"observedGeneration": generation, "conditions": _conditions(old, conds, now)}
+
+    try:
+        spec = CapacityPlanSpec.model_validate(dict(spec_body))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "spec"
+        return failed("spec", "InvalidSpec", f"spec.{where}: {first['msg']}")
+    try:
+        history = _read_history(spec, now)
+    except UserError as err:
+        return failed("history", "HistoryUnavailable", str(err))
+    try:
+        result = plan_capacity(inputs_from_spec(spec, history))
+    except ValueError as err:
+        return failed("plan", "CannotPlan", str(err))
+    body = plan_status(result).to_wire()
+    hours = sum(s.hours for s in history)
+    conds = [
+        Condition(
+            type="Ready",
+            status="True",
+            reason="Planned",
+            message=f"own {body['recommendedNodes']} node(s); saves "
+            f"{body['savingsVsOnDemandPercent']:.1f}% vs all on-demand",
+            observed_generation=generation,
+        ),
+        Condition(
+            type="HistoryAvailable",
+            status="True",
+            reason="HistoryRead",
+            message=f"{hours:,.1f} hours of demand",
+            observed_generation=generation,
+        ),
+    ]
+    body["lastComputed"] = _rfc3339(now)
+    body["observedGeneration"] = generation
+    body["conditions"] = _conditions(old, conds, now)
+    return body
+
+
+@kopf.timer(GROUP, VERSION, CAPACITYPLANS, interval=CHECK_INTERVAL_SECONDS, initial_delay=5.0)
+def capacityplan_timer(spec: Any, meta: Any, status: Any, patch: kopf.Patch, **_: Any) -> None:
+    """Recompute the plan when it is due and write it to status."""
+    now = time.time()
+    generation = meta.get("generation")
+    current = dict(status or {})
+    schedule = (spec or {}).get("schedule") or "24h"
+    try:
+        due = plan_is_due(current, schedule, generation, now)
+    except ValueError:
+        due = True  # an invalid schedule: compute_status reports the invalid spec
+    if not due:
+        return
+    patch.status.update(compute_status(spec or {}, current, generation, now))
