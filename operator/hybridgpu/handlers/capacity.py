@@ -1,0 +1,125 @@
+"""One CapacityProvider per pool, by ``spec.provider.type``, behind the executor's PoolCapacity."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hybridgpu.cloud.base import CapacityProvider, InterruptionNotice, ProviderError
+from hybridgpu.cloud.static import StaticProvider
+from hybridgpu.models.pool import GPUPoolSpec
+
+log = logging.getLogger(__name__)
+
+
+def load_factory(path: str) -> Callable[..., Any]:
+    """The object named by ``module:attribute``."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute or "Provider")  # type: ignore[no-any-return]
+
+
+class Providers:
+    """Builds providers lazily, one per provider type (AWS one per region), and remembers
+    interruption notices until the node they name is drained."""
+
+    def __init__(self, fake_factory: str, clock: Callable[[], float] = time.time) -> None:
+        self._fake_factory = fake_factory
+        self._clock = clock
+        self._by_key: dict[str, CapacityProvider] = {}
+        self._lock = threading.Lock()
+        self.pools: dict[str, GPUPoolSpec] = {}
+        self.notices: dict[str, InterruptionNotice] = {}
+        """Open notices by provider ID."""
+
+    def set_pools(self, pools: Mapping[str, GPUPoolSpec]) -> None:
+        self.pools = dict(pools)
+
+    def for_spec(self, spec: GPUPoolSpec) -> CapacityProvider:
+        kind = spec.provider.type
+        key = (
+            kind
+            if kind != "aws" or spec.provider.aws is None
+            else f"aws:{spec.provider.aws.region}"
+        )
+        with self._lock:
+            provider = self._by_key.get(key)
+            if provider is None:
+                provider = self._build(kind, spec)
+                self._by_key[key] = provider
+            return provider
+
+    def _build(self, kind: str, spec: GPUPoolSpec) -> CapacityProvider:
+        if kind == "static":
+            return StaticProvider()
+        if kind == "fake":
+            factory = load_factory(self._fake_factory)
+            try:
+                provider: CapacityProvider = factory(clock=self._clock)
+            except TypeError:
+                provider = factory()
+            return provider
+        aws = importlib.import_module("hybridgpu.cloud.aws")
+        region = spec.provider.aws.region if spec.provider.aws else None
+        built: CapacityProvider = aws.AWSProvider(region=region)
+        return built
+
+    def all_providers(self) -> list[CapacityProvider]:
+        with self._lock:
+            return list(self._by_key.values())
+
+    # --------------------------------------------------------- measurements
+    def poll_interruptions(self) -> dict[str, float]:
+        """Deadlines of announced interruptions by provider ID (notices kept until drained)."""
+        for spec in self.pools.values():
+            self.for_spec(spec)
+        for provider in self.all_providers():
+            try:
+                for notice in provider.interruptions():
+                    self.notices[notice.provider_id] = notice
+            except ProviderError as err:
+                log.warning("cannot read interruption notices: %s", err)
+        return {pid: n.deadline for pid, n in self.notices.items()}
+
+    def provisioning(self, pool: str, node_provider_ids: set[str]) -> int:
+        """Instances launched for ``pool`` that have no Node yet."""
+        spec = self.pools[pool]
+        instances = self.for_spec(spec).instances(pool, spec)
+        return sum(
+            1
+            for i in instances
+            if i.state != "terminating" and i.provider_id not in node_provider_ids
+        )
+
+    def spot_price(self, pool: str) -> float | None:
+        spec = self.pools[pool]
+        if not spec.pricing.from_provider:
+            return None
+        return self.for_spec(spec).spot_price_per_node_hour(pool, spec)
+
+    # ------------------------------------------------- PoolCapacity (executor)
+    def scale_up(self, pool: str, nodes: int) -> None:
+        spec = self.pools[pool]
+        provider = self.for_spec(spec)
+        provider.set_target(pool, spec, min(spec.max_nodes, provider.target(pool, spec) + nodes))
+
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> None:
+        spec = self.pools.get(pool)
+        if spec is None or provider_id is None:
+            return
+        provider = self.for_spec(spec)
+        for instance in provider.instances(pool, spec):
+            if instance.provider_id == provider_id:
+                provider.terminate(pool, spec, instance.instance_id)
+        notice = self.notices.pop(provider_id, None)
+        if notice is not None:
+            provider.acknowledge(notice)
+
+    def known_provider_ids(self, pool: str) -> set[str] | None:
+        spec = self.pools.get(pool)
+        if spec is None or spec.provider.type == "static":
+            return None
+        return {i.provider_id for i in self.for_spec(spec).instances(pool, spec)}

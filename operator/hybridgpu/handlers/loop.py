@@ -1,0 +1,258 @@
+"""One reconcile tick of a ScalingPolicy: snapshot -> decide -> execute -> report.
+
+Runs in a worker thread (the kubernetes client is blocking); kopf only schedules it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from hybridgpu.core.decide import decide
+from hybridgpu.handlers.capacity import Providers
+from hybridgpu.handlers.options import OperatorOptions
+from hybridgpu.handlers.utilization import read_utilization
+from hybridgpu.kube.cluster import KubeCluster
+from hybridgpu.kube.convert import IdleTracker, epoch_of
+from hybridgpu.kube.errors import KubeError
+from hybridgpu.kube.executor import PlanExecutor
+from hybridgpu.kube.lease import LeaderLease
+from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, SCALINGPOLICIES
+from hybridgpu.kube.snapshot import Measurements, build_snapshot
+from hybridgpu.kube.status import policy_status, pool_status
+from hybridgpu.models.actions import Plan
+from hybridgpu.models.policy import ScalingPolicySpec
+from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.snapshot import BudgetState
+
+log = logging.getLogger(__name__)
+
+
+def month_hours(now: float) -> tuple[str, float]:
+    """The month of ``now`` as YYYY-MM and the hours left in it."""
+    moment = datetime.fromtimestamp(now, UTC)
+    days = calendar.monthrange(moment.year, moment.month)[1]
+    end = datetime(moment.year, moment.month, days, tzinfo=UTC).timestamp() + 86400
+    return moment.strftime("%Y-%m"), max(0.0, (end - now) / 3600)
+
+
+def spent_so_far(status: dict[str, Any], now: float) -> float:
+    """Cloud dollars this month: last status value plus the last rate since the last tick."""
+    budget = status.get("budget") or {}
+    last = epoch_of(status.get("lastTick"))
+    spent = float(budget.get("spentThisMonth") or 0.0)
+    if last is None or month_hours(last)[0] != month_hours(now)[0]:
+        return 0.0 if last is not None else spent
+    return spent + float(budget.get("hourlyCost") or 0.0) * max(0.0, now - last) / 3600
+
+
+@dataclass
+class TickResult:
+    """What a tick did, for logs, probes and tests."""
+
+    policy: str
+    leader: bool
+    plan: Plan | None = None
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Reconciler:
+    """Everything a tick needs, built once at startup (kept in kopf's memo)."""
+
+    def __init__(
+        self, cluster: KubeCluster, options: OperatorOptions, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.clock = clock
+        self.providers = Providers(options.fake_provider, clock)
+        self.executor = PlanExecutor(cluster, self.providers, clock)
+        self.idle = IdleTracker()
+        self.lease = LeaderLease(
+            cluster, options.lease_namespace, LEASE_NAME, options.identity, options.lease_seconds
+        )
+        self._wake: dict[str, threading.Event] = {}
+        self.lock = threading.Lock()
+        self.last: TickResult | None = None
+        self.last_tick_at: float = 0.0
+
+    # --------------------------------------------------------------- triggers
+    def wake_event(self, policy: str) -> threading.Event:
+        """The event that wakes the loop of ``policy`` before its interval is up."""
+        return self._wake.setdefault(policy, threading.Event())
+
+    def forget_wake_event(self, policy: str) -> None:
+        self._wake.pop(policy, None)
+
+    def trigger_all(self) -> None:
+        """Wake every policy's loop (pending GPU pods, nodes that came or went)."""
+        for event in list(self._wake.values()):
+            event.set()
+
+    # ------------------------------------------------------------------ tick
+    def tick(self, policy_name: str) -> TickResult:
+        with self.lock:  # one tick at a time per process: policies share nodes
+            started = time.monotonic()
+            result = self._tick(policy_name)
+            result.seconds = time.monotonic() - started
+            self.last = result
+            self.last_tick_at = self.clock()
+            return result
+
+    def _tick(self, policy_name: str) -> TickResult:
+        now = self.clock()
+        if not self.lease.acquire(now):
+            return TickResult(policy=policy_name, leader=False)
+        body = self.cluster.get_policy(policy_name)
+        try:
+            policy = ScalingPolicySpec.model_validate(body.get("spec") or {})
+        except ValidationError as err:
+            return TickResult(policy=policy_name, leader=True, errors=[f"invalid spec: {err}"])
+        pools, bodies = self._pools(policy_name)
+        self.providers.set_pools(pools)
+        result = TickResult(policy=policy_name, leader=True)
+
+        objects = self.cluster.read_objects()
+        if self.executor.advance_moves(objects.jobs, pools) < sum(
+            1 for j in objects.jobs if "hybridgpu.io/move" in _annotations(j)
+        ):
+            objects = self.cluster.read_objects()  # a move finished: see its new pods
+
+        measured, provider_errors = self._measure(policy, pools, objects.nodes, body, now)
+        snapshot = build_snapshot(objects, pools, measured, self.idle, now)
+        plan = decide(snapshot, policy, now)
+        result.plan = plan
+        execution = self.executor.execute(
+            plan, snapshot, pools, policy=policy_name, dry_run=policy.dry_run
+        )
+        result.errors += execution.errors
+        provider_errors |= execution.provider_errors
+        if not policy.dry_run:
+            self.executor.shape_nodes(objects.nodes, pools)
+            try:
+                self.executor.delete_orphan_nodes(snapshot, now)
+            except KubeError as err:
+                result.errors.append(str(err))
+
+        self._report(
+            policy_name, body, policy, plan, snapshot, pools, bodies, measured, provider_errors
+        )
+        if plan.actions or plan.blocked:
+            log.info("tick %s: %s", policy_name, "; ".join(plan.explain()))
+        return result
+
+    def _pools(self, policy_name: str) -> tuple[dict[str, GPUPoolSpec], dict[str, Any]]:
+        pools: dict[str, GPUPoolSpec] = {}
+        bodies: dict[str, Any] = {}
+        for raw in self.cluster.list_pools():
+            name = raw["metadata"]["name"]
+            if raw["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                spec = GPUPoolSpec.model_validate(raw.get("spec") or {})
+            except ValidationError:
+                continue  # the GPUPool handler reports it in the pool's conditions
+            if spec.policy == policy_name:
+                pools[name] = spec
+                bodies[name] = raw
+        return pools, bodies
+
+    def _measure(
+        self,
+        policy: ScalingPolicySpec,
+        pools: dict[str, GPUPoolSpec],
+        nodes: list[dict[str, Any]],
+        body: dict[str, Any],
+        now: float,
+    ) -> tuple[Measurements, dict[str, str]]:
+        errors: dict[str, str] = {}
+        utilization, health = read_utilization(
+            policy.prometheus.url, policy.prometheus.utilization_query, policy.prometheus.window
+        )
+        provider_ids = {
+            str((n.get("spec") or {}).get("providerID"))
+            for n in nodes
+            if (n.get("spec") or {}).get("providerID")
+        }
+        provisioning: dict[str, int] = {}
+        prices: dict[str, float] = {}
+        for name in pools:
+            try:
+                provisioning[name] = self.providers.provisioning(name, provider_ids)
+                price = self.providers.spot_price(name)
+                if price is not None:
+                    prices[name] = price
+            except Exception as err:  # a failing provider must not stop the other pools
+                errors[name] = str(err)
+        deadlines = self.providers.poll_interruptions()
+        _, hours_left = month_hours(now)
+        budget = BudgetState(
+            spent_this_month_dollars=spent_so_far(body.get("status") or {}, now),
+            hours_left_in_month=hours_left,
+        )
+        return (
+            Measurements(
+                utilization_by_node=utilization,
+                metrics=health,
+                provisioning_by_pool=provisioning,
+                spot_price_by_pool=prices,
+                deadline_by_provider_id=deadlines,
+                budget=budget,
+            ),
+            errors,
+        )
+
+    def _report(
+        self,
+        policy_name: str,
+        body: dict[str, Any],
+        policy: ScalingPolicySpec,
+        plan: Plan,
+        snapshot: Any,
+        pools: dict[str, GPUPoolSpec],
+        bodies: dict[str, Any],
+        measured: Measurements,
+        provider_errors: dict[str, str],
+    ) -> None:
+        status = body.get("status") or {}
+        self.cluster.patch_status(
+            SCALINGPOLICIES,
+            policy_name,
+            policy_status(
+                plan,
+                generation=body["metadata"].get("generation"),
+                spent_this_month=measured.budget.spent_this_month_dollars,
+                hours_left_in_month=measured.budget.hours_left_in_month,
+                metrics_reason=measured.metrics.reason,
+                dry_run=policy.dry_run,
+                old_conditions=status.get("conditions") or [],
+            ),
+        )
+        for name in pools:
+            old = bodies[name].get("status") or {}
+            self.cluster.patch_status(
+                GPUPOOLS,
+                name,
+                pool_status(
+                    name,
+                    snapshot,
+                    plan,
+                    generation=bodies[name]["metadata"].get("generation"),
+                    old_conditions=old.get("conditions") or [],
+                    provider_error=provider_errors.get(name),
+                    last_scale_time=old.get("lastScaleTime"),
+                ),
+            )
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})

@@ -1,0 +1,43 @@
+"""Operator options: from `hybridgpu run` flags, or from HYBRIDGPU_* environment variables
+when started as ``kopf run -m hybridgpu.handlers``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+DEFAULT_FAKE_PROVIDER = "hybridgpu.cloud.fake:FakeProvider"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    """How this operator process behaves."""
+
+    kubeconfig: str | None = None
+    identity: str = ""
+    """Who holds the leader lease: the pod name in a Deployment (stable across container
+    restarts, so a restarted container takes its lease back at once)."""
+    lease_namespace: str = "default"
+    lease_seconds: float = 15.0
+    fake_provider: str = DEFAULT_FAKE_PROVIDER
+    """``module:attribute`` of the factory used for pools with provider type fake."""
+    trigger_debounce_seconds: float = 0.3
+
+    @classmethod
+    def from_env(cls) -> OperatorOptions:
+        env = os.environ
+        return cls(
+            kubeconfig=env.get("KUBECONFIG") or None,
+            identity=env.get("HYBRIDGPU_IDENTITY") or default_identity(),
+            lease_namespace=env.get("HYBRIDGPU_LEASE_NAMESPACE")
+            or env.get("POD_NAMESPACE")
+            or "default",
+            lease_seconds=float(env.get("HYBRIDGPU_LEASE_SECONDS", "15")),
+            fake_provider=env.get("HYBRIDGPU_FAKE_PROVIDER", DEFAULT_FAKE_PROVIDER),
+            trigger_debounce_seconds=float(env.get("HYBRIDGPU_DEBOUNCE_SECONDS", "0.3")),
+        )
+
+
+def default_identity() -> str:
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"

@@ -1,0 +1,72 @@
+"""The reconcile loop: one daemon per ScalingPolicy ticking at ``spec.interval``, woken
+early (debounced) when a GPU pod cannot be scheduled or a node comes or goes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kopf
+
+from hybridgpu.handlers.loop import Reconciler
+from hybridgpu.kube.convert import gpu_pod, unschedulable_since
+from hybridgpu.kube.errors import KubeError
+from hybridgpu.kube.names import GROUP, SCALINGPOLICIES, VERSION
+from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.policy import ScalingPolicySpec
+
+DEFAULT_INTERVAL_SECONDS = 30.0
+ERROR_BACKOFF_SECONDS = 2.0
+
+
+def interval_of(spec: Any) -> float:
+    try:
+        return parse_duration_seconds(ScalingPolicySpec.model_validate(dict(spec)).interval)
+    except Exception:
+        return DEFAULT_INTERVAL_SECONDS
+
+
+@kopf.daemon(GROUP, VERSION, SCALINGPOLICIES, cancellation_timeout=10.0)
+def reconcile_policy(
+    name: str, spec: Any, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: Any, **_: Any
+) -> None:
+    """Tick until the policy is deleted or the operator stops (a worker thread)."""
+    reconciler: Reconciler = memo["reconciler"]
+    wake = reconciler.wake_event(name)
+    try:
+        while not stopped:
+            wait_seconds = interval_of(spec)
+            try:
+                result = reconciler.tick(name)
+                for error in result.errors:
+                    logger.warning(error)
+            except KubeError as err:
+                logger.warning(f"tick failed, retrying: {err}")
+                wait_seconds = min(wait_seconds, ERROR_BACKOFF_SECONDS)
+            except Exception as err:  # a bug in one tick must not kill the loop
+                logger.exception(f"tick failed: {err}")
+                wait_seconds = min(wait_seconds, ERROR_BACKOFF_SECONDS)
+            deadline = time.monotonic() + wait_seconds
+            while not stopped and time.monotonic() < deadline:
+                if wake.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic()))):
+                    wake.clear()
+                    # Debounce: a burst of pending pods becomes one tick.
+                    stopped.wait(reconciler.options.trigger_debounce_seconds)
+                    break
+    finally:
+        reconciler.forget_wake_event(name)
+
+
+def _unschedulable_gpu_pod(body: Any, **_: Any) -> bool:
+    pod = dict(body)
+    return unschedulable_since(pod) is not None and gpu_pod(pod, {}) is not None
+
+
+@kopf.on.event("", "v1", "pods", when=_unschedulable_gpu_pod)
+def gpu_pod_unschedulable(memo: kopf.Memo, **_: Any) -> None:
+    memo["reconciler"].trigger_all()
+
+
+@kopf.on.event("", "v1", "nodes", when=lambda type, **_: type in ("ADDED", "DELETED"))
+def node_came_or_went(memo: kopf.Memo, **_: Any) -> None:
+    memo["reconciler"].trigger_all()

@@ -1,0 +1,108 @@
+"""Thin GPUPool and ScalingPolicy handlers: validate the spec, write observedGeneration and
+a Ready condition, and wake the reconcile loop. All decisions live in ``core``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kopf
+from pydantic import BaseModel, ValidationError
+
+from hybridgpu.handlers.loop import Reconciler
+from hybridgpu.kube.errors import KubeError
+from hybridgpu.kube.moves import read_move
+from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
+from hybridgpu.kube.status import condition, merge_conditions
+from hybridgpu.models.policy import ScalingPolicySpec
+from hybridgpu.models.pool import GPUPoolSpec
+
+
+def validation_message(err: ValidationError) -> str:
+    """One line per problem: ``field: message``."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in err.errors()
+    )
+
+
+def _accept(
+    model: type[BaseModel],
+    plural: str,
+    name: str,
+    spec: Any,
+    meta: Any,
+    status: Any,
+    memo: kopf.Memo,
+) -> None:
+    reconciler: Reconciler = memo["reconciler"]
+    generation = meta.get("generation")
+    old = list((status or {}).get("conditions") or [])
+    try:
+        model.model_validate(dict(spec))
+    except ValidationError as err:
+        message = validation_message(err)
+        ready = condition("Ready", False, "InvalidSpec", message, generation)
+        _write(reconciler, plural, name, generation, old, ready)
+        raise kopf.PermanentError(f"invalid spec: {message}") from err
+    kept = [c for c in old if c.get("type") != "Ready"]
+    ready = condition("Ready", True, "Accepted", "spec is valid", generation)
+    _write(reconciler, plural, name, generation, kept, ready)
+    reconciler.trigger_all()
+
+
+def _write(
+    reconciler: Reconciler,
+    plural: str,
+    name: str,
+    generation: int | None,
+    old: list[dict[str, Any]],
+    ready: Any,
+) -> None:
+    merged = merge_conditions(old, [ready], time.time())
+    others = [c for c in old if c.get("type") != "Ready"]
+    try:
+        reconciler.cluster.patch_status(
+            plural,
+            name,
+            {"observedGeneration": generation, "conditions": [*others, *merged]},
+        )
+    except KubeError as err:
+        raise kopf.TemporaryError(str(err), delay=5) from err
+
+
+@kopf.on.resume(GROUP, VERSION, GPUPOOLS)
+@kopf.on.create(GROUP, VERSION, GPUPOOLS)
+@kopf.on.update(GROUP, VERSION, GPUPOOLS, field="spec")
+def gpupool_changed(
+    name: str, spec: Any, meta: Any, status: Any, memo: kopf.Memo, **_: Any
+) -> None:
+    _accept(GPUPoolSpec, GPUPOOLS, name, spec, meta, status, memo)
+
+
+@kopf.on.delete(GROUP, VERSION, GPUPOOLS)
+def gpupool_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Hold the pool (finalizer) until no Job is still moving into it: the loop rolls such
+    moves back once the pool is being deleted."""
+    reconciler: Reconciler = memo["reconciler"]
+    try:
+        jobs = reconciler.cluster.read_objects().jobs
+    except KubeError as err:
+        raise kopf.TemporaryError(str(err), delay=5) from err
+    incoming = [
+        f"{j['metadata']['namespace']}/{j['metadata']['name']}"
+        for j in jobs
+        if (move := read_move((j.get("metadata") or {}).get("annotations"))) is not None
+        and move.to_pool == name
+    ]
+    if incoming:
+        reconciler.trigger_all()
+        raise kopf.TemporaryError(f"Jobs still moving into {name}: {incoming}", delay=2)
+
+
+@kopf.on.resume(GROUP, VERSION, SCALINGPOLICIES)
+@kopf.on.create(GROUP, VERSION, SCALINGPOLICIES)
+@kopf.on.update(GROUP, VERSION, SCALINGPOLICIES, field="spec")
+def scalingpolicy_changed(
+    name: str, spec: Any, meta: Any, status: Any, memo: kopf.Memo, **_: Any
+) -> None:
+    _accept(ScalingPolicySpec, SCALINGPOLICIES, name, spec, meta, status, memo)

@@ -1,0 +1,60 @@
+"""kopf settings in one place, the adapters built once into ``memo``, probes, cleanup."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import kopf
+
+from hybridgpu.handlers.loop import Reconciler
+from hybridgpu.handlers.options import OperatorOptions
+from hybridgpu.kube.cluster import KubeCluster, load_api_client
+from hybridgpu.kube.names import FINALIZER, GROUP
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Our finalizer and annotations (not kopf's defaults), short watches, the adapters."""
+    options = memo.get("options") or OperatorOptions.from_env()
+    memo["options"] = options
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # Handler failures and retries become Kubernetes Events users see with kubectl describe.
+    settings.posting.enabled = True
+    settings.posting.level = logging.WARNING
+    # Reconnect watches regularly: a silently dropped connection must not blind the operator.
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    settings.execution.max_workers = 8
+    if "reconciler" not in memo:
+        memo["reconciler"] = Reconciler(KubeCluster(load_api_client(options.kubeconfig)), options)
+
+
+@kopf.on.cleanup()
+def close(memo: kopf.Memo, **_: Any) -> None:
+    reconciler = memo.get("reconciler")
+    if reconciler is not None:
+        reconciler.cluster.close()
+
+
+@kopf.on.probe(id="lastTickAgeSeconds")
+def last_tick_age(memo: kopf.Memo, **_: Any) -> float | None:
+    """Seconds since the last reconcile tick (None before the first one)."""
+    reconciler: Reconciler | None = memo.get("reconciler")
+    if reconciler is None or not reconciler.last_tick_at:
+        return None
+    return round(time.time() - reconciler.last_tick_at, 1)
+
+
+@kopf.on.probe(id="leader")
+def leader(memo: kopf.Memo, **_: Any) -> bool:
+    """Whether this replica held the leader lease at its last tick."""
+    reconciler: Reconciler | None = memo.get("reconciler")
+    return bool(reconciler and reconciler.last and reconciler.last.leader)

@@ -1,0 +1,387 @@
+"""``KubeCluster``: every call the operator makes to the apiserver, in one small class.
+
+Reads return plain dicts (the JSON the apiserver sent, no model objects: a large cluster has
+100,000 pods and the snapshot must be cheap). Every ``ApiException`` becomes a
+:class:`~hybridgpu.kube.errors.KubeError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
+from hybridgpu.kube.errors import Conflict, KubeError, NotFound, from_api_exception
+from hybridgpu.kube.names import (
+    CORDONED_BY_ANNOTATION,
+    EVENT_SOURCE,
+    GPU_RESOURCE,
+    GPUPOOLS,
+    GROUP,
+    JOB_NAME_LABEL,
+    SCALINGPOLICIES,
+    VERSION,
+)
+
+log = logging.getLogger(__name__)
+
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+EVENTS_NAMESPACE = "default"
+"""Events about cluster-scoped objects (pools, policies, nodes) go here."""
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """An ApiClient from ``kubeconfig``, $KUBECONFIG, ~/.kube/config, or in-cluster config."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObjects:
+    """The raw objects a snapshot is built from, read in one go."""
+
+    nodes: list[Obj]
+    pods: list[Obj]
+    jobs: list[Obj]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """What an Event is about."""
+
+    kind: str
+    name: str
+    api_version: str
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class KubeCluster:
+    """The apiserver, as the operator uses it."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
+
+    def close(self) -> None:
+        self.api.close()
+
+    # ------------------------------------------------------------------ reads
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except ApiException as exc:
+            raise from_api_exception(exc, what) from exc
+        except Exception as exc:  # urllib3 connection errors: the apiserver is unreachable
+            if isinstance(exc, KubeError):
+                raise
+            raise KubeError(f"{what}: {exc}", retryable=True) from exc
+
+    def _json(self, what: str, fn: Callable[[], Any]) -> Any:
+        response = self._call(what, fn)
+        return json.loads(response.data)
+
+    def list_pools(self) -> list[Obj]:
+        """Every GPUPool, as dicts."""
+        body = self._call(
+            "list GPUPools",
+            lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, GPUPOOLS),
+        )
+        return list(body.get("items", []))
+
+    def list_policies(self) -> list[Obj]:
+        body = self._call(
+            "list ScalingPolicies",
+            lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, SCALINGPOLICIES),
+        )
+        return list(body.get("items", []))
+
+    def get_policy(self, name: str) -> Obj:
+        result: Obj = self._call(
+            f"read ScalingPolicy {name}",
+            lambda: self.custom.get_cluster_custom_object(GROUP, VERSION, SCALINGPOLICIES, name),
+        )
+        return result
+
+    def read_objects(self) -> ClusterObjects:
+        """Nodes, GPU pods and GPU Jobs of the whole cluster."""
+        nodes = self._json("list nodes", lambda: self.core.list_node(_preload_content=False))[
+            "items"
+        ]
+        pods = self._json(
+            "list pods",
+            lambda: self.core.list_pod_for_all_namespaces(
+                _preload_content=False,
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            ),
+        )["items"]
+        jobs = self._json(
+            "list jobs", lambda: self.batch.list_job_for_all_namespaces(_preload_content=False)
+        )["items"]
+        return ClusterObjects(
+            nodes=nodes,
+            pods=[p for p in pods if pod_spec_gpus(p.get("spec") or {}) > 0],
+            jobs=[
+                j
+                for j in jobs
+                if pod_spec_gpus(((j.get("spec") or {}).get("template") or {}).get("spec") or {})
+                > 0
+            ],
+        )
+
+    def pods_on_node(self, node: str) -> list[Obj]:
+        """Pods bound to ``node`` that have not finished."""
+        items: list[Obj] = self._json(
+            f"list pods on {node}",
+            lambda: self.core.list_pod_for_all_namespaces(
+                _preload_content=False,
+                field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed",
+            ),
+        )["items"]
+        return items
+
+    def pods_of_job(self, namespace: str, job: str) -> list[Obj]:
+        """Pods of a Job that still exist and have not finished (terminating ones count)."""
+        items: list[Obj] = self._json(
+            f"list pods of Job {namespace}/{job}",
+            lambda: self.core.list_namespaced_pod(
+                namespace, _preload_content=False, label_selector=f"{JOB_NAME_LABEL}={job}"
+            ),
+        )["items"]
+        return [
+            p for p in items if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+
+    def get_node(self, name: str) -> Obj | None:
+        """The Node as a dict; None when it does not exist."""
+        try:
+            result: Obj = self._json(
+                f"read node {name}", lambda: self.core.read_node(name, _preload_content=False)
+            )
+        except NotFound:
+            return None
+        return result
+
+    def get_job(self, namespace: str, name: str) -> Obj:
+        result: Obj = self._json(
+            f"read Job {namespace}/{name}",
+            lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False),
+        )
+        return result
+
+    # ------------------------------------------------------------------ nodes
+    def cordon(self, node: str, why: str, extra_annotations: dict[str, str] | None = None) -> None:
+        """Mark the node unschedulable and say why in an annotation (idempotent)."""
+        annotations = {CORDONED_BY_ANNOTATION: why, **(extra_annotations or {})}
+        self._call(
+            f"cordon node {node}",
+            lambda: self.core.patch_node(
+                node,
+                {"spec": {"unschedulable": True}, "metadata": {"annotations": annotations}},
+                _content_type=MERGE,
+            ),
+        )
+
+    def uncordon(self, node: str) -> None:
+        self._call(
+            f"uncordon node {node}",
+            lambda: self.core.patch_node(
+                node,
+                {
+                    "spec": {"unschedulable": False},
+                    "metadata": {"annotations": {CORDONED_BY_ANNOTATION: None}},
+                },
+                _content_type=MERGE,
+            ),
+        )
+
+    def patch_node_metadata(
+        self,
+        node: str,
+        *,
+        labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
+    ) -> None:
+        meta: Obj = {}
+        if labels:
+            meta["labels"] = labels
+        if annotations:
+            meta["annotations"] = annotations
+        if meta:
+            self._call(
+                f"label node {node}",
+                lambda: self.core.patch_node(node, {"metadata": meta}, _content_type=MERGE),
+            )
+
+    def set_node_taints(self, node: str, taints: list[Obj]) -> None:
+        self._call(
+            f"taint node {node}",
+            lambda: self.core.patch_node(node, {"spec": {"taints": taints}}, _content_type=MERGE),
+        )
+
+    def delete_node(self, node: str) -> None:
+        """Delete a Node object (its instance is gone); a node already gone is fine."""
+        with suppress(NotFound):
+            self._call(f"delete node {node}", lambda: self.core.delete_node(node))
+
+    def evict(self, namespace: str, pod: str) -> bool:
+        """Evict through the Eviction API so PodDisruptionBudgets hold.
+
+        Returns False when a PDB refuses it now (429); a pod already gone counts as evicted.
+        """
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+        try:
+            self._call(
+                f"evict pod {namespace}/{pod}",
+                lambda: self.core.create_namespaced_pod_eviction(pod, namespace, body),
+            )
+        except NotFound:
+            return True
+        except KubeError as err:
+            if err.status == 429:
+                return False
+            raise
+        return True
+
+    # ------------------------------------------------------------------- jobs
+    def patch_job(self, namespace: str, name: str, patch: Obj | list[Obj]) -> Obj:
+        content = JSON_PATCH if isinstance(patch, list) else MERGE
+        result: Obj = self._json(
+            f"patch Job {namespace}/{name}",
+            lambda: self.batch.patch_namespaced_job(
+                name, namespace, patch, _content_type=content, _preload_content=False
+            ),
+        )
+        return result
+
+    def clear_job_start_time(self, namespace: str, name: str) -> None:
+        """Clear status.startTime of a suspended Job (the apiserver then allows repinning)."""
+        self._call(
+            f"clear startTime of Job {namespace}/{name}",
+            lambda: self.batch.patch_namespaced_job_status(
+                name, namespace, {"status": {"startTime": None}}, _content_type=MERGE
+            ),
+        )
+
+    # ----------------------------------------------------------------- status
+    def patch_status(self, plural: str, name: str, status: Obj) -> None:
+        """Merge-patch the status subresource of a GPUPool or ScalingPolicy."""
+        try:
+            self._call(
+                f"patch status of {plural}/{name}",
+                lambda: self.custom.patch_cluster_custom_object_status(
+                    GROUP, VERSION, plural, name, {"status": status}, _content_type=MERGE
+                ),
+            )
+        except NotFound:
+            log.debug("%s/%s is gone; status not written", plural, name)
+
+    # ----------------------------------------------------------------- events
+    def post_event(
+        self,
+        ref: ObjectRef,
+        *,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        now: float,
+    ) -> None:
+        """Post an Event; the same (object, reason, message) again bumps its count instead."""
+        namespace = ref.namespace or EVENTS_NAMESPACE
+        digest = hashlib.sha1(f"{ref.kind}/{ref.name}/{reason}/{message}".encode()).hexdigest()
+        name = f"{ref.name[:200]}.{digest[:16]}"
+        stamp = rfc3339(now)
+        involved = {"kind": ref.kind, "name": ref.name, "apiVersion": ref.api_version}
+        if ref.namespace:
+            involved["namespace"] = ref.namespace
+        if ref.uid:
+            involved["uid"] = ref.uid
+        body = {
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": EVENT_SOURCE},
+            "reportingComponent": EVENT_SOURCE,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._call(
+                f"post event {name}", lambda: self.core.create_namespaced_event(namespace, body)
+            )
+        except Conflict:
+            existing = self._call(
+                f"read event {name}", lambda: self.core.read_namespaced_event(name, namespace)
+            )
+            patch = {"count": (existing.count or 1) + 1, "lastTimestamp": stamp}
+            self._call(
+                f"bump event {name}",
+                lambda: self.core.patch_namespaced_event(
+                    name, namespace, patch, _content_type=MERGE
+                ),
+            )
+
+    def list_events(self, namespace: str | None = None) -> list[Obj]:
+        items: list[Obj] = self._json(
+            "list events",
+            lambda: self.core.list_namespaced_event(
+                namespace or EVENTS_NAMESPACE, _preload_content=False
+            ),
+        )["items"]
+        return items
+
+    # ------------------------------------------------------------------ lease
+    def read_lease(self, namespace: str, name: str) -> Obj | None:
+        try:
+            result: Obj = self._json(
+                f"read lease {namespace}/{name}",
+                lambda: self.coordination.read_namespaced_lease(
+                    name, namespace, _preload_content=False
+                ),
+            )
+            return result
+        except NotFound:
+            return None
+
+    def create_lease(self, namespace: str, body: Obj) -> None:
+        self._call(
+            "create lease", lambda: self.coordination.create_namespaced_lease(namespace, body)
+        )
+
+    def replace_lease(self, namespace: str, name: str, body: Obj) -> None:
+        self._call(
+            "renew lease",
+            lambda: self.coordination.replace_namespaced_lease(name, namespace, body),
+        )
+
+
+__all__ = [
+    "GPU_RESOURCE",
+    "ClusterObjects",
+    "KubeCluster",
+    "ObjectRef",
+    "load_api_client",
+]

@@ -1,0 +1,302 @@
+"""Pure conversion of Kubernetes objects (JSON dicts as the apiserver sends them) into the
+snapshot types ``core.decide`` reads. No I/O here: every function is unit-tested on dicts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from hybridgpu.kube.names import (
+    CRITICALITY_LABEL,
+    GPU_RESOURCE,
+    INTERRUPTION_ANNOTATION,
+    MOVE_ANNOTATION,
+    POOL_LABEL,
+    RELEASING_ANNOTATION,
+)
+from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.snapshot import Criticality, GPUPod, JobState, MoveIntent, NodeState
+
+Obj = Mapping[str, Any]
+
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def epoch_of(timestamp: str | None) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time as Kubernetes writes it; None if absent."""
+    if not timestamp:
+        return None
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def rfc3339(epoch_seconds: float) -> str:
+    """RFC 3339 UTC time (second precision, ``Z``) of ``epoch_seconds``."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def labels_of(obj: Obj) -> Mapping[str, str]:
+    return _meta(obj).get("labels") or {}
+
+
+def annotations_of(obj: Obj) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def parse_criticality(value: str | None) -> Criticality | None:
+    """The criticality a label value names; None when absent or not one of ours."""
+    if value is None:
+        return None
+    try:
+        return Criticality(value.strip().lower())
+    except ValueError:
+        return None
+
+
+def gpu_count(resources: Obj | None) -> int:
+    """nvidia.com/gpu of a container's resources (requests, else limits, which imply them)."""
+    if not resources:
+        return 0
+    for key in ("requests", "limits"):
+        value = (resources.get(key) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            return int(str(value))
+    return 0
+
+
+def pod_spec_gpus(pod_spec: Obj) -> int:
+    """GPUs a pod with this spec requests: the sum over containers, or the largest init
+    container when that is larger (the scheduler's effective request)."""
+    main = sum(gpu_count(c.get("resources")) for c in pod_spec.get("containers") or [])
+    init = max(
+        (gpu_count(c.get("resources")) for c in pod_spec.get("initContainers") or []), default=0
+    )
+    return max(main, init)
+
+
+def owner_job(pod: Obj) -> str | None:
+    """``namespace/name`` of the batch/v1 Job that owns the pod, or None."""
+    for ref in _meta(pod).get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
+            return f"{_meta(pod).get('namespace')}/{ref.get('name')}"
+    return None
+
+
+def is_bare(pod: Obj) -> bool:
+    """A pod owned by nothing: never evicted (nothing would recreate it)."""
+    return not (_meta(pod).get("ownerReferences") or [])
+
+
+def is_daemonset_pod(pod: Obj) -> bool:
+    return any(r.get("kind") == "DaemonSet" for r in _meta(pod).get("ownerReferences") or [])
+
+
+def unschedulable_since(pod: Obj) -> float | None:
+    """When the scheduler marked the pod Unschedulable; None when it has not (yet)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return epoch_of(cond.get("lastTransitionTime")) or epoch_of(
+                _meta(pod).get("creationTimestamp")
+            )
+    return None
+
+
+def gpu_pod(pod: Obj, job_criticality: Mapping[str, Criticality]) -> GPUPod | None:
+    """The snapshot view of a pod, or None when it holds and wants no GPU.
+
+    Terminal pods hold nothing. A pod not bound to a node counts only once the scheduler
+    said it fits nowhere (Unschedulable): a pod it has not tried yet may well fit.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") in TERMINAL_POD_PHASES:
+        return None
+    spec = pod.get("spec") or {}
+    gpus = pod_spec_gpus(spec)
+    if gpus <= 0:
+        return None
+    meta = _meta(pod)
+    node = spec.get("nodeName") or None
+    pending_since = 0.0
+    if node is None:
+        if meta.get("deletionTimestamp"):
+            return None
+        since = unschedulable_since(pod)
+        if since is None:
+            return None
+        pending_since = since
+    job = owner_job(pod)
+    criticality = parse_criticality(labels_of(pod).get(CRITICALITY_LABEL))
+    if criticality is None and job is not None:
+        criticality = job_criticality.get(job)
+    return GPUPod(
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        gpus=gpus,
+        criticality=criticality or Criticality.STANDARD,
+        node=node,
+        job=job,
+        pool=(spec.get("nodeSelector") or {}).get(POOL_LABEL),
+        pending_since=pending_since,
+        started_at=epoch_of(status.get("startTime")),
+    )
+
+
+def job_is_finished(job: Obj) -> bool:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return True
+    return False
+
+
+def parse_move(value: str | None) -> MoveIntent | None:
+    """The move intent recorded in the ``hybridgpu.io/move`` annotation; None if absent or
+    unreadable (an unreadable intent is treated as no move, and the Job is resumed)."""
+    if not value:
+        return None
+    try:
+        data = json.loads(value)
+        return MoveIntent(
+            to_pool=data.get("to") or None, step=str(data["step"]), since=float(data["since"])
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def job_criticality(job: Obj) -> Criticality:
+    """Criticality of a Job: its label, else its pod template's label, else standard."""
+    template_labels = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return (
+        parse_criticality(labels_of(job).get(CRITICALITY_LABEL))
+        or parse_criticality((template_labels.get("labels") or {}).get(CRITICALITY_LABEL))
+        or Criticality.STANDARD
+    )
+
+
+def job_state(job: Obj) -> JobState | None:
+    """The snapshot view of a Job that runs GPU pods; None for finished or GPU-less Jobs."""
+    if job_is_finished(job):
+        return None
+    spec = job.get("spec") or {}
+    pod_spec = (spec.get("template") or {}).get("spec") or {}
+    gpus = pod_spec_gpus(pod_spec)
+    if gpus <= 0:
+        return None
+    meta = _meta(job)
+    status = job.get("status") or {}
+    return JobState(
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        criticality=job_criticality(job),
+        gpus_per_pod=gpus,
+        parallelism=int(spec.get("parallelism") or 1),
+        suspended=bool(spec.get("suspend")),
+        pool=(pod_spec.get("nodeSelector") or {}).get(POOL_LABEL),
+        started_at=epoch_of(status.get("startTime")),
+        move=parse_move(annotations_of(job).get(MOVE_ANNOTATION)),
+    )
+
+
+def pool_selector(name: str, spec: GPUPoolSpec) -> dict[str, str]:
+    """Labels that select the pool's nodes."""
+    return dict(spec.node_selector) if spec.node_selector else {POOL_LABEL: name}
+
+
+def pool_of_node(node: Obj, selectors: Mapping[str, Mapping[str, str]]) -> str | None:
+    """The pool whose selector matches the node's labels (first by name), or None."""
+    labels = labels_of(node)
+    for pool in sorted(selectors):
+        selector = selectors[pool]
+        if selector and all(labels.get(k) == v for k, v in selector.items()):
+            return pool
+    return None
+
+
+def node_is_ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def node_gpus(node: Obj) -> int:
+    status = node.get("status") or {}
+    value = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    if value is None:
+        value = (status.get("capacity") or {}).get(GPU_RESOURCE, 0)
+    return int(str(value))
+
+
+def node_state(
+    node: Obj,
+    pool: str,
+    *,
+    idle_since: float | None,
+    utilization_percent: float | None = None,
+    utilization_stale: bool = False,
+    interruption_deadline: float | None = None,
+    xid_errors: int = 0,
+) -> NodeState:
+    """The snapshot view of a GPU node of ``pool``."""
+    meta = _meta(node)
+    notes = annotations_of(node)
+    deadline = interruption_deadline
+    if deadline is None and notes.get(INTERRUPTION_ANNOTATION):
+        try:
+            deadline = float(notes[INTERRUPTION_ANNOTATION])
+        except ValueError:
+            deadline = None
+    return NodeState(
+        name=str(meta.get("name")),
+        pool=pool,
+        gpus=node_gpus(node),
+        ready=node_is_ready(node),
+        cordoned=bool((node.get("spec") or {}).get("unschedulable")),
+        releasing=RELEASING_ANNOTATION in notes,
+        created_at=epoch_of(meta.get("creationTimestamp")) or 0.0,
+        idle_since=idle_since,
+        utilization_percent=utilization_percent,
+        utilization_stale=utilization_stale,
+        interruption_deadline=deadline,
+        xid_errors=xid_errors,
+        provider_id=(node.get("spec") or {}).get("providerID") or None,
+    )
+
+
+class IdleTracker:
+    """Remembers since when each node has been idle (no GPU pods, or utilization below the
+    pool's threshold). Kept in memory: after a restart every idle clock starts again, which
+    only delays a release."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+
+    def observe(self, node: str, idle: bool, now: float) -> float | None:
+        """Record whether ``node`` is idle at ``now``; return the start of its idle stretch."""
+        if not idle:
+            self._since.pop(node, None)
+            return None
+        return self._since.setdefault(node, now)
+
+    def forget_all_but(self, nodes: Iterable[str]) -> None:
+        keep = set(nodes)
+        for name in list(self._since):
+            if name not in keep:
+                del self._since[name]
+
+
+def is_idle(
+    gpu_pods_on_node: int, utilization_percent: float | None, threshold_percent: float
+) -> bool:
+    """A node is idle when no GPU pod runs on it, or its GPUs are used below the threshold."""
+    if gpu_pods_on_node == 0:
+        return True
+    return utilization_percent is not None and utilization_percent < threshold_percent

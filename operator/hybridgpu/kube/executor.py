@@ -1,0 +1,385 @@
+"""Carry out a Plan on the cluster, idempotently: running the same plan twice changes nothing
+the second time (moves are recorded on the Job, releases on the Node).
+
+Cloud capacity is reached through :class:`PoolCapacity`, a small interface the handlers
+implement on top of the pool's CapacityProvider (``kube`` does not import ``cloud``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hybridgpu.kube.cluster import KubeCluster, ObjectRef
+from hybridgpu.kube.convert import (
+    annotations_of,
+    is_bare,
+    is_daemonset_pod,
+    owner_job,
+    pool_of_node,
+    pool_selector,
+)
+from hybridgpu.kube.errors import KubeError, NotFound
+from hybridgpu.kube.moves import (
+    STEP_SUSPEND,
+    Move,
+    finish_patch,
+    next_step,
+    read_move,
+    repin_json_patch,
+    start_patch,
+)
+from hybridgpu.kube.names import (
+    GROUP,
+    INTERRUPTION_ANNOTATION,
+    MOVE_ANNOTATION,
+    POOL_LABEL,
+    RELEASING_ANNOTATION,
+    VERSION,
+)
+from hybridgpu.models.actions import (
+    Action,
+    CordonUnhealthy,
+    HandleInterruption,
+    MoveJob,
+    Plan,
+    ReleaseNode,
+    ScaleUp,
+)
+from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.snapshot import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+API_VERSION = f"{GROUP}/{VERSION}"
+EVENT_REASONS = {
+    "handle_interruption": "SpotInterruption",
+    "preempt": "Preempt",
+    "scale_up": "ScaleUp",
+    "consolidate": "Consolidate",
+    "release_node": "ReleaseNode",
+    "cordon_unhealthy": "CordonUnhealthy",
+}
+ORPHAN_NODE_GRACE_SECONDS = 60.0
+"""A node whose instance the provider does not know is deleted only after this long (it may
+just have been created and the provider's list may lag)."""
+
+
+class PoolCapacity(Protocol):
+    """Adding and removing machines of a pool (the handlers wrap a CapacityProvider)."""
+
+    def scale_up(self, pool: str, nodes: int) -> None:
+        """Ask for ``nodes`` more nodes than the pool has now."""
+        ...
+
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> None:
+        """Terminate the (drained) instance behind ``node``; acknowledge its notices."""
+        ...
+
+    def known_provider_ids(self, pool: str) -> set[str] | None:
+        """Provider IDs of the pool's live instances; None when the pool has no provider."""
+        ...
+
+
+@dataclass
+class Execution:
+    """What one run of the executor did."""
+
+    done: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    provider_errors: dict[str, str] = field(default_factory=dict)
+    events: int = 0
+
+
+def pool_ref(name: str) -> ObjectRef:
+    return ObjectRef(kind="GPUPool", name=name, api_version=API_VERSION)
+
+
+def policy_ref(name: str) -> ObjectRef:
+    return ObjectRef(kind="ScalingPolicy", name=name, api_version=API_VERSION)
+
+
+def node_ref(name: str) -> ObjectRef:
+    return ObjectRef(kind="Node", name=name, api_version="v1")
+
+
+def job_ref(namespace: str, name: str) -> ObjectRef:
+    return ObjectRef(kind="Job", name=name, api_version="batch/v1", namespace=namespace)
+
+
+class PlanExecutor:
+    """Runs plans against one cluster."""
+
+    def __init__(
+        self,
+        cluster: KubeCluster,
+        capacity: PoolCapacity,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cluster = cluster
+        self.capacity = capacity
+        self.clock = clock
+
+    # ------------------------------------------------------------------ plan
+    def execute(
+        self,
+        plan: Plan,
+        snapshot: ClusterSnapshot,
+        pools: Mapping[str, GPUPoolSpec],
+        *,
+        policy: str,
+        dry_run: bool,
+    ) -> Execution:
+        """Carry out ``plan`` (or, with ``dry_run``, only post what would happen)."""
+        result = Execution()
+        prefix = "dry run, not done: " if dry_run else ""
+        for action in plan.actions:
+            if not dry_run:
+                try:
+                    self._act(action, snapshot, pools, result)
+                    result.done.append(action.reason)
+                except KubeError as err:
+                    log.warning("%s failed: %s", action.kind.value, err)
+                    result.errors.append(f"{action.kind.value}: {err}")
+                    continue
+            self._event(
+                result,
+                self._ref_of(action),
+                EVENT_REASONS[action.kind.value],
+                prefix + action.reason,
+            )
+        for blocked in plan.blocked:
+            reason = "BudgetExceeded" if blocked.cause.startswith("budget") else "ScalingBlocked"
+            self._event(result, policy_ref(policy), reason, blocked.reason, "Warning")
+            if blocked.pool in pools:
+                self._event(result, pool_ref(blocked.pool), reason, blocked.reason, "Warning")
+        if not plan.metrics_available:
+            self._event(
+                result,
+                policy_ref(policy),
+                "MetricsUnavailable",
+                "; ".join(plan.notes) or "utilization data unavailable: nothing is released",
+                "Warning",
+            )
+        return result
+
+    def _ref_of(self, action: Action) -> ObjectRef:
+        if isinstance(action, MoveJob):
+            return job_ref(action.namespace, action.job)
+        if isinstance(action, HandleInterruption | CordonUnhealthy):
+            return node_ref(action.node)
+        return pool_ref(action.pool)
+
+    def _event(
+        self,
+        result: Execution,
+        ref: ObjectRef,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+    ) -> None:
+        try:
+            self.cluster.post_event(
+                ref, reason=reason, message=message, event_type=event_type, now=self.clock()
+            )
+            result.events += 1
+        except KubeError as err:
+            log.warning("could not post event %s: %s", reason, err)
+
+    def _act(
+        self,
+        action: Action,
+        snapshot: ClusterSnapshot,
+        pools: Mapping[str, GPUPoolSpec],
+        result: Execution,
+    ) -> None:
+        if isinstance(action, ScaleUp):
+            try:
+                self.capacity.scale_up(action.pool, action.nodes)
+            except Exception as err:  # provider failures are reported, never crash the tick
+                result.provider_errors[action.pool] = str(err)
+                raise KubeError(f"scale up {action.pool}: {err}") from err
+        elif isinstance(action, MoveJob):
+            self.start_move(action.namespace, action.job, action.to_pool, pools)
+        elif isinstance(action, ReleaseNode):
+            self.release_node(action.pool, action.node, pools, result)
+        elif isinstance(action, HandleInterruption):
+            node = next((n for n in snapshot.nodes if n.name == action.node), None)
+            deadline = node.interruption_deadline if node else None
+            extra = {INTERRUPTION_ANNOTATION: str(deadline)} if deadline is not None else {}
+            self.cluster.cordon(action.node, "interruption", extra)
+            self.release_node(action.pool, action.node, pools, result, cordon_as=None)
+        elif isinstance(action, CordonUnhealthy):
+            self.cluster.cordon(action.node, "xid-errors")
+
+    # ------------------------------------------------------------- releasing
+    def release_node(
+        self,
+        pool: str,
+        node: str,
+        pools: Mapping[str, GPUPoolSpec],
+        result: Execution,
+        cordon_as: str | None = "release",
+    ) -> bool:
+        """Cordon, drain and, once empty, terminate ``node``; True when it is gone.
+
+        Pods of Jobs requeue through the move protocol (an evicted Job pod would count as a
+        failure); other owned pods are evicted through the Eviction API (PDBs hold); bare
+        pods are never evicted, so a node with one is kept.
+        """
+        if cordon_as is not None:
+            self.cluster.cordon(node, cordon_as, {RELEASING_ANNOTATION: f"{self.clock():.0f}"})
+        left = 0
+        for pod in self.cluster.pods_on_node(node):
+            meta = pod.get("metadata") or {}
+            if is_daemonset_pod(pod):
+                continue
+            left += 1
+            if meta.get("deletionTimestamp"):
+                continue
+            job = owner_job(pod)
+            if job is not None:
+                namespace, name = job.split("/", 1)
+                self.start_move(namespace, name, None, pools)
+            elif is_bare(pod):
+                result.errors.append(
+                    f"bare pod {meta.get('namespace')}/{meta.get('name')} keeps {node}: "
+                    "bare pods are never evicted"
+                )
+            else:
+                self.cluster.evict(str(meta.get("namespace")), str(meta.get("name")))
+        if left:
+            return False
+        raw = self.cluster.get_node(node)
+        provider_id = ((raw or {}).get("spec") or {}).get("providerID")
+        try:
+            self.capacity.terminate(pool, node, provider_id)
+        except Exception as err:
+            result.provider_errors[pool] = str(err)
+            raise KubeError(f"terminate {node}: {err}") from err
+        self.cluster.delete_node(node)
+        return True
+
+    # ----------------------------------------------------------------- moves
+    def start_move(
+        self, namespace: str, name: str, to_pool: str | None, pools: Mapping[str, GPUPoolSpec]
+    ) -> None:
+        """Record the move on the Job and suspend it (one patch), then advance it."""
+        try:
+            job = self.cluster.get_job(namespace, name)
+        except NotFound:
+            return
+        if read_move(annotations_of(job)) is not None:
+            self.advance_move(job, pools)
+            return
+        pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        from_pool = (pod_spec.get("nodeSelector") or {}).get(POOL_LABEL)
+        move = Move(to_pool=to_pool, from_pool=from_pool, step=STEP_SUSPEND, since=self.clock())
+        job = self.cluster.patch_job(namespace, name, start_patch(move))
+        self.advance_move(job, pools)
+
+    def advance_moves(self, jobs: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]) -> int:
+        """Advance every move recorded on ``jobs``; returns how many are still in flight."""
+        in_flight = 0
+        for job in jobs:
+            if MOVE_ANNOTATION not in annotations_of(job):
+                continue
+            try:
+                if not self.advance_move(job, pools):
+                    in_flight += 1
+            except KubeError as err:
+                meta = job.get("metadata") or {}
+                log.warning("move of Job %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
+                in_flight += 1
+        return in_flight
+
+    def advance_move(self, job: dict[str, Any], pools: Mapping[str, GPUPoolSpec]) -> bool:
+        """Take the move recorded on ``job`` as far as it can go now; True when finished."""
+        meta = job.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        move = read_move(annotations_of(job))
+        spec = job.get("spec") or {}
+        status = job.get("status") or {}
+        if _finished(job):
+            self.cluster.patch_job(
+                namespace, name, {"metadata": {"annotations": {MOVE_ANNOTATION: None}}}
+            )
+            return True
+        if move is None:
+            # An intent we cannot read: never leave the Job suspended because of it.
+            self.cluster.patch_job(namespace, name, finish_patch())
+            return True
+        pods = self.cluster.pods_of_job(namespace, name)
+        step = next_step(
+            move,
+            suspended=bool(spec.get("suspend")),
+            pods_left=len(pods),
+            has_start_time=bool(status.get("startTime")),
+        )
+        if step == "suspend":
+            self.cluster.patch_job(namespace, name, {"spec": {"suspend": True}})
+            return False
+        if step == "wait":
+            return False
+        if step == "clear_start_time":
+            self.cluster.clear_job_start_time(namespace, name)
+            step = "repin"
+        if step == "repin":
+            pod_spec = (spec.get("template") or {}).get("spec") or {}
+            self.cluster.patch_job(namespace, name, repin_json_patch(move, pod_spec, pools))
+        self.cluster.patch_job(namespace, name, finish_patch())
+        log.info("moved Job %s/%s to %s", namespace, name, move.to_pool or "its queue")
+        return True
+
+    # ------------------------------------------------------------ node shape
+    def shape_nodes(self, nodes: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]) -> None:
+        """Put each pool's labels and taints on its nodes where they are missing."""
+        selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
+        for raw in nodes:
+            pool = pool_of_node(raw, selectors)
+            if pool is None:
+                continue
+            spec = pools[pool]
+            name = str((raw.get("metadata") or {}).get("name"))
+            labels = (raw.get("metadata") or {}).get("labels") or {}
+            missing: dict[str, str | None] = {
+                k: v for k, v in spec.labels.items() if labels.get(k) != v
+            }
+            try:
+                if missing:
+                    self.cluster.patch_node_metadata(name, labels=missing)
+                taints = list((raw.get("spec") or {}).get("taints") or [])
+                have = {(t.get("key"), t.get("value"), t.get("effect")) for t in taints}
+                want = [t.to_wire() for t in spec.taints if (t.key, t.value, t.effect) not in have]
+                if want:
+                    self.cluster.set_node_taints(name, taints + want)
+            except KubeError as err:
+                log.warning("could not label/taint node %s: %s", name, err)
+
+    def delete_orphan_nodes(self, snapshot: ClusterSnapshot, now: float) -> list[str]:
+        """Delete Node objects of cloud instances the provider no longer has."""
+        deleted = []
+        known: dict[str, set[str] | None] = {}
+        for node in snapshot.nodes:
+            if node.provider_id is None or now - node.created_at < ORPHAN_NODE_GRACE_SECONDS:
+                continue
+            if node.pool not in known:
+                try:
+                    known[node.pool] = self.capacity.known_provider_ids(node.pool)
+                except Exception as err:
+                    log.warning("cannot list instances of %s: %s", node.pool, err)
+                    known[node.pool] = None
+            ids = known[node.pool]
+            if ids is not None and node.provider_id not in ids:
+                self.cluster.delete_node(node.name)
+                deleted.append(node.name)
+        return deleted
+
+
+def _finished(job: dict[str, Any]) -> bool:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return True
+    return False

@@ -1,0 +1,26 @@
+"""Label, annotation, taint and resource names the operator reads and writes (one place)."""
+
+from __future__ import annotations
+
+GROUP = "hybridgpu.io"
+VERSION = "v1alpha1"
+GPUPOOLS = "gpupools"
+SCALINGPOLICIES = "scalingpolicies"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+POOL_LABEL = "hybridgpu.io/pool"
+CRITICALITY_LABEL = "hybridgpu.io/criticality"
+FINALIZER = "hybridgpu.io/finalizer"
+
+MOVE_ANNOTATION = "hybridgpu.io/move"
+"""On a Job: JSON {to, from, step, since} while the operator moves it between pools."""
+RELEASING_ANNOTATION = "hybridgpu.io/releasing"
+"""On a Node: RFC 3339 time the operator started to cordon, drain and terminate it."""
+INTERRUPTION_ANNOTATION = "hybridgpu.io/interruption-deadline"
+"""On a Node: epoch seconds the provider takes it away (written when a notice arrives)."""
+CORDONED_BY_ANNOTATION = "hybridgpu.io/cordoned-by"
+"""On a Node: why the operator cordoned it (release, interruption, xid)."""
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEASE_NAME = "hybridgpu-operator"
+EVENT_SOURCE = "hybridgpu-operator"

@@ -1,0 +1,123 @@
+"""Assemble a ClusterSnapshot from raw objects plus what the other adapters measured. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hybridgpu.kube.cluster import ClusterObjects
+from hybridgpu.kube.convert import (
+    IdleTracker,
+    gpu_pod,
+    is_idle,
+    job_criticality,
+    job_state,
+    node_state,
+    pool_of_node,
+    pool_selector,
+)
+from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.snapshot import (
+    BudgetState,
+    ClusterSnapshot,
+    Criticality,
+    GPUPod,
+    JobState,
+    MetricsHealth,
+    NodeState,
+    PoolState,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurements:
+    """What Prometheus and the providers said this tick (all optional)."""
+
+    utilization_by_node: Mapping[str, float] = field(default_factory=dict)
+    """Average GPU utilization per node, percent."""
+    stale_nodes: frozenset[str] = frozenset()
+    metrics: MetricsHealth = field(default_factory=MetricsHealth)
+    provisioning_by_pool: Mapping[str, int] = field(default_factory=dict)
+    spot_price_by_pool: Mapping[str, float] = field(default_factory=dict)
+    deadline_by_provider_id: Mapping[str, float] = field(default_factory=dict)
+    xid_errors_by_node: Mapping[str, int] = field(default_factory=dict)
+    budget: BudgetState = field(default_factory=BudgetState)
+
+
+def build_snapshot(
+    objects: ClusterObjects,
+    pools: Mapping[str, GPUPoolSpec],
+    measured: Measurements,
+    idle: IdleTracker,
+    now: float,
+) -> ClusterSnapshot:
+    """The snapshot ``core.decide`` reads, at ``now`` (epoch seconds).
+
+    Pods of a Job in the middle of a move are left out: they are on their way out, and the
+    Job's demand is counted on its target pool instead (decide reads the move intent).
+    """
+    jobs: list[JobState] = []
+    criticality: dict[str, Criticality] = {}
+    moving: set[str] = set()
+    for raw in objects.jobs:
+        meta = raw.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        criticality[key] = job_criticality(raw)
+        state = job_state(raw)
+        if state is None:
+            continue
+        jobs.append(state)
+        if state.move is not None:
+            moving.add(key)
+
+    pods: list[GPUPod] = []
+    gpu_pods_on: dict[str, int] = {}
+    for raw in objects.pods:
+        pod = gpu_pod(raw, criticality)
+        if pod is None or (pod.job is not None and pod.job in moving):
+            continue
+        pods.append(pod)
+        if pod.node is not None:
+            gpu_pods_on[pod.node] = gpu_pods_on.get(pod.node, 0) + 1
+
+    selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
+    nodes: list[NodeState] = []
+    for raw in objects.nodes:
+        pool = pool_of_node(raw, selectors)
+        if pool is None:
+            continue
+        name = str((raw.get("metadata") or {}).get("name"))
+        util = measured.utilization_by_node.get(name)
+        threshold = pools[pool].scale_down.idle_utilization_percent
+        since = idle.observe(name, is_idle(gpu_pods_on.get(name, 0), util, threshold), now)
+        provider_id = (raw.get("spec") or {}).get("providerID")
+        nodes.append(
+            node_state(
+                raw,
+                pool,
+                idle_since=since,
+                utilization_percent=util,
+                utilization_stale=name in measured.stale_nodes,
+                interruption_deadline=measured.deadline_by_provider_id.get(provider_id or ""),
+                xid_errors=measured.xid_errors_by_node.get(name, 0),
+            )
+        )
+    idle.forget_all_but(n.name for n in nodes)
+
+    return ClusterSnapshot(
+        taken_at=now,
+        pools=tuple(
+            PoolState(
+                name=name,
+                spec=spec,
+                provisioning_nodes=measured.provisioning_by_pool.get(name, 0),
+                spot_price_per_node_hour=measured.spot_price_by_pool.get(name),
+            )
+            for name, spec in sorted(pools.items())
+        ),
+        nodes=tuple(nodes),
+        pods=tuple(pods),
+        jobs=tuple(jobs),
+        metrics=measured.metrics,
+        budget=measured.budget,
+    )

@@ -1,0 +1,157 @@
+"""Status bodies of GPUPool and ScalingPolicy, built from a snapshot and a plan. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hybridgpu.core.cost import node_hour_dollars
+from hybridgpu.kube.convert import rfc3339
+from hybridgpu.models.actions import Plan, ReleaseNode, ScaleUp
+from hybridgpu.models.base import Condition
+from hybridgpu.models.policy import BudgetStatus, ScalingPolicyStatus
+from hybridgpu.models.pool import GPUCounts, GPUPoolStatus, NodeCounts
+from hybridgpu.models.snapshot import ClusterSnapshot
+
+MAX_PLAN_LINES = 50
+
+
+def condition(type_: str, ok: bool, reason: str, message: str, generation: int | None) -> Condition:
+    return Condition(
+        type=type_,
+        status="True" if ok else "False",
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+    )
+
+
+def merge_conditions(
+    old: Iterable[Mapping[str, Any]], new: Iterable[Condition], now: float
+) -> list[dict[str, Any]]:
+    """New conditions as wire dicts; lastTransitionTime kept from ``old`` when the status
+    did not change, else ``now``."""
+    previous = {c.get("type"): c for c in old}
+    out = []
+    for cond in new:
+        before = previous.get(cond.type)
+        changed = before is None or before.get("status") != cond.status
+        stamp = rfc3339(now) if changed or not before else before.get("lastTransitionTime")
+        out.append(cond.model_copy(update={"last_transition_time": stamp}).to_wire())
+    return out
+
+
+def pool_status(
+    name: str,
+    snapshot: ClusterSnapshot,
+    plan: Plan,
+    *,
+    generation: int | None,
+    old_conditions: Iterable[Mapping[str, Any]] = (),
+    provider_error: str | None = None,
+    last_scale_time: str | None = None,
+) -> dict[str, Any]:
+    """The status of pool ``name`` after a tick, as a wire dict."""
+    pool = next(p for p in snapshot.pools if p.name == name)
+    nodes = [n for n in snapshot.nodes if n.pool == name]
+    node_names = {n.name for n in nodes}
+    allocated = sum(p.gpus for p in snapshot.pods if p.node in node_names)
+    total_gpus = sum(n.gpus for n in nodes)
+    utils = [n.utilization_percent for n in nodes if n.utilization_percent is not None]
+    price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+    blocked = [b for b in plan.blocked if b.pool == name]
+    capacity_blocked = [b for b in blocked if not b.cause.startswith("budget")]
+    budget_blocked = [b for b in blocked if b.cause.startswith("budget")]
+    conditions = [
+        condition("Ready", True, "Reconciled", f"{len(nodes)} node(s) observed", generation),
+        condition(
+            "ScalingBlocked",
+            bool(capacity_blocked),
+            capacity_blocked[0].cause if capacity_blocked else "NotBlocked",
+            "; ".join(b.reason for b in capacity_blocked) or "scale-ups are not limited",
+            generation,
+        ),
+        condition(
+            "BudgetLimited",
+            bool(budget_blocked),
+            "BudgetExceeded" if budget_blocked else "WithinBudget",
+            "; ".join(b.reason for b in budget_blocked) or "within budget",
+            generation,
+        ),
+        condition(
+            "ProviderError",
+            provider_error is not None,
+            "ProviderFailed" if provider_error else "ProviderOK",
+            provider_error or "the provider answers",
+            generation,
+        ),
+    ]
+    scaled = any(isinstance(a, ScaleUp | ReleaseNode) and a.pool == name for a in plan.actions)
+    status = GPUPoolStatus(
+        nodes=NodeCounts(
+            total=len(nodes),
+            ready=sum(1 for n in nodes if n.ready),
+            cordoned=sum(1 for n in nodes if n.cordoned),
+            provisioning=pool.provisioning_nodes,
+        ),
+        gpus=GPUCounts(total=total_gpus, allocated=allocated, idle=max(0, total_gpus - allocated)),
+        utilization=round(sum(utils) / len(utils), 1) if utils else None,
+        cost_per_hour=round(price * len(nodes), 4),
+        last_scale_time=rfc3339(plan.decided_at) if scaled else last_scale_time,
+        observed_generation=generation,
+    ).to_wire()
+    status["conditions"] = merge_conditions(old_conditions, conditions, plan.decided_at)
+    return status
+
+
+def policy_status(
+    plan: Plan,
+    *,
+    generation: int | None,
+    spent_this_month: float,
+    hours_left_in_month: float,
+    metrics_reason: str = "",
+    dry_run: bool = False,
+    old_conditions: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The status of a ScalingPolicy after a tick, as a wire dict."""
+    lines = plan.explain()
+    if dry_run:
+        lines = ["dry run: nothing was changed", *lines]
+    budget_reasons = [b.reason for b in plan.blocked if b.cause.startswith("budget")]
+    conditions = [
+        condition(
+            "MetricsAvailable",
+            plan.metrics_available,
+            "MetricsFresh" if plan.metrics_available else "MetricsUnavailable",
+            "utilization data is fresh"
+            if plan.metrics_available
+            else f"utilization data unavailable ({metrics_reason or 'stale'}): no node is "
+            "released until it is back",
+            generation,
+        ),
+        condition(
+            "BudgetExceeded",
+            plan.budget_exceeded,
+            "BudgetExceeded" if plan.budget_exceeded else "WithinBudget",
+            "; ".join(budget_reasons)
+            or ("budget exceeded" if plan.budget_exceeded else "cloud spend is within budget"),
+            generation,
+        ),
+    ]
+    status = ScalingPolicyStatus(
+        last_tick=rfc3339(plan.decided_at),
+        decisions=plan.counts(),
+        last_plan=lines[:MAX_PLAN_LINES],
+        budget=BudgetStatus(
+            spent_this_month=round(spent_this_month, 4),
+            projected_month=round(
+                spent_this_month + plan.cloud_cost_per_hour * hours_left_in_month, 2
+            ),
+            hourly_cost=round(plan.cloud_cost_per_hour, 4),
+        ),
+        observed_generation=generation,
+    ).to_wire()
+    status["decisions"] = plan.counts()
+    status["conditions"] = merge_conditions(old_conditions, conditions, plan.decided_at)
+    return status
