@@ -1,0 +1,429 @@
+"""Every metric the operator exports (prefix ``hybridgpu_``), defined here and nowhere else.
+
+The metrics live on their own ``CollectorRegistry`` (not prometheus_client's global one), so
+tests and embedders build as many independent sets as they like. The operator records one
+reconcile tick with :meth:`ExportedMetrics.record_plan` (the plan and the snapshot it was
+decided on) and serves ``/metrics`` with :func:`serve`.
+
+Cost counters are integrals of cost rates over time, computed by :class:`CostMeter` from
+the times passed in (never the wall clock): between two observations every pool costs what
+the first of them said (nodes, provisioning instances included, times the node-hour price
+of ``core.cost``). Each pool's cost is split over its GPUs: the share of GPUs allocated to a
+namespace's pods goes to ``namespace_cost_dollars_total``, the rest to
+``idle_gpu_cost_dollars_total``; the two add up to ``cost_dollars_total``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from hybridgpu.core.cost import node_hour_dollars
+from hybridgpu.models.actions import (
+    Action,
+    ActionKind,
+    HandleInterruption,
+    MoveJob,
+    Plan,
+    ReleaseNode,
+    ScaleUp,
+)
+from hybridgpu.models.snapshot import ClusterSnapshot, Criticality
+
+PREFIX = "hybridgpu_"
+SECONDS_PER_HOUR = 3600.0
+# Ticks further apart than this are a gap in observation (e.g. the operator was down):
+# the cost of the gap is still counted at the last known rate, but never for longer.
+MAX_INTEGRATION_STEP_SECONDS = 3600.0
+
+
+@dataclass(slots=True)
+class _PoolRate:
+    """What one pool costs per hour now, and how that cost splits over its GPUs."""
+
+    tier: str
+    dollars_per_hour: float
+    gpus: int
+    allocated_by_namespace: dict[str, int]
+
+    @property
+    def allocated(self) -> int:
+        return sum(self.allocated_by_namespace.values())
+
+
+@dataclass(slots=True)
+class CostTotals:
+    """Dollars and GPU-hours accumulated by a :class:`CostMeter` since it started."""
+
+    by_pool: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(pool, tier) -> dollars."""
+    by_namespace: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(namespace, tier) -> dollars."""
+    idle_by_pool: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(pool, tier) -> dollars of GPUs no pod requested."""
+    allocated_gpu_hours: float = 0.0
+    tokens_by_pool: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def dollars(self) -> float:
+        return sum(self.by_pool.values())
+
+
+def pool_rates(snapshot: ClusterSnapshot) -> dict[str, _PoolRate]:
+    """Cost per hour of every pool in the snapshot and its GPU allocation by namespace.
+
+    Billed nodes are the pool's nodes plus the instances still provisioning (a cloud bills
+    from launch); their GPUs count as idle until pods use them.
+    """
+    node_pool = {n.name: n.pool for n in snapshot.nodes}
+    node_count: dict[str, int] = {}
+    for node in snapshot.nodes:
+        node_count[node.pool] = node_count.get(node.pool, 0) + 1
+    allocated: dict[str, dict[str, int]] = {}
+    for pod in snapshot.pods:
+        pod_pool = node_pool.get(pod.node) if pod.node is not None else None
+        if pod_pool is None:
+            continue
+        by_ns = allocated.setdefault(pod_pool, {})
+        by_ns[pod.namespace] = by_ns.get(pod.namespace, 0) + pod.gpus
+    rates: dict[str, _PoolRate] = {}
+    for pool in snapshot.pools:
+        billed = node_count.get(pool.name, 0) + pool.provisioning_nodes
+        price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+        rates[pool.name] = _PoolRate(
+            tier=str(pool.tier),
+            dollars_per_hour=billed * price,
+            gpus=billed * pool.gpus_per_node,
+            allocated_by_namespace=allocated.get(pool.name, {}),
+        )
+    return rates
+
+
+class CostMeter:
+    """Integrates pool cost rates over time (seconds since the epoch, passed in)."""
+
+    def __init__(self) -> None:
+        self.totals = CostTotals()
+        self._rates: dict[str, _PoolRate] = {}
+        self._last: float | None = None
+
+    def observe(self, snapshot: ClusterSnapshot, now: float) -> CostTotals:
+        """Charge the time since the last observation at the rates seen then; take new rates.
+
+        Returns the increments charged by this call (for the counters).
+        """
+        charged = CostTotals()
+        if self._last is not None and now > self._last:
+            hours = min(now - self._last, MAX_INTEGRATION_STEP_SECONDS) / SECONDS_PER_HOUR
+            for pool, rate in self._rates.items():
+                self._charge(charged, pool, rate, hours)
+        if self._last is None or now > self._last:
+            self._last = now
+        self._rates = pool_rates(snapshot)
+        _merge(self.totals, charged)
+        return charged
+
+    def rates(self) -> dict[str, float]:
+        """Current cost of each pool, dollars per hour."""
+        return {pool: rate.dollars_per_hour for pool, rate in self._rates.items()}
+
+    @staticmethod
+    def _charge(out: CostTotals, pool: str, rate: _PoolRate, hours: float) -> None:
+        dollars = rate.dollars_per_hour * hours
+        key = (pool, rate.tier)
+        out.by_pool[key] = out.by_pool.get(key, 0.0) + dollars
+        out.allocated_gpu_hours += min(rate.allocated, rate.gpus) * hours
+        if rate.gpus <= 0:
+            return
+        per_gpu = dollars / rate.gpus
+        used = 0
+        for namespace, gpus in rate.allocated_by_namespace.items():
+            gpus = min(gpus, rate.gpus - used)  # never split more than the pool's GPUs
+            used += gpus
+            ns_key = (namespace, rate.tier)
+            out.by_namespace[ns_key] = out.by_namespace.get(ns_key, 0.0) + per_gpu * gpus
+        out.idle_by_pool[key] = out.idle_by_pool.get(key, 0.0) + per_gpu * (rate.gpus - used)
+
+
+def _merge(into: CostTotals, more: CostTotals) -> None:
+    for target, source in (
+        (into.by_pool, more.by_pool),
+        (into.by_namespace, more.by_namespace),
+        (into.idle_by_pool, more.idle_by_pool),
+    ):
+        for key, value in source.items():
+            target[key] = target.get(key, 0.0) + value
+    into.allocated_gpu_hours += more.allocated_gpu_hours
+
+
+def _action_key(action: Action) -> tuple[str, ...] | None:
+    """Identity of an action that a plan repeats tick after tick until it is done (None: each
+    occurrence is new, as for scale-ups, whose earlier requests the snapshot already counts)."""
+    if isinstance(action, MoveJob):
+        return (action.kind.value, action.namespace, action.job, str(action.to_pool))
+    if isinstance(action, ScaleUp):
+        return None
+    return (action.kind.value, action.pool, action.node)
+
+
+class ExportedMetrics:
+    """The operator's metrics on one registry. ``tokens_counter`` (e.g. vLLM's
+    ``vllm:generation_tokens_total``) enables ``cost_per_million_tokens_dollars``."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, tokens_counter: str | None = None
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.tokens_counter = tokens_counter
+        self.meter = CostMeter()
+        self._ongoing: set[tuple[str, ...]] = set()
+        r = self.registry
+        p = PREFIX
+        self.pool_nodes = Gauge(
+            p + "pool_nodes",
+            "Nodes of a pool by state (ready, not_ready, cordoned, provisioning).",
+            ["pool", "tier", "state"],
+            registry=r,
+        )
+        self.pool_gpus = Gauge(
+            p + "pool_gpus",
+            "GPUs of a pool by state (allocated to pods, idle).",
+            ["pool", "tier", "state"],
+            registry=r,
+        )
+        self.pool_gpu_utilization_ratio = Gauge(
+            p + "pool_gpu_utilization_ratio",
+            "Average GPU utilization (0-1) of the pool's nodes with fresh samples; absent "
+            "when no node has one.",
+            ["pool", "tier"],
+            registry=r,
+        )
+        self.pool_cost_per_hour_dollars = Gauge(
+            p + "pool_cost_per_hour_dollars",
+            "What the pool costs now, dollars per hour (provisioning instances included).",
+            ["pool", "tier"],
+            registry=r,
+        )
+        self.cost_dollars = Counter(
+            p + "cost_dollars",
+            "Cost of the pool integrated over time, dollars.",
+            ["pool", "tier"],
+            registry=r,
+        )
+        self.namespace_cost_dollars = Counter(
+            p + "namespace_cost_dollars",
+            "Cost of the GPUs allocated to a namespace's pods, dollars.",
+            ["namespace", "tier"],
+            registry=r,
+        )
+        self.idle_gpu_cost_dollars = Counter(
+            p + "idle_gpu_cost_dollars",
+            "Cost of GPUs no pod requested (waste on core, idle rent on cloud), dollars.",
+            ["pool", "tier"],
+            registry=r,
+        )
+        self.preemptions = Counter(
+            p + "preemptions",
+            "Jobs moved between tiers (reason: preempt, consolidate).",
+            ["from_tier", "to_tier", "reason"],
+            registry=r,
+        )
+        self.scale_events = Counter(
+            p + "scale_events",
+            "Scale-ups and node releases decided, by pool and direction (up, down).",
+            ["pool", "direction"],
+            registry=r,
+        )
+        self.spot_interruptions = Counter(
+            p + "spot_interruptions",
+            "Nodes the provider announced it will take away.",
+            ["pool"],
+            registry=r,
+        )
+        self.pending_gpu_requests = Gauge(
+            p + "pending_gpu_requests",
+            "GPUs requested by pending pods with no capacity yet, by criticality.",
+            ["criticality"],
+            registry=r,
+        )
+        self.budget_spent_dollars = Gauge(
+            p + "budget_spent_dollars", "Cloud spend this month, dollars.", registry=r
+        )
+        self.budget_limit_dollars = Gauge(
+            p + "budget_limit_dollars",
+            "The ScalingPolicy's monthly cloud budget, dollars (absent: no limit).",
+            registry=r,
+        )
+        self.reconcile_duration_seconds = Histogram(
+            p + "reconcile_duration_seconds",
+            "Time one reconcile tick took (snapshot, decide, act, report), seconds.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.decisions = Counter(
+            p + "decisions",
+            "Actions decided, by kind; an action repeated by consecutive ticks counts once.",
+            ["action"],
+            registry=r,
+        )
+        self.effective_cost_per_gpu_hour_dollars = Gauge(
+            p + "effective_cost_per_gpu_hour_dollars",
+            "All pools' cost divided by the GPU-hours allocated to pods since start, dollars.",
+            registry=r,
+        )
+        self.cost_per_million_tokens_dollars: Gauge | None = None
+        if tokens_counter:
+            self.cost_per_million_tokens_dollars = Gauge(
+                p + "cost_per_million_tokens_dollars",
+                f"Cost of the pool per million tokens of {tokens_counter}, dollars.",
+                ["pool", "tier"],
+                registry=r,
+            )
+        for level in Criticality:
+            self.pending_gpu_requests.labels(criticality=level.value).set(0)
+
+    # --- recording ------------------------------------------------------------------
+
+    def record_plan(
+        self,
+        plan: Plan,
+        snapshot: ClusterSnapshot,
+        now: float,
+        *,
+        budget_limit_dollars: float | None = None,
+    ) -> None:
+        """Update every metric from one tick: the plan decided on ``snapshot`` at ``now``
+        (seconds since the epoch)."""
+        self._record_cost(snapshot, now)
+        self._record_pools(snapshot)
+        self._record_actions(plan, snapshot)
+        for level in Criticality:
+            gpus = plan.pending_gpus.get(level.value, 0)
+            self.pending_gpu_requests.labels(criticality=level.value).set(gpus)
+        self.budget_spent_dollars.set(snapshot.budget.spent_this_month_dollars)
+        if budget_limit_dollars is not None:
+            self.budget_limit_dollars.set(budget_limit_dollars)
+
+    def record_tokens(self, pool: str, tokens: float) -> None:
+        """Add tokens generated on the pool's nodes (an increase of the tokens counter)."""
+        if tokens > 0 and math.isfinite(tokens):
+            totals = self.meter.totals.tokens_by_pool
+            totals[pool] = totals.get(pool, 0.0) + tokens
+        self._record_token_cost()
+
+    def observe_reconcile(self, seconds: float) -> None:
+        """Record how long one tick took, seconds."""
+        self.reconcile_duration_seconds.observe(seconds)
+
+    def _record_cost(self, snapshot: ClusterSnapshot, now: float) -> None:
+        charged = self.meter.observe(snapshot, now)
+        for (pool, tier), dollars in charged.by_pool.items():
+            self.cost_dollars.labels(pool=pool, tier=tier).inc(dollars)
+        for (namespace, tier), dollars in charged.by_namespace.items():
+            self.namespace_cost_dollars.labels(namespace=namespace, tier=tier).inc(dollars)
+        for (pool, tier), dollars in charged.idle_by_pool.items():
+            self.idle_gpu_cost_dollars.labels(pool=pool, tier=tier).inc(dollars)
+        totals = self.meter.totals
+        if totals.allocated_gpu_hours > 0:
+            self.effective_cost_per_gpu_hour_dollars.set(
+                totals.dollars / totals.allocated_gpu_hours
+            )
+        self._record_token_cost()
+
+    def _record_token_cost(self) -> None:
+        gauge = self.cost_per_million_tokens_dollars
+        if gauge is None:
+            return
+        totals = self.meter.totals
+        for (pool, tier), dollars in totals.by_pool.items():
+            tokens = totals.tokens_by_pool.get(pool, 0.0)
+            if tokens > 0:
+                gauge.labels(pool=pool, tier=tier).set(dollars / tokens * 1e6)
+
+    def _record_pools(self, snapshot: ClusterSnapshot) -> None:
+        rates = self.meter.rates()
+        for gauge in (
+            self.pool_nodes,
+            self.pool_gpus,
+            self.pool_gpu_utilization_ratio,
+            self.pool_cost_per_hour_dollars,
+        ):
+            gauge.clear()  # pools that went away lose their series
+        allocated_on: dict[str, int] = {}
+        for pod in snapshot.pods:
+            if pod.node is not None:
+                allocated_on[pod.node] = allocated_on.get(pod.node, 0) + pod.gpus
+        for pool in snapshot.pools:
+            tier = str(pool.tier)
+            nodes = [n for n in snapshot.nodes if n.pool == pool.name]
+            states = {
+                "ready": sum(1 for n in nodes if n.ready and not n.cordoned),
+                "not_ready": sum(1 for n in nodes if not n.ready and not n.cordoned),
+                "cordoned": sum(1 for n in nodes if n.cordoned),
+                "provisioning": pool.provisioning_nodes,
+            }
+            for state, count in states.items():
+                self.pool_nodes.labels(pool=pool.name, tier=tier, state=state).set(count)
+            gpus = sum(n.gpus for n in nodes)
+            allocated = min(gpus, sum(allocated_on.get(n.name, 0) for n in nodes))
+            self.pool_gpus.labels(pool=pool.name, tier=tier, state="allocated").set(allocated)
+            self.pool_gpus.labels(pool=pool.name, tier=tier, state="idle").set(gpus - allocated)
+            fresh = [
+                n.utilization_percent
+                for n in nodes
+                if n.utilization_percent is not None and not n.utilization_stale
+            ]
+            if fresh and snapshot.metrics.available:
+                ratio = sum(fresh) / len(fresh) / 100.0
+                self.pool_gpu_utilization_ratio.labels(pool=pool.name, tier=tier).set(ratio)
+            self.pool_cost_per_hour_dollars.labels(pool=pool.name, tier=tier).set(
+                rates.get(pool.name, 0.0)
+            )
+
+    def _record_actions(self, plan: Plan, snapshot: ClusterSnapshot) -> None:
+        tiers = {p.name: str(p.tier) for p in snapshot.pools}
+        ongoing: set[tuple[str, ...]] = set()
+        for action in plan.actions:
+            key = _action_key(action)
+            if key is not None:
+                ongoing.add(key)
+                if key in self._ongoing:
+                    continue  # the same decision as last tick, still being carried out
+            self.decisions.labels(action=action.kind.value).inc()
+            if isinstance(action, ScaleUp):
+                self.scale_events.labels(pool=action.pool, direction="up").inc()
+            elif isinstance(action, ReleaseNode):
+                self.scale_events.labels(pool=action.pool, direction="down").inc()
+            elif isinstance(action, HandleInterruption):
+                self.spot_interruptions.labels(pool=action.pool).inc()
+            elif isinstance(action, MoveJob):
+                from_tier = tiers.get(action.from_pool or "", "none")
+                to_tier = tiers.get(action.to_pool or "", "requeue")
+                reason = "consolidate" if action.kind == ActionKind.CONSOLIDATE else "preempt"
+                self.preemptions.labels(from_tier=from_tier, to_tier=to_tier, reason=reason).inc()
+        self._ongoing = ongoing
+
+
+METRICS = ExportedMetrics()
+"""The operator process's metrics (tests build their own ExportedMetrics)."""
+
+
+def record_plan(
+    plan: Plan,
+    snapshot: ClusterSnapshot,
+    now: float,
+    *,
+    budget_limit_dollars: float | None = None,
+    metrics: ExportedMetrics = METRICS,
+) -> None:
+    """Update the operator's metrics from one tick (see :meth:`ExportedMetrics.record_plan`)."""
+    metrics.record_plan(plan, snapshot, now, budget_limit_dollars=budget_limit_dollars)
+
+
+def serve(port: int, addr: str = "127.0.0.1", *, metrics: ExportedMetrics = METRICS) -> WSGIServer:
+    """Serve ``/metrics`` on ``addr:port`` in a daemon thread; ``shutdown()`` stops it."""
+    server, _thread = start_http_server(port, addr, registry=metrics.registry)
+    return server
