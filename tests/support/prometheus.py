@@ -1,0 +1,219 @@
+"""A real Prometheus (Debian's package, started here) scraping a fake DCGM exporter.
+
+Import the fixtures into a test module: ``from support.prometheus import dcgm, prometheus``.
+
+- ``dcgm`` (session): a prometheus_client HTTP server on 127.0.0.1 serving the DCGM
+  exporter's metrics (``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``,
+  ``DCGM_FI_DEV_XID_ERRORS``) and OpenCost's ``node_gpu_hourly_cost``; tests set values.
+- ``prometheus`` (session): ``/usr/bin/prometheus`` on a free 127.0.0.1 port with a temp
+  config scraping ``dcgm`` every second, its TSDB pre-filled with history by
+  ``promtool tsdb create-blocks-from openmetrics`` (:data:`HISTORY`). Stopped at the end,
+  also when tests fail. Override the binaries with HYBRIDGPU_PROMETHEUS / HYBRIDGPU_PROMTOOL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+import pytest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from support.moto import free_port
+
+HISTORY_METRIC = "hybridgpu_test_gpus_in_use"
+HISTORY_STEP_SECONDS = 300
+HISTORY_POINTS = 48  # four hours
+
+
+def history_value(criticality: str, index: int) -> float:
+    """The backfilled GPU demand at step ``index``: a known function the tests check."""
+    base = {"critical": 8.0, "standard": 16.0, "preemptible": 4.0}[criticality]
+    return base + (index % 6)
+
+
+def _binary(env: str, default: str) -> str:
+    path = os.environ.get(env, default)
+    if not Path(path).exists() and shutil.which(Path(path).name) is None:
+        pytest.fail(f"{path} is missing: run `make prometheus-bin` (Debian package prometheus)")
+    return path if Path(path).exists() else str(shutil.which(Path(path).name))
+
+
+@dataclass
+class FakeDCGM:
+    """What a DCGM exporter (plus OpenCost) would expose; set values per node and GPU."""
+
+    registry: CollectorRegistry
+    util: Gauge
+    engine_active: Gauge
+    xid: Gauge
+    gpu_hourly_cost: Gauge
+    server: WSGIServer
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def set_utilization(self, node: str, percents: list[float]) -> None:
+        for gpu, percent in enumerate(percents):
+            labels = {"gpu": str(gpu), "UUID": f"GPU-{node}-{gpu}", "Hostname": node}
+            self.util.labels(**labels).set(percent)
+
+    def forget_node(self, node: str) -> None:
+        """The node's exporter stopped reporting (its series vanish from the next scrape)."""
+        for gauge in (self.util, self.engine_active, self.xid):
+            for labels in [s.labels for m in gauge.collect() for s in m.samples]:
+                if labels.get("Hostname") == node:
+                    gauge.remove(labels["gpu"], labels["UUID"], labels["Hostname"])
+
+
+def start_fake_dcgm() -> FakeDCGM:
+    registry = CollectorRegistry()
+    labels = ["gpu", "UUID", "Hostname"]
+    util = Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels, registry=registry)
+    engine = Gauge(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active.",
+        labels,
+        registry=registry,
+    )
+    xid = Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error.", labels, registry=registry)
+    cost = Gauge("node_gpu_hourly_cost", "OpenCost GPU hourly cost.", ["node"], registry=registry)
+    server, _thread = start_http_server(0, "127.0.0.1", registry=registry)
+    return FakeDCGM(registry, util, engine, xid, cost, server)
+
+
+@pytest.fixture(scope="session")
+def dcgm() -> Iterator[FakeDCGM]:
+    exporter = start_fake_dcgm()
+    try:
+        yield exporter
+    finally:
+        exporter.server.shutdown()
+        exporter.server.server_close()
+
+
+@dataclass
+class Prometheus:
+    url: str
+    process: subprocess.Popen[bytes]
+    history_end: float
+    """Time of the last backfilled point (seconds since the epoch, on a step boundary)."""
+
+    def api(self, path: str, **params: str) -> dict[str, object]:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=5) as response:
+            body: dict[str, object] = json.loads(response.read())
+        return body
+
+    def wait_for(self, promql: str, ready: Callable[[list[dict[str, object]]], bool]) -> None:
+        """Poll an instant query until ``ready(result)`` (scrapes land every second)."""
+        deadline = time.monotonic() + 20
+        result: list[dict[str, object]] = []
+        while time.monotonic() < deadline:
+            data = self.api("/api/v1/query", query=promql)["data"]
+            result = data["result"]  # type: ignore[index]
+            if ready(result):
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"Prometheus never had {promql}: {result}")
+
+
+def write_history(path: Path, end: float) -> None:
+    """OpenMetrics text of HISTORY_METRIC, one point per step, ending at ``end``."""
+    lines = [f"# TYPE {HISTORY_METRIC} gauge", f"# HELP {HISTORY_METRIC} GPUs in use."]
+    for criticality in ("critical", "standard", "preemptible"):
+        for index in range(HISTORY_POINTS):
+            at = end - (HISTORY_POINTS - 1 - index) * HISTORY_STEP_SECONDS
+            value = history_value(criticality, index)
+            lines.append(f'{HISTORY_METRIC}{{criticality="{criticality}"}} {value} {at:.0f}')
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def start_prometheus(workdir: Path, scrape_target: str) -> Prometheus:
+    prometheus_bin = _binary("HYBRIDGPU_PROMETHEUS", "/usr/bin/prometheus")
+    promtool_bin = _binary("HYBRIDGPU_PROMTOOL", "/usr/bin/promtool")
+    data = workdir / "data"
+    data.mkdir()
+    # History ends well before now so the backfilled blocks never overlap the live head.
+    step = HISTORY_STEP_SECONDS
+    history_end = (time.time() - 3 * 3600) // step * step
+    openmetrics = workdir / "history.om"
+    write_history(openmetrics, history_end)
+    subprocess.run(
+        [promtool_bin, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global:\n"
+        "  scrape_interval: 1s\n"
+        "  evaluation_interval: 1s\n"
+        "scrape_configs:\n"
+        "  - job_name: dcgm\n"
+        "    honor_labels: true\n"
+        "    static_configs:\n"
+        f"      - targets: ['{scrape_target}']\n"
+    )
+    port = free_port()
+    log_file = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            prometheus_bin,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+            "--log.level=warn",
+        ],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+    )
+    log_file.close()
+    server = Prometheus(f"http://127.0.0.1:{port}", process, history_end)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log_text = (workdir / "prometheus.log").read_text()[-3000:]
+            raise RuntimeError(f"prometheus exited: {log_text}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    stop_prometheus(server)
+    raise RuntimeError("prometheus was not ready within 30 s")
+
+
+def stop_prometheus(server: Prometheus) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def prometheus(dcgm: FakeDCGM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    server = start_prometheus(tmp_path_factory.mktemp("prometheus"), dcgm.target)
+    try:
+        yield server
+    finally:
+        stop_prometheus(server)
