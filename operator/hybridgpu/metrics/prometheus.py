@@ -310,6 +310,10 @@ class PrometheusClient:
                 f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g}s"
             ) from exc
         except (urllib.error.URLError, OSError) as exc:
+            if isinstance(getattr(exc, "reason", None), TimeoutError):
+                raise MetricsUnavailable(
+                    f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g}s"
+                ) from exc
             raise MetricsUnavailable(f"Prometheus at {self.url} is unreachable: {exc}") from exc
         except ValueError as exc:
             raise MetricsUnavailable(f"Prometheus at {self.url} sent invalid JSON: {exc}") from exc
