@@ -343,6 +343,32 @@ def test_a_restarted_operator_sees_unacknowledged_notices_again(aws: str) -> Non
     assert [n.instance_id for n in restarted.interruptions()] == ["i-0abc"]
 
 
+def test_a_failed_delete_is_retried_when_the_message_comes_back(faulty_aws: FaultProxy) -> None:
+    sqs = client(faulty_aws.upstream, "sqs")
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(
+        QueueUrl=url,
+        MessageBody=event("EC2 Spot Instance Interruption Warning", {"instance-id": "i-0abc"}),
+    )
+    cloud = provider(
+        faulty_aws.endpoint_url,
+        interruption_queue_urls=(url,),
+        visibility_timeout_seconds=1,
+        max_attempts=2,
+    )
+    (notice,) = cloud.interruptions()
+    faulty_aws.fail("DeleteMessage", UNAVAILABLE, times=2)
+
+    with pytest.raises(ProviderError) as raised:
+        cloud.acknowledge(notice)
+    assert raised.value.retryable is True
+    assert queue_depth(faulty_aws.upstream, url) == 1
+
+    time.sleep(1.5)
+    assert cloud.interruptions() == []  # handled already: not handed out again
+    assert queue_depth(faulty_aws.upstream, url) == 0
+
+
 @pytest.mark.parametrize(
     ("body", "want"),
     [
@@ -358,10 +384,13 @@ def test_events_that_announce_nothing_parse_to_nothing(body: str, want: list[obj
 # --- faults: throttling, 5xx, dropped connections -------------------------------------
 
 
-def test_throttled_scale_up_is_retried_with_backoff(faulty_aws: FaultProxy) -> None:
+@pytest.mark.parametrize("retry_mode", ["standard", "adaptive"])
+def test_throttled_scale_up_is_retried_with_backoff(
+    faulty_aws: FaultProxy, retry_mode: str
+) -> None:
     make_group(faulty_aws.upstream)
     naps: list[float] = []
-    cloud = provider(faulty_aws.endpoint_url, sleep=naps.append)
+    cloud = provider(faulty_aws.endpoint_url, sleep=naps.append, retry_mode=retry_mode)
     faulty_aws.fail("SetDesiredCapacity", THROTTLE, times=2)
 
     cloud.set_target("gpu", elastic_spec(), 3)
@@ -439,6 +468,36 @@ def test_a_scale_up_whose_response_was_lost_lands_exactly(faulty_aws: FaultProxy
 
     assert faulty_aws.reached_moto["SetDesiredCapacity"] == 1
     assert desired(faulty_aws.upstream) == 2 and len(live_instances(faulty_aws.upstream)) == 2
+
+
+def test_a_fleet_termination_whose_response_was_lost_is_not_repeated(
+    faulty_aws: FaultProxy,
+) -> None:
+    make_template(faulty_aws.upstream)
+    cloud = provider(faulty_aws.endpoint_url)
+    spec = spot_spec()
+    cloud.set_target("spot", spec, 2)
+    victim, survivor = (i.instance_id for i in cloud.instances("spot", spec))
+    faulty_aws.fail("TerminateInstances", DROP_AFTER, times=1)
+
+    cloud.terminate("spot", spec, victim)
+
+    assert faulty_aws.reached_moto["TerminateInstances"] == 1
+    assert live_instances(faulty_aws.upstream) == [survivor]
+
+
+def test_terminating_another_pools_instance_is_refused(aws: str) -> None:
+    make_group(aws)
+    make_template(aws)
+    cloud = provider(aws)
+    cloud.set_target("gpu", elastic_spec(), 1)
+    elastic_instance = cloud.instances("gpu", elastic_spec())[0].instance_id
+
+    with pytest.raises(ProviderError, match="not tagged") as raised:
+        cloud.terminate("spot", spot_spec(), elastic_instance)
+
+    assert raised.value.retryable is False
+    assert elastic_instance in live_instances(aws)
 
 
 # --- the fake agrees with the real adapter --------------------------------------------

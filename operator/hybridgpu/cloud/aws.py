@@ -529,6 +529,11 @@ class AWSProvider:
         held = self._held.get(message_id)
         if held is not None:  # seen before: its visibility ran out; keep the newest handle
             held.receipt_handle = message["ReceiptHandle"]
+            if not held.notices:  # all handled, but the delete failed: delete it now
+                self._sqs(queue_url).delete_message(
+                    QueueUrl=queue_url, ReceiptHandle=held.receipt_handle
+                )
+                del self._held[message_id]
             return
         events = parse_event(message.get("Body", ""))
         if not events:
