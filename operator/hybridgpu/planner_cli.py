@@ -56,13 +56,13 @@ def add_parsers(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _history(args: argparse.Namespace) -> tuple[list[Any], Any, str]:
-    """The demand history, the spec and a description of where the history came from."""
+def _history(args: argparse.Namespace) -> tuple[list[Any], list[Any], Any, str]:
+    """The demand history, its jobs (traces), the spec and where the history came from."""
     from hybridgpu.planner_io import (
         history_from_spec_trace,
         load_demand_csv,
         load_plan_spec,
-        load_trace_history,
+        load_trace,
         prometheus_history,
     )
 
@@ -70,17 +70,17 @@ def _history(args: argparse.Namespace) -> tuple[list[Any], Any, str]:
         spec = load_plan_spec(
             args.config, history={"trace": {"path": args.history, "format": "demand"}}
         )
-        return load_demand_csv(args.history), spec, f"{args.history} (demand)"
+        return load_demand_csv(args.history), [], spec, f"{args.history} (demand)"
     if args.trace:
         scale = 1.0 if args.time_scale is None else args.time_scale
         spec = load_plan_spec(
             args.config,
             history={"trace": {"path": args.trace, "format": args.trace_format}},
         )
-        samples = load_trace_history(
+        samples, jobs = load_trace(
             args.trace, args.trace_format, time_scale=scale, qos_map=args.qos_map
         )
-        return samples, spec, f"{args.trace} ({args.trace_format}, time scale {scale:g})"
+        return samples, jobs, spec, f"{args.trace} ({args.trace_format}, time scale {scale:g})"
     if args.prometheus:
         spec = load_plan_spec(args.config, history={"prometheus": {"url": args.prometheus}})
         prom = spec.history.prometheus
@@ -94,18 +94,19 @@ def _history(args: argparse.Namespace) -> tuple[list[Any], Any, str]:
             step,
             end_seconds=time.time(),
         )
-        return samples, spec, f"{args.prometheus} (last {window}, step {step})"
+        return samples, [], spec, f"{args.prometheus} (last {window}, step {step})"
     spec = load_plan_spec(args.config)
     if spec.history.trace is not None:
         trace = spec.history.trace
         base = Path(args.config).resolve().parent
-        return history_from_spec_trace(trace, base), spec, f"{trace.path} ({trace.format})"
+        samples, jobs = history_from_spec_trace(trace, base)
+        return samples, jobs, spec, f"{trace.path} ({trace.format})"
     prom = spec.history.prometheus
     assert prom is not None
     samples = prometheus_history(
         prom.url, prom.query, prom.window, prom.step, end_seconds=time.time()
     )
-    return samples, spec, f"{prom.url} (last {prom.window}, step {prom.step})"
+    return samples, [], spec, f"{prom.url} (last {prom.window}, step {prom.step})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--time-scale needs --trace FILE")
     if args.time_scale is not None and not args.time_scale > 0:
         raise UserError(f"--time-scale must be > 0, got {args.time_scale}")
-    samples, spec, source = _history(args)
+    samples, jobs, spec, source = _history(args)
     try:
-        inputs = inputs_from_spec(spec, samples)
+        inputs = inputs_from_spec(spec, samples, jobs)
     except ValueError as err:
         raise UserError(f"{args.config}: {err}") from None
     result = plan_capacity(inputs)

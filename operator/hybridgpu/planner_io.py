@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hybridgpu.core.tco import DemandSample, history_from_intervals
+from hybridgpu.core.tco import DemandSample, JobDemand, history_from_intervals
 from hybridgpu.errors import UserError
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec, TraceHistory
@@ -108,16 +108,17 @@ def _samples_from_levels(by_time: dict[float, dict[str, float]], source: str) ->
     return samples
 
 
-def load_trace_history(
+def load_trace(
     path: str | Path,
     trace_format: str,
     *,
     time_scale: float = 1.0,
     qos_map: str | None = None,
-) -> list[DemandSample]:
-    """Demand of a job trace: each job holds its GPUs from arrival for its duration."""
+) -> tuple[list[DemandSample], list[JobDemand]]:
+    """Demand of a job trace (each job holds its GPUs from arrival for its duration) and its
+    jobs; a ``demand`` CSV has no jobs."""
     if trace_format == "demand":
-        return load_demand_csv(path)
+        return load_demand_csv(path), []
     from hybridgpu.sim.traces import load_csv, load_openb, parse_qos_map
 
     if not time_scale > 0:
@@ -128,31 +129,39 @@ def load_trace_history(
         load = load_csv(path, time_scale=time_scale)
     else:
         raise UserError(f"trace format {trace_format!r}: expected openb, csv or demand")
-    samples = history_from_jobs(load.jobs)
-    if not samples:
+    jobs = jobs_of_trace(load.jobs)
+    if not jobs:
         raise UserError(f"{path}: no GPU jobs in the trace")
-    return samples
+    return history_from_jobs(jobs), jobs
 
 
-def history_from_jobs(jobs: Sequence[Any]) -> list[DemandSample]:
-    """Demand samples of trace jobs (``sim.traces.TraceJob``)."""
-    return history_from_intervals(
-        (
-            j.arrival_seconds,
-            j.arrival_seconds + j.duration_seconds,
-            float(j.gpus),
-            str(j.criticality) == "preemptible",
+def jobs_of_trace(trace_jobs: Sequence[Any]) -> list[JobDemand]:
+    """``sim.traces.TraceJob`` records as the planner's jobs."""
+    return [
+        JobDemand(
+            j.arrival_seconds, j.duration_seconds, int(j.gpus), str(j.criticality) == "preemptible"
         )
+        for j in trace_jobs
+        if j.gpus > 0 and j.duration_seconds > 0
+    ]
+
+
+def history_from_jobs(jobs: Sequence[JobDemand]) -> list[DemandSample]:
+    """Demand samples of jobs: each holds its GPUs from arrival for its duration."""
+    return history_from_intervals(
+        (j.arrival_seconds, j.arrival_seconds + j.duration_seconds, float(j.gpus), j.preemptible)
         for j in jobs
     )
 
 
-def history_from_spec_trace(trace: TraceHistory, base: Path | None = None) -> list[DemandSample]:
-    """The demand of a CapacityPlan's trace source; relative paths from ``base``."""
+def history_from_spec_trace(
+    trace: TraceHistory, base: Path | None = None
+) -> tuple[list[DemandSample], list[JobDemand]]:
+    """The demand (and jobs) of a CapacityPlan's trace source; relative paths from ``base``."""
     path = Path(trace.path)
     if base is not None and not path.is_absolute():
         path = base / path
-    return load_trace_history(path, trace.format, time_scale=trace.time_scale)
+    return load_trace(path, trace.format, time_scale=trace.time_scale)
 
 
 def prometheus_history(

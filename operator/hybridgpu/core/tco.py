@@ -25,6 +25,7 @@ O(log n) per size.
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 from collections.abc import Iterable, Sequence
@@ -99,6 +100,10 @@ class CloudRates:
     spot_per_gpu_hour: float
     spot_interruptions_per_hour: float = 0.0
     spot_restart_overhead_hours: float = 0.0
+    node_startup_hours: float = 0.0
+    """Jobs only: billed time from launching a cloud node to running work on it."""
+    idle_release_hours: float = 0.0
+    """Jobs only: billed time an idle cloud node waits for work before it is released."""
 
     @property
     def spot_rerun_factor(self) -> float:
@@ -118,6 +123,17 @@ class CloudRates:
 
 
 @dataclass(frozen=True, slots=True)
+class JobDemand:
+    """One job of a trace: it asks for ``gpus`` at ``arrival_seconds`` and runs for
+    ``duration_seconds``."""
+
+    arrival_seconds: float
+    duration_seconds: float
+    gpus: int
+    preemptible: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PlanInputs:
     """Everything the plan depends on. ``demand_growth_per_year`` is a fraction (0.2 = +20 %)."""
 
@@ -127,6 +143,9 @@ class PlanInputs:
     horizon_months: int = 36
     demand_growth_per_year: float = 0.0
     preemptible_share: float | None = None
+    jobs: tuple[JobDemand, ...] = ()
+    """When set, cloud usage comes from replaying the jobs (``replay_jobs``), not the fluid
+    model; ``history`` is then their demand (for the duration curve)."""
 
     def __post_init__(self) -> None:
         if not self.node_types:
@@ -215,8 +234,29 @@ class FleetCost:
         return self.owned_used_gpu_hours / (self.owned_gpus * self.horizon_hours)
 
 
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Where demand runs with a given owned capacity: GPU-hours over some window."""
+
+    owned: float
+    elastic: float  # billed on-demand GPU-hours
+    spot: float  # billed spot GPU-hours, reruns included
+
+    def scaled(self, factor: float) -> Usage:
+        return Usage(self.owned * factor, self.elastic * factor, self.spot * factor)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.owned + other.owned, self.elastic + other.elastic, self.spot + other.spot)
+
+
 class CostModel:
-    """The cost of any owned fleet for one set of inputs (duration curves built once)."""
+    """The cost of any owned fleet for one set of inputs.
+
+    Fluid (a demand history): demand above the owned GPUs moves to the cloud and back at no
+    cost, read off duration curves. Jobs (a trace): ``replay_jobs`` places each job once,
+    as the operator does, at every owned size; growth scales a replay by homogeneity
+    (demand x f on g GPUs costs f x demand on g / f GPUs).
+    """
 
     def __init__(self, inputs: PlanInputs) -> None:
         self.inputs = inputs
@@ -226,20 +266,64 @@ class CostModel:
         self.horizon_hours = inputs.horizon_hours
         self.node_hour_dollars = tuple(t.node_hour_dollars for t in inputs.node_types)
         self.gpus_per_node = tuple(t.gpus_per_node for t in inputs.node_types)
+        self._replays: dict[int, Usage] = {}
+        self._usage: dict[float, Usage] = {}
+        self._factors = growth_factors(inputs.horizon_months, inputs.demand_growth_per_year)
+        history_hours = sum(s.hours for s in inputs.history)
+        if inputs.jobs:
+            window = _jobs_window_hours(inputs.jobs)
+            self._replay_weight = HOURS_PER_MONTH / window
+        else:
+            self._replay_weight = HOURS_PER_MONTH / history_hours
 
     @property
     def max_useful_gpus(self) -> int:
         """Owning more GPUs than this never pays: every extra node could go (see module doc)."""
         return math.ceil(self.total.peak - 1e-9) + max(self.gpus_per_node) - 1
 
+    def _replay(self, owned_gpus: int) -> Usage:
+        usage = self._replays.get(owned_gpus)
+        if usage is None:
+            usage = replay_jobs(self.inputs.jobs, owned_gpus, self.inputs.cloud)
+            self._replays[owned_gpus] = usage
+        return usage
+
+    def _replay_at(self, owned_gpus: float) -> Usage:
+        low = math.floor(owned_gpus)
+        share = owned_gpus - low
+        if share < 1e-9:
+            return self._replay(low)
+        return self._replay(low).scaled(1 - share) + self._replay(low + 1).scaled(share)
+
+    def usage(self, owned_gpus: float) -> Usage:
+        """Owned, on-demand and spot GPU-hours over the horizon with ``owned_gpus`` owned."""
+        cached = self._usage.get(owned_gpus)
+        if cached is not None:
+            return cached
+        if self.inputs.jobs:
+            usage = Usage(0.0, 0.0, 0.0)
+            for factor, months in self._factors:
+                at = self._replay_at(owned_gpus / factor)
+                usage = usage + at.scaled(factor * months * self._replay_weight)
+        else:
+            usage = self._fluid_usage(owned_gpus)
+        self._usage[owned_gpus] = usage
+        return usage
+
+    def _fluid_usage(self, owned_gpus: float) -> Usage:
+        cloud = self.inputs.cloud
+        elastic = self.firm.total_gpu_hours - self.firm.gpu_hours_below(owned_gpus)
+        served = self.total.gpu_hours_below(owned_gpus)
+        preemptible_out = max(self.total.total_gpu_hours - served - elastic, 0.0)
+        if cloud.spot_is_used:
+            return Usage(served, elastic, preemptible_out * cloud.spot_rerun_factor)
+        return Usage(served, elastic + preemptible_out, 0.0)
+
     def cloud_dollars(self, owned_gpus: float) -> float:
         """Cloud bill over the horizon with ``owned_gpus`` owned, dollars."""
         cloud = self.inputs.cloud
-        elastic = self.firm.total_gpu_hours - self.firm.gpu_hours_below(owned_gpus)
-        spot_useful = self.total.total_gpu_hours - self.total.gpu_hours_below(owned_gpus) - elastic
-        return cloud.on_demand_per_gpu_hour * elastic + cloud.spot_effective_per_gpu_hour * max(
-            spot_useful, 0.0
-        )
+        usage = self.usage(owned_gpus)
+        return usage.elastic * cloud.on_demand_per_gpu_hour + usage.spot * cloud.spot_per_gpu_hour
 
     def total_dollars(self, nodes: Sequence[int]) -> float:
         """Owned plus cloud cost of ``nodes`` (per node type) over the horizon, dollars."""
@@ -252,31 +336,188 @@ class CostModel:
         cloud = self.inputs.cloud
         owned = sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))
         core = sum(n * c for n, c in zip(nodes, self.node_hour_dollars, strict=True))
-        elastic = self.firm.total_gpu_hours - self.firm.gpu_hours_below(owned)
-        served = self.total.gpu_hours_below(owned)
-        preemptible_out = max(self.total.total_gpu_hours - served - elastic, 0.0)
-        if cloud.spot_is_used:
-            spot_hours = preemptible_out * cloud.spot_rerun_factor
-            spot_dollars = spot_hours * cloud.spot_per_gpu_hour
-        else:
-            spot_hours, spot_dollars = 0.0, 0.0
-            elastic += preemptible_out
+        usage = self.usage(owned)
         return FleetCost(
             nodes=tuple(nodes),
             owned_gpus=owned,
             horizon_hours=self.horizon_hours,
             core_dollars=core * self.horizon_hours,
-            elastic_dollars=elastic * cloud.on_demand_per_gpu_hour,
-            spot_dollars=spot_dollars,
+            elastic_dollars=usage.elastic * cloud.on_demand_per_gpu_hour,
+            spot_dollars=usage.spot * cloud.spot_per_gpu_hour,
             demand_gpu_hours=self.total.total_gpu_hours,
-            owned_used_gpu_hours=served,
-            elastic_gpu_hours=elastic,
-            spot_gpu_hours=spot_hours,
+            owned_used_gpu_hours=usage.owned,
+            elastic_gpu_hours=usage.elastic,
+            spot_gpu_hours=usage.spot,
         )
 
     def all_on_demand_dollars(self) -> float:
-        """Every GPU-hour of demand rented on demand, dollars over the horizon."""
-        return self.total.total_gpu_hours * self.inputs.cloud.on_demand_per_gpu_hour
+        """Every GPU-hour of demand rented on demand, dollars over the horizon (jobs: with
+        the same start-up and idle billing as the plan)."""
+        od = self.inputs.cloud.on_demand_per_gpu_hour
+        if not self.inputs.jobs:
+            return self.total.total_gpu_hours * od
+        replay = replay_jobs(self.inputs.jobs, 0, self.inputs.cloud, spot_allowed=False)
+        months = sum(f * m for f, m in self._factors)
+        return replay.elastic * od * self._replay_weight * months
+
+
+def _jobs_window_hours(jobs: Sequence[JobDemand]) -> float:
+    start = min(j.arrival_seconds for j in jobs)
+    end = max(j.arrival_seconds + j.duration_seconds for j in jobs)
+    return max(end - start, 1.0) / 3600.0
+
+
+@dataclass(slots=True)
+class _Running:
+    job: JobDemand
+    tier: str
+    started: float
+    ends: float
+    version: int
+    slots: int = 0  # cloud GPUs held (launched or reused)
+
+
+class _CloudTier:
+    """Cloud GPUs of one tier at GPU granularity: launched on demand, reused while idle,
+    released ``idle_release`` seconds after their last work; billed launch to release."""
+
+    def __init__(self, startup: float, idle_release: float) -> None:
+        self.startup = startup
+        self.idle_release = idle_release
+        self.idle: list[tuple[float, float]] = []  # (idle since, launched at), oldest first
+        self.billed_seconds = 0.0
+
+    def _expire(self, now: float) -> None:
+        keep = 0
+        for since, launched in self.idle:
+            if since + self.idle_release < now:
+                self.billed_seconds += since + self.idle_release - launched
+            else:
+                self.idle[keep] = (since, launched)
+                keep += 1
+        del self.idle[keep:]
+
+    def take(self, gpus: int, now: float) -> tuple[float, list[float]]:
+        """GPUs for a job arriving at ``now``: (when it can start, launch times of its GPUs)."""
+        self._expire(now)
+        launched: list[float] = []
+        while self.idle and len(launched) < gpus:
+            launched.append(self.idle.pop()[1])  # the most recently idle first
+        fresh = gpus - len(launched)
+        launched.extend([now] * fresh)
+        return (now + self.startup if fresh else now), launched
+
+    def give_back(self, launched: list[float], now: float) -> None:
+        self.idle.extend((now, at) for at in launched)
+
+    def close(self) -> float:
+        """Billed GPU-seconds once every idle GPU is released."""
+        for since, launched in self.idle:
+            self.billed_seconds += since + self.idle_release - launched
+        self.idle.clear()
+        return self.billed_seconds
+
+
+def replay_jobs(
+    jobs: Sequence[JobDemand],
+    owned_gpus: float,
+    cloud: CloudRates,
+    *,
+    spot_allowed: bool | None = None,
+) -> Usage:
+    """GPU-hours per tier when ``jobs`` meet ``owned_gpus`` owned GPUs, placed as the
+    operator places them, each job once:
+
+    - a job that fits in the free owned GPUs runs there;
+    - a critical/standard job that does not fit evicts preemptible jobs from owned GPUs
+      (the most recently started first) when that makes room; they finish on spot after
+      the restart overhead;
+    - otherwise it runs in the cloud until it ends (it does not come back when owned GPUs
+      free up): preemptible on spot (reruns after interruptions), the rest on demand.
+
+    Cloud GPUs are billed from launch (``node_startup_hours`` before the job can start) to
+    ``idle_release_hours`` after their last job, and reused by jobs arriving meanwhile.
+    """
+    use_spot = cloud.spot_is_used if spot_allowed is None else spot_allowed and cloud.spot_is_used
+    startup = cloud.node_startup_hours * 3600.0
+    restart = cloud.spot_restart_overhead_hours * 3600.0
+    rerun = cloud.spot_rerun_factor if use_spot else 1.0
+    tiers = {
+        "elastic": _CloudTier(startup, cloud.idle_release_hours * 3600.0),
+        "spot": _CloudTier(startup, cloud.idle_release_hours * 3600.0),
+    }
+    free = float(owned_gpus)
+    owned_seconds = 0.0
+    running: dict[int, _Running] = {}
+    launches: dict[int, list[float]] = {}
+    preemptible_on_core: dict[int, None] = {}  # insertion order = start order
+    finishes: list[tuple[float, int, int]] = []
+    seq = itertools.count()
+    ordered = sorted(jobs, key=lambda j: (j.arrival_seconds, j.duration_seconds))
+
+    def to_cloud(job: JobDemand, now: float, remaining: float) -> None:
+        tier = "spot" if job.preemptible and use_spot else "elastic"
+        start, launched = tiers[tier].take(job.gpus, now)
+        ends = start + remaining * (rerun if tier == "spot" else 1.0)
+        key = next(seq)
+        running[key] = _Running(job, tier, start, ends, 0, job.gpus)
+        launches[key] = launched
+        heapq.heappush(finishes, (ends, key, 0))
+
+    def to_core(job: JobDemand, now: float) -> None:
+        nonlocal free
+        key = next(seq)
+        free -= job.gpus
+        running[key] = _Running(job, "core", now, now + job.duration_seconds, 0)
+        if job.preemptible:
+            preemptible_on_core[key] = None
+        heapq.heappush(finishes, (now + job.duration_seconds, key, 0))
+
+    def finish_until(limit: float) -> None:
+        nonlocal free, owned_seconds
+        while finishes and finishes[0][0] <= limit:
+            at, key, version = heapq.heappop(finishes)
+            run = running.get(key)
+            if run is None or run.version != version:
+                continue
+            del running[key]
+            if run.tier == "core":
+                free += run.job.gpus
+                owned_seconds += (at - run.started) * run.job.gpus
+                preemptible_on_core.pop(key, None)
+            else:
+                tiers[run.tier].give_back(launches.pop(key), at)
+
+    for job in ordered:
+        now = job.arrival_seconds
+        finish_until(now)
+        if job.gpus <= free + 1e-9:
+            to_core(job, now)
+            continue
+        if not job.preemptible:
+            victims: list[int] = []
+            room = free
+            for key in reversed(preemptible_on_core):
+                if room + 1e-9 >= job.gpus:
+                    break
+                victims.append(key)
+                room += running[key].job.gpus
+            if room + 1e-9 >= job.gpus:
+                for key in victims:
+                    run = running.pop(key)
+                    preemptible_on_core.pop(key)
+                    free += run.job.gpus
+                    owned_seconds += (now - run.started) * run.job.gpus
+                    to_cloud(run.job, now, run.ends - now + restart)
+                to_core(job, now)
+                continue
+        to_cloud(job, now, job.duration_seconds)
+    finish_until(math.inf)
+    return Usage(
+        owned=owned_seconds / 3600.0,
+        elastic=tiers["elastic"].close() / 3600.0,
+        spot=tiers["spot"].close() / 3600.0,
+    )
 
 
 def growth_factors(horizon_months: int, growth_per_year: float) -> list[tuple[float, int]]:
@@ -526,8 +767,12 @@ def duration_curve(history: Iterable[DemandSample]) -> list[tuple[float, float]]
     return points
 
 
-def inputs_from_spec(spec: CapacityPlanSpec, history: Sequence[DemandSample]) -> PlanInputs:
-    """PlanInputs of a CapacityPlan spec and a demand history."""
+def inputs_from_spec(
+    spec: CapacityPlanSpec,
+    history: Sequence[DemandSample],
+    jobs: Sequence[JobDemand] = (),
+) -> PlanInputs:
+    """PlanInputs of a CapacityPlan spec and a demand history (and its jobs, for a trace)."""
     cloud = spec.cloud
     return PlanInputs(
         history=tuple(history),
@@ -551,10 +796,13 @@ def inputs_from_spec(spec: CapacityPlanSpec, history: Sequence[DemandSample]) ->
             spot_per_gpu_hour=cloud.spot_per_gpu_hour,
             spot_interruptions_per_hour=cloud.spot_interruptions_per_hour,
             spot_restart_overhead_hours=parse_duration_seconds(cloud.spot_restart_overhead) / 3600,
+            node_startup_hours=parse_duration_seconds(cloud.node_startup) / 3600,
+            idle_release_hours=parse_duration_seconds(cloud.idle_before_release) / 3600,
         ),
         horizon_months=spec.horizon_months,
         demand_growth_per_year=spec.demand_growth_percent_per_year / 100.0,
         preemptible_share=spec.preemptible_share,
+        jobs=tuple(jobs),
     )
 
 

@@ -58,14 +58,15 @@ def _conditions(
     return out
 
 
-def _read_history(spec: CapacityPlanSpec, now: float) -> list[Any]:
+def _read_history(spec: CapacityPlanSpec, now: float) -> tuple[list[Any], list[Any]]:
     from hybridgpu.planner_io import history_from_spec_trace, prometheus_history
 
     if spec.history.trace is not None:
         return history_from_spec_trace(spec.history.trace)
     prom = spec.history.prometheus
     assert prom is not None  # the spec's rule: exactly one source
-    return prometheus_history(prom.url, prom.query, prom.window, prom.step, end_seconds=now)
+    samples = prometheus_history(prom.url, prom.query, prom.window, prom.step, end_seconds=now)
+    return samples, []
 
 
 def compute_status(
@@ -103,11 +104,11 @@ def compute_status(
         where = ".".join(str(p) for p in first["loc"]) or "spec"
         return failed("spec", "InvalidSpec", f"spec.{where}: {first['msg']}")
     try:
-        history = _read_history(spec, now)
+        history, jobs = _read_history(spec, now)
     except UserError as err:
         return failed("history", "HistoryUnavailable", str(err))
     try:
-        result = plan_capacity(inputs_from_spec(spec, history))
+        result = plan_capacity(inputs_from_spec(spec, history, jobs))
     except ValueError as err:
         return failed("plan", "CannotPlan", str(err))
     body = plan_status(result).to_wire()

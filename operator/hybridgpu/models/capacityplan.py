@@ -87,6 +87,15 @@ class CloudPrices(SpecModel):
     spot_restart_overhead: Duration = Field(
         default="5m", description="Work lost per interruption (restart + since checkpoint)."
     )
+    node_startup: Duration = Field(
+        default="2m",
+        description="Job traces: billed time from launching a cloud node until it runs work.",
+    )
+    idle_before_release: Duration = Field(
+        default="10m",
+        description="Job traces: billed time an idle cloud node waits for work before it is "
+        "released (the pools' scaleDown.idleFor plus about half a reconcile interval).",
+    )
 
 
 class CapacityPlanSpec(SpecModel):
