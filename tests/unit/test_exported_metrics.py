@@ -7,11 +7,13 @@ import urllib.request
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hybridgpu.cloud.fake import FakeProvider
 from hybridgpu.core.cost import node_hour_dollars
 from hybridgpu.core.decide import decide
-from hybridgpu.metrics.exported import PREFIX, ExportedMetrics, serve
+from hybridgpu.metrics.exported import PREFIX, CostMeter, ExportedMetrics, serve
 from hybridgpu.models.actions import MoveJob, Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import GPUPoolSpec
@@ -335,3 +337,52 @@ def test_serve_exposes_the_metrics_over_http() -> None:
         server.server_close()
     assert 'hybridgpu_pool_cost_per_hour_dollars{pool="elastic",tier="elastic"} 96.0' in text
     assert "hybridgpu_reconcile_duration_seconds_bucket" in text
+
+
+@st.composite
+def cluster(draw: st.DrawFn) -> ClusterSnapshot:
+    nodes = []
+    pods = []
+    for pool in ("core", "elastic", "spot"):
+        for i in range(draw(st.integers(0, 3))):
+            name = f"{pool}-{i}"
+            nodes.append(NodeState(name, pool, 8))
+            free = 8
+            for j in range(draw(st.integers(0, 3))):
+                gpus = draw(st.integers(1, 8))
+                if gpus > free:
+                    break
+                free -= gpus
+                ns = draw(st.sampled_from(["a", "b", "c"]))
+                pods.append(GPUPod(ns, f"{name}-{j}", gpus, Criticality.STANDARD, node=name))
+    return ClusterSnapshot(
+        taken_at=T0,
+        pools=(
+            PoolState("core", CORE),
+            PoolState("elastic", ELASTIC, provisioning_nodes=draw(st.integers(0, 2))),
+            PoolState("spot", SPOT),
+        ),
+        nodes=tuple(nodes),
+        pods=tuple(pods),
+    )
+
+
+@given(snapshot=cluster(), cuts=st.lists(st.floats(1.0, 3599.0), max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_cost_splits_add_up_and_do_not_depend_on_tick_spacing(
+    snapshot: ClusterSnapshot, cuts: list[float]
+) -> None:
+    coarse, fine = CostMeter(), CostMeter()
+    coarse.observe(snapshot, T0)
+    coarse.observe(snapshot, T0 + 3600)
+    for at in [T0, *sorted(T0 + c for c in cuts), T0 + 3600]:
+        fine.observe(snapshot, at)
+
+    for meter in (coarse, fine):
+        totals = meter.totals
+        assert sum(totals.by_namespace.values()) + sum(totals.idle_by_pool.values()) == (
+            pytest.approx(totals.dollars)
+        )
+    assert fine.totals.dollars == pytest.approx(coarse.totals.dollars)
+    hourly = sum(coarse.rates().values())
+    assert coarse.totals.dollars == pytest.approx(hourly)
