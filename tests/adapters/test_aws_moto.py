@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from hybridgpu.cloud.aws import AWSProvider, parse_event
+from hybridgpu.cloud.aws import AWSProvider, instance_id_of, parse_event
 from hybridgpu.cloud.base import CapacityProvider, ProviderError
 from hybridgpu.cloud.fake import FakeProvider
 from hybridgpu.models.pool import GPUPoolSpec
@@ -139,6 +139,7 @@ def test_scale_up_is_capped_at_max_nodes_and_instances_carry_provider_ids(aws: s
     assert {i.state for i in found} <= {"pending", "running"}
     for inst in found:
         assert inst.provider_id == f"aws:///us-east-1a/{inst.instance_id}"
+        assert instance_id_of(inst.provider_id) == inst.instance_id
         assert inst.launched_at > 0
     assert sorted(i.instance_id for i in found) == live_instances(aws)
 

@@ -53,6 +53,17 @@ def test_utilization_is_averaged_per_node_over_the_window(
     assert found["gpu-a"].age_seconds is not None and found["gpu-a"].age_seconds < 30
 
 
+def test_node_label_is_configurable(prometheus: Prometheus, dcgm: FakeDCGM) -> None:
+    dcgm.set_utilization("gpu-i", [20.0])
+    prometheus.wait_for(present("gpu-i"), lambda r: len(r) == 1)
+
+    by_instance = PrometheusClient(prometheus.url, node_labels=("instance",)).utilization()
+
+    # honor_labels keeps the exporter's labels; instance is the scrape target, port dropped.
+    assert set(by_instance) == {"127.0.0.1"}
+    assert not by_instance["127.0.0.1"].stale
+
+
 def test_engine_active_ratio_is_read_as_percent(prometheus: Prometheus, dcgm: FakeDCGM) -> None:
     labels = {"gpu": "0", "UUID": "GPU-gpu-e-0", "Hostname": "gpu-e"}
     dcgm.engine_active.labels(**labels).set(0.25)
