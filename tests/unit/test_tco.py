@@ -16,6 +16,7 @@ from hybridgpu.core.tco import (
     CloudRates,
     CostModel,
     DemandSample,
+    JobDemand,
     OwnedNodeType,
     PlanInputs,
     break_even_utilizations,
@@ -23,7 +24,9 @@ from hybridgpu.core.tco import (
     optimal_fleet,
     optimal_single_type,
     plan_capacity,
+    replay_jobs,
 )
+from hybridgpu.planner_io import history_from_jobs
 
 pytestmark = pytest.mark.unit
 
@@ -631,3 +634,154 @@ def test_capacityplan_timer_reports_missing_history_and_bad_specs(plan_files, tm
     ready = {c["type"]: c for c in patch["status"]["conditions"]}["Ready"]
     assert ready["reason"] == "InvalidSpec"
     assert "candidates.0.gpusPerNode" in ready["message"]
+
+
+# ---------------------------------------------------------------- job traces (replay)
+
+H = 3600.0
+
+
+def job(at_h: float, hours: float, gpus: int = 1, preemptible: bool = False) -> JobDemand:
+    return JobDemand(at_h * H, hours * H, gpus, preemptible)
+
+
+REPLAY_CASES = {
+    # name: (jobs, owned node sizes, startup h, idle h, want (owned, elastic, spot) GPU-hours)
+    "nothing owned, no overheads: demand as it is": (
+        [job(0, 2, 2), job(1, 1, 1, True)],
+        [],
+        0.0,
+        0.0,
+        (0.0, 4.0, 1.0),
+    ),
+    "a job that fits runs on the owned node": (
+        [job(0, 3, 4), job(1, 1, 4)],
+        [8],
+        0.0,
+        0.0,
+        (16.0, 0.0, 0.0),
+    ),
+    "a job in the cloud stays there when owned GPUs free up": (
+        [job(0, 1, 8), job(0.5, 4, 1)],
+        [8],
+        0.0,
+        0.0,
+        (8.0, 4.0, 0.0),
+    ),
+    "4 free GPUs on two nodes do not hold a 4-GPU job": (
+        [job(0, 2, 6), job(0, 2, 6), job(0.5, 1, 4)],
+        [8, 8],
+        0.0,
+        0.0,
+        (24.0, 4.0, 0.0),
+    ),
+    "jobs pack onto the fullest node that fits": (
+        [job(0, 2, 4), job(0, 2, 4), job(0.5, 1, 8)],
+        [8, 8],
+        0.0,
+        0.0,
+        (24.0, 0.0, 0.0),
+    ),
+    "start-up and idle time are billed per launch": (
+        [job(0, 1, 2)],
+        [],
+        0.1,
+        0.25,
+        (0.0, 2 * 1.35, 0.0),
+    ),
+    "an idle cloud GPU is reused instead of launched": (
+        # the second job arrives 0.2 h after the first ends: same GPU, billed through the gap
+        [job(0, 1, 1), job(1.2, 1, 1)],
+        [],
+        0.0,
+        0.5,
+        (0.0, 2.7, 0.0),
+    ),
+    "critical work evicts preemptible work to spot": (
+        # preemptible 1 h in when the critical job comes; 2 h left + 0.5 h restart on spot
+        [job(0, 3, 8, True), job(1, 1, 8)],
+        [8],
+        0.0,
+        0.0,
+        (8.0 + 8.0, 0.0, 8 * 2.5),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REPLAY_CASES))
+def test_replay_places_jobs_as_the_operator_does(name):
+    jobs, nodes, startup, idle, want = REPLAY_CASES[name]
+    cloud = CloudRates(3.0, 1.0, 0.0, 0.5, node_startup_hours=startup, idle_release_hours=idle)
+    usage = replay_jobs(jobs, nodes, cloud)
+    assert (usage.owned, usage.elastic, usage.spot) == pytest.approx(want)
+
+
+jobs_st = st.lists(
+    st.builds(
+        job,
+        st.integers(0, 40).map(lambda x: x / 4),
+        st.integers(1, 16).map(lambda x: x / 4),
+        st.sampled_from([1, 1, 2, 4, 8]),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@FAST
+@given(jobs_st, st.lists(st.sampled_from([4, 8]), max_size=4))
+def test_replay_without_overheads_conserves_work(jobs, nodes):
+    usage = replay_jobs(jobs, nodes, CloudRates(3.0, 1.0))
+    work = sum(j.gpus * j.duration_seconds / H for j in jobs)
+    assert usage.owned + usage.elastic + usage.spot == pytest.approx(work)
+    assert usage.owned <= sum(nodes) * (
+        max(j.arrival_seconds + j.duration_seconds for j in jobs) / H
+    )
+
+
+@FAST
+@given(jobs_st, type_st, cloud_st)
+def test_plan_on_a_trace_finds_the_brute_force_optimum(jobs, t, cloud):
+    on_demand, spot_share, hazard = cloud
+    history = tuple(history_from_jobs(jobs))
+    rates = CloudRates(on_demand, on_demand * spot_share, hazard, 0.25, 0.05, 0.2)
+    plan = PlanInputs(history, (t,), rates, horizon_months=2, jobs=tuple(jobs))
+    model = CostModel(plan)
+    nodes = optimal_fleet(model)
+    top = model.max_useful_gpus // t.gpus_per_node + 2
+    if t.max_nodes is not None:
+        top = min(top, t.max_nodes)
+    brute = min(model.total_dollars((n,)) for n in range(top + 1))
+    assert model.total_dollars(nodes) == pytest.approx(brute, rel=1e-9)
+
+
+def test_plan_on_a_trace_with_growth_adds_the_replay_overhead_to_the_grown_demand():
+    jobs = [job(0, 10, 8), job(2, 3, 8), job(5, 1, 4, True), job(6, 4, 2)]
+    history = tuple(history_from_jobs(jobs))
+    rates = CloudRates(3.0, 1.0, 0.0, 0.0, 0.1, 0.2)
+    flat = CostModel(PlanInputs(history, (node_type("n", 8, 1.0),), rates, 12, jobs=tuple(jobs)))
+    grown = CostModel(
+        PlanInputs(history, (node_type("n", 8, 1.0),), rates, 12, 0.5, jobs=tuple(jobs))
+    )
+    for nodes in range(0, 4):
+        assert grown.cloud_dollars((nodes,)) >= flat.cloud_dollars((nodes,)) - 1e-6
+    assert grown.all_on_demand_dollars() > flat.all_on_demand_dollars()
+
+
+def test_plan_cli_on_a_job_trace(capsys, plan_files, tmp_path):
+    config, _ = plan_files
+    trace = tmp_path / "jobs.csv"
+    rows = [("steady", 0, 36000, 8, "critical"), ("burst", 3600, 1800, 4, "preemptible")]
+    trace.write_text(
+        "name,arrival_seconds,duration_seconds,gpus,criticality\n"
+        + "".join(",".join(map(str, r)) + "\n" for r in rows)
+    )
+    code, out, err = run_cli(
+        capsys, "--config", str(config), "--trace", str(trace), "--trace-format", "csv", "--json"
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["status"]["recommendations"] == [{"name": "8x", "nodes": 1}]
+    assert report["status"]["expectedSpotGpuHours"] > 0
+    assert report["historyHours"] == pytest.approx(10)

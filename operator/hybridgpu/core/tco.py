@@ -253,9 +253,10 @@ class CostModel:
     """The cost of any owned fleet for one set of inputs.
 
     Fluid (a demand history): demand above the owned GPUs moves to the cloud and back at no
-    cost, read off duration curves. Jobs (a trace): ``replay_jobs`` places each job once,
-    as the operator does, at every owned size; growth scales a replay by homogeneity
-    (demand x f on g GPUs costs f x demand on g / f GPUs).
+    cost, read off duration curves; only the number of owned GPUs matters. Jobs (a trace):
+    ``replay_jobs`` places every job once, as the operator does, on the fleet's nodes; with
+    demand growth the replay's extra cloud hours over the fluid model at today's demand are
+    added to the fluid model of the grown demand.
     """
 
     def __init__(self, inputs: PlanInputs) -> None:
@@ -266,82 +267,71 @@ class CostModel:
         self.horizon_hours = inputs.horizon_hours
         self.node_hour_dollars = tuple(t.node_hour_dollars for t in inputs.node_types)
         self.gpus_per_node = tuple(t.gpus_per_node for t in inputs.node_types)
-        self._replays: dict[int, Usage] = {}
-        self._usage: dict[float, Usage] = {}
-        self._factors = growth_factors(inputs.horizon_months, inputs.demand_growth_per_year)
-        history_hours = sum(s.hours for s in inputs.history)
+        self._usage: dict[tuple[int, ...], Usage] = {}
+        self._flat: tuple[DurationCurve, DurationCurve] | None = None
+        self._replay_weight = 0.0
         if inputs.jobs:
             window = _jobs_window_hours(inputs.jobs)
-            self._replay_weight = HOURS_PER_MONTH / window
-        else:
-            self._replay_weight = HOURS_PER_MONTH / history_hours
+            self._replay_weight = inputs.horizon_months * HOURS_PER_MONTH / window
+            if inputs.demand_growth_per_year != 0:
+                self._flat = _horizon_curves(replace(inputs, demand_growth_per_year=0.0))
 
     @property
     def max_useful_gpus(self) -> int:
         """Owning more GPUs than this never pays: every extra node could go (see module doc)."""
         return math.ceil(self.total.peak - 1e-9) + max(self.gpus_per_node) - 1
 
-    def _replay(self, owned_gpus: int) -> Usage:
-        usage = self._replays.get(owned_gpus)
-        if usage is None:
-            usage = replay_jobs(self.inputs.jobs, owned_gpus, self.inputs.cloud)
-            self._replays[owned_gpus] = usage
-        return usage
+    def owned_gpus(self, nodes: Sequence[int]) -> int:
+        return sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))
 
-    def _replay_at(self, owned_gpus: float) -> Usage:
-        low = math.floor(owned_gpus)
-        share = owned_gpus - low
-        if share < 1e-9:
-            return self._replay(low)
-        return self._replay(low).scaled(1 - share) + self._replay(low + 1).scaled(share)
-
-    def usage(self, owned_gpus: float) -> Usage:
-        """Owned, on-demand and spot GPU-hours over the horizon with ``owned_gpus`` owned."""
-        cached = self._usage.get(owned_gpus)
+    def usage(self, nodes: Sequence[int]) -> Usage:
+        """Owned, on-demand and spot GPU-hours over the horizon with ``nodes`` owned."""
+        key = tuple(nodes)
+        cached = self._usage.get(key)
         if cached is not None:
             return cached
-        if self.inputs.jobs:
-            usage = Usage(0.0, 0.0, 0.0)
-            for factor, months in self._factors:
-                at = self._replay_at(owned_gpus / factor)
-                usage = usage + at.scaled(factor * months * self._replay_weight)
+        owned = self.owned_gpus(key)
+        if not self.inputs.jobs:
+            usage = _fluid_usage(self.firm, self.total, owned, self.inputs.cloud)
         else:
-            usage = self._fluid_usage(owned_gpus)
-        self._usage[owned_gpus] = usage
+            sizes = [k for n, k in zip(key, self.gpus_per_node, strict=True) for _ in range(n)]
+            replay = replay_jobs(self.inputs.jobs, sizes, self.inputs.cloud)
+            usage = replay.scaled(self._replay_weight)
+            if self._flat is not None:
+                flat = _fluid_usage(*self._flat, owned, self.inputs.cloud)
+                grown = _fluid_usage(self.firm, self.total, owned, self.inputs.cloud)
+                usage = Usage(
+                    owned=max(grown.owned + usage.owned - flat.owned, 0.0),
+                    elastic=max(grown.elastic + usage.elastic - flat.elastic, 0.0),
+                    spot=max(grown.spot + usage.spot - flat.spot, 0.0),
+                )
+        self._usage[key] = usage
         return usage
 
-    def _fluid_usage(self, owned_gpus: float) -> Usage:
+    def cloud_dollars(self, nodes: Sequence[int]) -> float:
+        """Cloud bill over the horizon with ``nodes`` owned, dollars."""
         cloud = self.inputs.cloud
-        elastic = self.firm.total_gpu_hours - self.firm.gpu_hours_below(owned_gpus)
-        served = self.total.gpu_hours_below(owned_gpus)
-        preemptible_out = max(self.total.total_gpu_hours - served - elastic, 0.0)
-        if cloud.spot_is_used:
-            return Usage(served, elastic, preemptible_out * cloud.spot_rerun_factor)
-        return Usage(served, elastic + preemptible_out, 0.0)
-
-    def cloud_dollars(self, owned_gpus: float) -> float:
-        """Cloud bill over the horizon with ``owned_gpus`` owned, dollars."""
-        cloud = self.inputs.cloud
-        usage = self.usage(owned_gpus)
+        usage = self.usage(nodes)
         return usage.elastic * cloud.on_demand_per_gpu_hour + usage.spot * cloud.spot_per_gpu_hour
+
+    def core_dollars(self, nodes: Sequence[int]) -> float:
+        """Owned nodes over the horizon, dollars."""
+        hourly = sum(n * c for n, c in zip(nodes, self.node_hour_dollars, strict=True))
+        return hourly * self.horizon_hours
 
     def total_dollars(self, nodes: Sequence[int]) -> float:
         """Owned plus cloud cost of ``nodes`` (per node type) over the horizon, dollars."""
-        owned = sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))
-        core = sum(n * c for n, c in zip(nodes, self.node_hour_dollars, strict=True))
-        return core * self.horizon_hours + self.cloud_dollars(owned)
+        return self.core_dollars(nodes) + self.cloud_dollars(nodes)
 
     def fleet_cost(self, nodes: Sequence[int]) -> FleetCost:
         """The full breakdown of ``nodes`` (per node type) over the horizon."""
         cloud = self.inputs.cloud
-        owned = sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))
-        core = sum(n * c for n, c in zip(nodes, self.node_hour_dollars, strict=True))
-        usage = self.usage(owned)
+        usage = self.usage(nodes)
         return FleetCost(
             nodes=tuple(nodes),
-            owned_gpus=owned,
+            owned_gpus=self.owned_gpus(nodes),
             horizon_hours=self.horizon_hours,
-            core_dollars=core * self.horizon_hours,
+            core_dollars=self.core_dollars(nodes),
             elastic_dollars=usage.elastic * cloud.on_demand_per_gpu_hour,
             spot_dollars=usage.spot * cloud.spot_per_gpu_hour,
             demand_gpu_hours=self.total.total_gpu_hours,
@@ -356,9 +346,22 @@ class CostModel:
         od = self.inputs.cloud.on_demand_per_gpu_hour
         if not self.inputs.jobs:
             return self.total.total_gpu_hours * od
-        replay = replay_jobs(self.inputs.jobs, 0, self.inputs.cloud, spot_allowed=False)
-        months = sum(f * m for f, m in self._factors)
-        return replay.elastic * od * self._replay_weight * months
+        replay = replay_jobs(self.inputs.jobs, [], self.inputs.cloud, spot_allowed=False)
+        # Growth scales every GPU-hour of demand alike when nothing is owned.
+        grown = self.total.total_gpu_hours
+        flat = self._flat[1].total_gpu_hours if self._flat is not None else grown
+        return replay.elastic * self._replay_weight * od * grown / flat
+
+
+def _fluid_usage(
+    firm: DurationCurve, total: DurationCurve, owned_gpus: float, cloud: CloudRates
+) -> Usage:
+    elastic = firm.total_gpu_hours - firm.gpu_hours_below(owned_gpus)
+    served = total.gpu_hours_below(owned_gpus)
+    preemptible_out = max(total.total_gpu_hours - served - elastic, 0.0)
+    if cloud.spot_is_used:
+        return Usage(served, elastic, preemptible_out * cloud.spot_rerun_factor)
+    return Usage(served, elastic + preemptible_out, 0.0)
 
 
 def _jobs_window_hours(jobs: Sequence[JobDemand]) -> float:
@@ -370,11 +373,10 @@ def _jobs_window_hours(jobs: Sequence[JobDemand]) -> float:
 @dataclass(slots=True)
 class _Running:
     job: JobDemand
-    tier: str
+    tier: str  # core, elastic or spot
     started: float
     ends: float
-    version: int
-    slots: int = 0  # cloud GPUs held (launched or reused)
+    node: int = -1  # owned node index (core)
 
 
 class _CloudTier:
@@ -418,101 +420,137 @@ class _CloudTier:
         return self.billed_seconds
 
 
+class _OwnedNodes:
+    """Free GPUs of the owned nodes, bucketed by free count for best-fit placement."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.free = list(sizes)
+        self.top = max(sizes, default=0)
+        self.buckets: list[dict[int, None]] = [{} for _ in range(self.top + 1)]
+        for i, size in enumerate(sizes):
+            self.buckets[size][i] = None
+        self.preemptible: list[dict[int, None]] = [{} for _ in sizes]  # by start order
+
+    def best_fit(self, gpus: int) -> int | None:
+        """The fullest node with ``gpus`` free (lowest index among equals), or None."""
+        for free in range(gpus, self.top + 1):
+            if self.buckets[free]:
+                return min(self.buckets[free])
+        return None
+
+    def add(self, node: int, delta: int) -> None:
+        del self.buckets[self.free[node]][node]
+        self.free[node] += delta
+        self.buckets[self.free[node]][node] = None
+
+
 def replay_jobs(
     jobs: Sequence[JobDemand],
-    owned_gpus: float,
+    owned_node_gpus: Sequence[int],
     cloud: CloudRates,
     *,
     spot_allowed: bool | None = None,
 ) -> Usage:
-    """GPU-hours per tier when ``jobs`` meet ``owned_gpus`` owned GPUs, placed as the
-    operator places them, each job once:
+    """GPU-hours per tier over the trace's window when ``jobs`` meet owned nodes of
+    ``owned_node_gpus`` GPUs each, placed as the operator places them, each job once:
 
-    - a job that fits in the free owned GPUs runs there;
-    - a critical/standard job that does not fit evicts preemptible jobs from owned GPUs
-      (the most recently started first) when that makes room; they finish on spot after
-      the restart overhead;
+    - a job that fits on an owned node runs there (the fullest node that fits);
+    - a critical/standard job that does not fit evicts preemptible jobs from the owned node
+      where that frees enough with the fewest GPUs (the most recently started first); they
+      finish on spot after the restart overhead;
     - otherwise it runs in the cloud until it ends (it does not come back when owned GPUs
       free up): preemptible on spot (reruns after interruptions), the rest on demand.
 
     Cloud GPUs are billed from launch (``node_startup_hours`` before the job can start) to
     ``idle_release_hours`` after their last job, and reused by jobs arriving meanwhile.
     """
-    use_spot = cloud.spot_is_used if spot_allowed is None else spot_allowed and cloud.spot_is_used
-    startup = cloud.node_startup_hours * 3600.0
+    use_spot = cloud.spot_is_used and spot_allowed is not False
     restart = cloud.spot_restart_overhead_hours * 3600.0
     rerun = cloud.spot_rerun_factor if use_spot else 1.0
     tiers = {
-        "elastic": _CloudTier(startup, cloud.idle_release_hours * 3600.0),
-        "spot": _CloudTier(startup, cloud.idle_release_hours * 3600.0),
+        name: _CloudTier(cloud.node_startup_hours * 3600.0, cloud.idle_release_hours * 3600.0)
+        for name in ("elastic", "spot")
     }
-    free = float(owned_gpus)
+    owned = _OwnedNodes(owned_node_gpus)
     owned_seconds = 0.0
     running: dict[int, _Running] = {}
     launches: dict[int, list[float]] = {}
-    preemptible_on_core: dict[int, None] = {}  # insertion order = start order
-    finishes: list[tuple[float, int, int]] = []
+    finishes: list[tuple[float, int]] = []
     seq = itertools.count()
-    ordered = sorted(jobs, key=lambda j: (j.arrival_seconds, j.duration_seconds))
 
     def to_cloud(job: JobDemand, now: float, remaining: float) -> None:
         tier = "spot" if job.preemptible and use_spot else "elastic"
         start, launched = tiers[tier].take(job.gpus, now)
         ends = start + remaining * (rerun if tier == "spot" else 1.0)
         key = next(seq)
-        running[key] = _Running(job, tier, start, ends, 0, job.gpus)
+        running[key] = _Running(job, tier, start, ends)
         launches[key] = launched
-        heapq.heappush(finishes, (ends, key, 0))
+        heapq.heappush(finishes, (ends, key))
 
-    def to_core(job: JobDemand, now: float) -> None:
-        nonlocal free
+    def to_core(job: JobDemand, node: int, now: float) -> None:
         key = next(seq)
-        free -= job.gpus
-        running[key] = _Running(job, "core", now, now + job.duration_seconds, 0)
+        owned.add(node, -job.gpus)
+        running[key] = _Running(job, "core", now, now + job.duration_seconds, node)
         if job.preemptible:
-            preemptible_on_core[key] = None
-        heapq.heappush(finishes, (now + job.duration_seconds, key, 0))
+            owned.preemptible[node][key] = None
+        heapq.heappush(finishes, (now + job.duration_seconds, key))
 
-    def finish_until(limit: float) -> None:
-        nonlocal free, owned_seconds
-        while finishes and finishes[0][0] <= limit:
-            at, key, version = heapq.heappop(finishes)
-            run = running.get(key)
-            if run is None or run.version != version:
-                continue
-            del running[key]
-            if run.tier == "core":
-                free += run.job.gpus
-                owned_seconds += (at - run.started) * run.job.gpus
-                preemptible_on_core.pop(key, None)
-            else:
-                tiers[run.tier].give_back(launches.pop(key), at)
+    def leave_core(key: int, run: _Running, now: float) -> None:
+        nonlocal owned_seconds
+        owned.add(run.node, run.job.gpus)
+        owned.preemptible[run.node].pop(key, None)
+        owned_seconds += (now - run.started) * run.job.gpus
 
-    for job in ordered:
-        now = job.arrival_seconds
-        finish_until(now)
-        if job.gpus <= free + 1e-9:
-            to_core(job, now)
-            continue
-        if not job.preemptible:
+    def make_room(job: JobDemand) -> tuple[int, list[int]] | None:
+        best: tuple[int, int, list[int]] | None = None
+        for node, free in enumerate(owned.free):
             victims: list[int] = []
             room = free
-            for key in reversed(preemptible_on_core):
-                if room + 1e-9 >= job.gpus:
+            for key in reversed(owned.preemptible[node]):
+                if room >= job.gpus:
                     break
                 victims.append(key)
                 room += running[key].job.gpus
-            if room + 1e-9 >= job.gpus:
-                for key in victims:
-                    run = running.pop(key)
-                    preemptible_on_core.pop(key)
-                    free += run.job.gpus
-                    owned_seconds += (now - run.started) * run.job.gpus
-                    to_cloud(run.job, now, run.ends - now + restart)
-                to_core(job, now)
-                continue
-        to_cloud(job, now, job.duration_seconds)
-    finish_until(math.inf)
+            if room >= job.gpus:
+                evicted = room - free
+                if best is None or evicted < best[0]:
+                    best = (evicted, node, victims)
+        return None if best is None else (best[1], best[2])
+
+    for job in sorted(jobs, key=lambda j: (j.arrival_seconds, j.duration_seconds)):
+        now = job.arrival_seconds
+        while finishes and finishes[0][0] <= now:
+            at, key = heapq.heappop(finishes)
+            run = running.pop(key, None)
+            if run is None:
+                continue  # evicted earlier
+            if run.tier == "core":
+                leave_core(key, run, at)
+            else:
+                tiers[run.tier].give_back(launches.pop(key), at)
+        node = owned.best_fit(job.gpus)
+        if node is not None:
+            to_core(job, node, now)
+            continue
+        room = None if job.preemptible else make_room(job)
+        if room is None:
+            to_cloud(job, now, job.duration_seconds)
+            continue
+        node, victims = room
+        for key in victims:
+            run = running.pop(key)
+            leave_core(key, run, now)
+            to_cloud(run.job, now, run.ends - now + restart)
+        to_core(job, node, now)
+    while finishes:
+        at, key = heapq.heappop(finishes)
+        run = running.pop(key, None)
+        if run is None:
+            continue
+        if run.tier == "core":
+            leave_core(key, run, at)
+        else:
+            tiers[run.tier].give_back(launches.pop(key), at)
     return Usage(
         owned=owned_seconds / 3600.0,
         elastic=tiers["elastic"].close() / 3600.0,
@@ -567,11 +605,19 @@ def optimal_single_type(model: CostModel, type_index: int = 0) -> int:
         limit = min(limit, node.max_nodes)
     nodes = 0
     while nodes < limit:
-        saving = model.cloud_dollars(nodes * k) - model.cloud_dollars((nodes + 1) * k)
+        saving = model.cloud_dollars(_only(model, type_index, nodes)) - model.cloud_dollars(
+            _only(model, type_index, nodes + 1)
+        )
         if saving <= node_dollars * (1.0 + _COST_EPS):
             break
         nodes += 1
     return nodes
+
+
+def _only(model: CostModel, type_index: int, nodes: int) -> tuple[int, ...]:
+    counts = [0] * len(model.gpus_per_node)
+    counts[type_index] = nodes
+    return tuple(counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,7 +659,7 @@ def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
                     counts[j] += take
                     mix[g] = tuple(counts)
     return [
-        OwnedSizeCost(g, mix[g], best[g] * model.horizon_hours + model.cloud_dollars(g))
+        OwnedSizeCost(g, mix[g], best[g] * model.horizon_hours + model.cloud_dollars(mix[g]))
         for g in range(g_max + 1)
         if best[g] < math.inf
     ]
