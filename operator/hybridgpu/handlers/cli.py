@@ -57,8 +57,10 @@ def add_parsers(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import faulthandler
     import logging
     import os
+    import signal
 
     import kopf
 
@@ -74,6 +76,8 @@ def _run(args: argparse.Namespace) -> int:
         fake_provider=args.fake_provider or env.fake_provider,
         trigger_debounce_seconds=env.trigger_debounce_seconds,
     )
+    # `kill -USR1 <pid>` prints every thread's stack: how to see what a stuck tick waits on.
+    faulthandler.register(signal.SIGUSR1)
     if options.kubeconfig:
         os.environ["KUBECONFIG"] = options.kubeconfig  # kopf's own login reads it
     logging.basicConfig(

@@ -1,0 +1,315 @@
+"""e2e fixtures: the operator as a real subprocess (``hybridgpu run``) against the session's
+control plane, with kwok nodes as the cloud (tests/support/kwok_provider.py).
+
+Every operator started is stopped after the test, also when it fails; then the test's
+GPUPools and ScalingPolicies are deleted and our finalizer is lifted (the operator that
+would have lifted it is gone), so nothing lingers into the next test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from support.controlplane import REPO_ROOT, KubeTest, wait_until
+from support.kwok_provider import PROVIDER_PREFIX, kwok_node
+
+GROUP, VERSION = "hybridgpu.io", "v1alpha1"
+FINALIZER = "hybridgpu.io/finalizer"
+SPOT_TAINT = {"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}
+SPOT_TOLERATION = {
+    "key": "hybridgpu.io/spot",
+    "operator": "Equal",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class OperatorProcess:
+    """One ``hybridgpu run`` subprocess and its log file."""
+
+    identity: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no chance to finish anything (a crashed pod)."""
+        if self.alive():
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if not self.alive():
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@dataclass
+class Operators:
+    """Starts operators for one test; everything started is stopped at teardown."""
+
+    kube: KubeTest
+    log_dir: Path
+    started: list[OperatorProcess] = field(default_factory=list)
+
+    def start(
+        self,
+        identity: str | None = None,
+        *,
+        kwok_delay_seconds: float = 1.0,
+        lease_seconds: float = 3.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> OperatorProcess:
+        identity = identity or f"op-{uuid.uuid4().hex[:6]}"
+        log_path = self.log_dir / f"operator-{identity}-{len(self.started)}.log"
+        env = dict(os.environ)
+        env.update(
+            {
+                "KUBECONFIG": str(self.kube.plane.kubeconfig),
+                "PYTHONPATH": os.pathsep.join(
+                    [str(REPO_ROOT / "tests"), str(REPO_ROOT / "operator")]
+                ),
+                "HYBRIDGPU_KWOK_DELAY_SECONDS": str(kwok_delay_seconds),
+                "HYBRIDGPU_DEBOUNCE_SECONDS": "0.1",
+                **(extra_env or {}),
+            }
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "hybridgpu.cli",
+            "run",
+            "--kubeconfig",
+            str(self.kube.plane.kubeconfig),
+            "--identity",
+            identity,
+            "--lease-namespace",
+            self.kube.namespace,
+            "--lease-seconds",
+            str(lease_seconds),
+            "--liveness",
+            f"http://127.0.0.1:{free_port()}/healthz",
+            "--fake-provider",
+            "support.kwok_provider:KwokProvider",
+        ]
+        with log_path.open("wb") as out:
+            process = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
+            )
+        op = OperatorProcess(identity=identity, process=process, log_path=log_path)
+        self.started.append(op)
+        return op
+
+    def stop_all(self) -> None:
+        for op in self.started:
+            op.stop()
+
+
+@pytest.fixture
+def operators(cluster: Cluster, tmp_path: Path) -> Iterator[Operators]:
+    """Operators of this test; stopped (and their log tails printed) before the test's
+    custom objects are released by ``cluster``."""
+    ops = Operators(kube=cluster.kube, log_dir=tmp_path)
+    try:
+        yield ops
+    finally:
+        ops.stop_all()
+        for op in ops.started:
+            tail = op.log()[-3000:]
+            sys.stderr.write(f"\n--- operator {op.identity} log (tail) ---\n{tail}\n")
+
+
+def release_custom_objects(kube: KubeTest, created: list[tuple[str, str]]) -> None:
+    """Delete the given pools and policies and lift our finalizer from them (the operator
+    that would have lifted it is stopped)."""
+    for plural, name in created:
+        try:
+            kube.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+            kube.custom.patch_cluster_custom_object(
+                GROUP, VERSION, plural, name, {"metadata": {"finalizers": None}}
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+# ------------------------------------------------------------------ builders
+class Cluster:
+    """Builders for one e2e test: names are prefixed by the test's namespace."""
+
+    def __init__(self, kube: KubeTest) -> None:
+        self.kube = kube
+        self.prefix = f"e{uuid.uuid4().hex[:6]}"
+        self.created: list[tuple[str, str]] = []
+
+    def name(self, short: str) -> str:
+        return f"{self.prefix}-{short}"
+
+    def policy(self, short: str = "policy", **spec: Any) -> str:
+        name = self.name(short)
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ScalingPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "interval": "2s",
+                "pendingGracePeriod": "0s",
+                "preemption": {"minRuntime": "0s", "checkpointGracePeriod": "5s"},
+                **spec,
+            },
+        }
+        self.kube.custom.create_cluster_custom_object(GROUP, VERSION, "scalingpolicies", body)
+        self.created.append(("scalingpolicies", name))
+        return name
+
+    def pool(
+        self,
+        short: str,
+        *,
+        tier: str,
+        policy: str,
+        per_node: int = 4,
+        max_nodes: int = 4,
+        min_nodes: int = 0,
+        price: float = 10.0,
+        taints: list[dict[str, str]] | None = None,
+        idle_for: str = "2s",
+    ) -> str:
+        name = self.name(short)
+        spec: dict[str, Any] = {
+            "tier": tier,
+            "gpu": {"model": "A100-80GB", "perNode": per_node, "powerWatts": 400},
+            "minNodes": min_nodes,
+            "maxNodes": max_nodes,
+            "policy": policy,
+            "scaleDown": {"enabled": True, "idleFor": idle_for},
+            "taints": taints or [],
+        }
+        if tier == "core":
+            spec["pricing"] = {"capexPerNode": 250000}
+        else:
+            spec["pricing"] = {"perNodeHour": price}
+            spec["provider"] = {"type": "fake"}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "GPUPool",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpupools", body)
+        self.created.append(("gpupools", name))
+        return name
+
+    def core_nodes(self, pool: str, count: int, gpus: int = 4) -> list[str]:
+        return self.kube.create_gpu_nodes(pool, count, tier="core", gpus=gpus)
+
+    def cloud_nodes(self, pool: str, count: int) -> list[str]:
+        """Nodes the kwok provider owns (providerID kwok://pool/name), as if launched earlier."""
+        from hybridgpu.models.pool import GPUPoolSpec
+
+        raw = self.kube.custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", pool)
+        spec = GPUPoolSpec.model_validate(raw["spec"])
+        names = [f"{pool}-pre{i}" for i in range(count)]
+        for name in names:
+            self.kube.core.create_node(kwok_node(name, pool, spec))
+        wait_until(
+            lambda: all(node_ready(self.kube, n) for n in names),
+            timeout_seconds=30,
+            what=f"nodes of {pool} Ready",
+        )
+        return names
+
+    def pool_nodes(self, pool: str) -> list[Any]:
+        return self.kube.core.list_node(label_selector=f"hybridgpu.io/pool={pool}").items
+
+    def job_pods(self, job: str) -> list[Any]:
+        return self.kube.core.list_namespaced_pod(
+            self.kube.namespace, label_selector=f"batch.kubernetes.io/job-name={job}"
+        ).items
+
+    def job(self, name: str) -> Any:
+        return self.kube.batch.read_namespaced_job(name, self.kube.namespace)
+
+    def job_done(self, name: str) -> bool:
+        job = self.kube.batch.read_namespaced_job_status(name, self.kube.namespace)
+        for cond in job.status.conditions or []:
+            if cond.type == "Failed" and cond.status == "True":
+                raise AssertionError(f"Job {name} failed: {cond.message}")
+        return any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+
+    def policy_status(self, name: str) -> dict[str, Any]:
+        obj = self.kube.custom.get_cluster_custom_object(GROUP, VERSION, "scalingpolicies", name)
+        return dict(obj.get("status") or {})
+
+    def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
+        for cond in self.policy_status(policy).get("conditions") or []:
+            if cond.get("type") == type_:
+                return dict(cond)
+        return None
+
+    def events(self, reason: str) -> list[Any]:
+        """Events with ``reason`` about this test's pools, policies, nodes and Jobs."""
+        mine = [
+            e
+            for e in self.kube.core.list_namespaced_event("default").items
+            if (e.involved_object.name or "").startswith(self.prefix)
+        ]
+        mine += self.kube.core.list_namespaced_event(self.kube.namespace).items
+        return [e for e in mine if e.reason == reason]
+
+
+def node_ready(kube: KubeTest, name: str) -> bool:
+    try:
+        node = kube.core.read_node(name)
+    except ApiException:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+@pytest.fixture
+def cluster(kube: KubeTest) -> Iterator[Cluster]:
+    built = Cluster(kube)
+    try:
+        yield built
+    finally:
+        release_custom_objects(kube, built.created)
+
+
+__all__ = ["PROVIDER_PREFIX", "SPOT_TAINT", "SPOT_TOLERATION", "Cluster", "Operators"]
+
+
+def wait_for(probe: Any, timeout_seconds: float, what: str, interval: float = 0.1) -> Any:
+    return wait_until(probe, timeout_seconds=timeout_seconds, interval_seconds=interval, what=what)
+
+
+def now() -> float:
+    return time.time()
