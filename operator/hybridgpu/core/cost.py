@@ -43,7 +43,9 @@ def core_node_cost(spec: GPUPoolSpec) -> CoreNodeCost:
         gpu_watts = spec.gpu.power_watts or 0.0
         watts = gpu_watts * spec.gpu.per_node * SERVER_POWER_OVER_GPU_POWER
     pue = p.pue or DEFAULT_PUE
-    per_kwh = DEFAULT_ELECTRICITY_PER_KWH if p.electricity_per_kwh is None else p.electricity_per_kwh
+    per_kwh = (
+        DEFAULT_ELECTRICITY_PER_KWH if p.electricity_per_kwh is None else p.electricity_per_kwh
+    )
     power = watts * pue * per_kwh / 1000.0
     ops = DEFAULT_OPS_PER_NODE_HOUR if p.ops_per_node_hour is None else p.ops_per_node_hour
     return CoreNodeCost(capex_per_hour=capex, power_per_hour=power, ops_per_hour=ops)

@@ -45,6 +45,12 @@ from hybridgpu.models.snapshot import (
     PoolState,
 )
 
+# Plain constants: reading enum members through their class is slow on hot paths.
+CORE = Tier.CORE.value
+ELASTIC = Tier.ELASTIC.value
+SPOT = Tier.SPOT.value
+PREEMPTIBLE = Criticality.PREEMPTIBLE
+
 # A node that is not Ready yet counts as capacity on its way for this long after it appears.
 JOINING_GRACE_SECONDS = 600.0
 
@@ -116,6 +122,8 @@ class _Decider:
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
         self.reserved: set[str] = set()
+        self._order_cache: dict[tuple[str | None, bool, int], list[_PoolLedger]] = {}
+        self._target_cache: dict[tuple[str | None, bool, int], _PoolLedger | None] = {}
         self.new_node_names: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
@@ -245,35 +253,52 @@ class _Decider:
             for i in range(job.parallelism):
                 self.pending.append(
                     _Demand(
-                        job.gpus_per_pod, job.criticality, job.move.since,
-                        f"{key}#move-{i}", job.move.to_pool, key,
+                        job.gpus_per_pod,
+                        job.criticality,
+                        job.move.since,
+                        f"{key}#move-{i}",
+                        job.move.to_pool,
+                        key,
                     )
                 )
         self.pending.extend(self.requeued)
 
     def _free_order(self, demand: _Demand) -> list[_PoolLedger]:
         """Pools whose free capacity the pod may use, cheapest marginal GPU first."""
+        key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus)
+        cached = self._order_cache.get(key)
+        if cached is None:
+            cached = self._order_cache[key] = self._free_order_uncached(demand)
+        return cached
+
+    def _free_order_uncached(self, demand: _Demand) -> list[_PoolLedger]:
         if demand.pool is not None:
             pinned = self.pools.get(demand.pool)
             return [pinned] if pinned is not None and pinned.per_node >= demand.gpus else []
-        tiers = {Tier.CORE.value, Tier.ELASTIC.value}
-        if demand.criticality == Criticality.PREEMPTIBLE:
-            tiers.add(Tier.SPOT.value)
-        eligible = [
-            p for p in self.pools.values() if p.tier in tiers and p.per_node >= demand.gpus
-        ]
+        tiers = {CORE, ELASTIC}
+        if demand.criticality == PREEMPTIBLE:
+            tiers.add(SPOT)
+        eligible = [p for p in self.pools.values() if p.tier in tiers and p.per_node >= demand.gpus]
         return sorted(eligible, key=lambda p: (p.gpu_price, p.name))
 
     def _scale_target(self, demand: _Demand) -> _PoolLedger | None:
         """The cloud pool to grow for a pod that fits nowhere."""
+        key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus)
+        if key not in self._target_cache:
+            self._target_cache[key] = self._scale_target_uncached(demand)
+        return self._target_cache[key]
+
+    def _scale_target_uncached(self, demand: _Demand) -> _PoolLedger | None:
         if demand.pool is not None:
             pinned = self.pools.get(demand.pool)
             if pinned is None or not is_cloud(pinned.tier) or pinned.per_node < demand.gpus:
                 return None
             return pinned
-        want = Tier.SPOT.value if demand.criticality == Criticality.PREEMPTIBLE else "elastic"
-        candidates = [p for p in self.pools.values() if p.tier == want and p.per_node >= demand.gpus]
-        if not candidates and want == Tier.SPOT.value:
+        want = SPOT if demand.criticality == PREEMPTIBLE else "elastic"
+        candidates = [
+            p for p in self.pools.values() if p.tier == want and p.per_node >= demand.gpus
+        ]
+        if not candidates and want == SPOT:
             candidates = [
                 p for p in self.pools.values() if p.tier == "elastic" and p.per_node >= demand.gpus
             ]
@@ -283,7 +308,7 @@ class _Decider:
         return min(candidates, key=lambda p: (p.gpu_price, p.per_node, p.name))
 
     def _spot_target(self, gpus: int) -> _PoolLedger | None:
-        spots = [p for p in self.pools.values() if p.tier == Tier.SPOT.value and p.per_node >= gpus]
+        spots = [p for p in self.pools.values() if p.tier == SPOT and p.per_node >= gpus]
         return min(spots, key=lambda p: (p.gpu_price, p.per_node, p.name)) if spots else None
 
     def _place_demand(self) -> None:
@@ -293,7 +318,7 @@ class _Decider:
         )
         preemptible: list[_Demand] = []
         for demand in order:
-            if demand.criticality == Criticality.PREEMPTIBLE:
+            if demand.criticality == PREEMPTIBLE:
                 preemptible.append(demand)
                 continue
             self._place_one(demand)
@@ -308,7 +333,7 @@ class _Decider:
         for ledger in self._free_order(demand):
             if self._take_best_fit(ledger, demand.gpus, demand) is not None:
                 return
-        if demand.criticality != Criticality.PREEMPTIBLE and self._preempt_for(demand):
+        if demand.criticality != PREEMPTIBLE and self._preempt_for(demand):
             return
         target = self._scale_target(demand)
         if target is None:
@@ -323,7 +348,10 @@ class _Decider:
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it."""
-        if ledger.live_nodes + ledger.provisioning + ledger.new_nodes + 1 > ledger.state.spec.max_nodes:
+        if (
+            ledger.live_nodes + ledger.provisioning + ledger.new_nodes + 1
+            > ledger.state.spec.max_nodes
+        ):
             return "max_nodes"
         if ledger.new_nodes + 1 > self.policy.scale_up.max_nodes_per_tick:
             return "max_per_tick"
@@ -377,7 +405,7 @@ class _Decider:
         if job_key is None or job_key in self.moving:
             return None
         job = self.jobs.get(job_key)
-        if job is None or job.criticality != Criticality.PREEMPTIBLE:
+        if job is None or job.criticality != PREEMPTIBLE:
             return None
         if job.started_at is None or self.now - job.started_at < self.min_runtime:
             return None
@@ -392,7 +420,7 @@ class _Decider:
             return False
         best: tuple[int, str, list[JobState]] | None = None
         for ledger in self._free_order(demand):
-            if ledger.tier != Tier.CORE.value:
+            if ledger.tier != CORE:
                 continue
             for node_name in self._preemption_candidates(ledger.name):
                 free = self.node_free.get(node_name)
@@ -442,7 +470,7 @@ class _Decider:
                 n
                 for n, pods in self.pods_on.items()
                 if self.node_pool.get(n) == pool
-                and any(p.criticality == Criticality.PREEMPTIBLE and p.job for p in pods)
+                and any(p.criticality == PREEMPTIBLE and p.job for p in pods)
             ]
             cached.sort()
             self._candidates_cache[pool] = cached
@@ -451,7 +479,9 @@ class _Decider:
     _candidates_cache: dict[str, list[str]]
 
     def _move_job(self, job: JobState, node_name: str, demand: _Demand) -> None:
-        target = self._spot_target(job.gpus_per_pod) if self.policy.preemption.move_to_spot else None
+        target = (
+            self._spot_target(job.gpus_per_pod) if self.policy.preemption.move_to_spot else None
+        )
         gpus = self._job_gpus(job.key)
         where = f"spot pool {target.name}" if target else "the queue (no spot pool)"
         self.actions.append(
@@ -476,8 +506,14 @@ class _Decider:
             if pod.node is not None:
                 self._adjust(pod.node, pod.gpus)
             self.requeued_by_preemption.append(
-                _Demand(pod.gpus, Criticality.PREEMPTIBLE, job.started_at or self.now,
-                        pod.key, to_pool, job.key)
+                _Demand(
+                    pod.gpus,
+                    Criticality.PREEMPTIBLE,
+                    job.started_at or self.now,
+                    pod.key,
+                    to_pool,
+                    job.key,
+                )
             )
 
     # -------------------------------------------------------- 3. consolidation
@@ -488,7 +524,7 @@ class _Decider:
         candidates: list[tuple[float, str, list[JobState], _PoolLedger]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
-            if ledger is None or ledger.tier != Tier.ELASTIC.value:
+            if ledger is None or ledger.tier != ELASTIC:
                 continue
             node = self.nodes[node_name]
             if not self._schedulable(node) or node_name in self.reserved:
@@ -514,30 +550,32 @@ class _Decider:
             restart_cost = gpus * target.gpu_price * self.restart_hours
             if savings * elapsed_h <= restart_cost:
                 continue
-            candidates.append((-savings, node_name, sorted(jobs.values(), key=lambda j: j.key), target))
+            candidates.append(
+                (-savings, node_name, sorted(jobs.values(), key=lambda j: j.key), target)
+            )
         candidates.sort(key=lambda c: (c[0], c[1]))
-        for neg_savings, node_name, jobs, target in candidates:
-            if len(jobs) > self.moves_left or any(j.key in self.moving for j in jobs):
+        for neg_savings, node_name, victims, target in candidates:
+            if len(victims) > self.moves_left or any(v.key in self.moving for v in victims):
                 continue
-            need = sum(self._job_gpus(j.key) for j in jobs)
+            need = sum(self._job_gpus(v.key) for v in victims)
             if need > self._headroom_gpus(target):
                 continue
-            for job in jobs:
+            for victim in victims:
                 self.actions.append(
                     MoveJob(
-                        namespace=job.namespace,
-                        job=job.name,
+                        namespace=victim.namespace,
+                        job=victim.name,
                         from_pool=self.node_pool[node_name],
                         to_pool=target.name,
-                        gpus=self._job_gpus(job.key),
+                        gpus=self._job_gpus(victim.key),
                         kind=ActionKind.CONSOLIDATE,
                         reason=f"elastic node {node_name} runs only preemptible work: moving "
-                        f"Job {job.key} to spot pool {target.name} saves "
+                        f"Job {victim.key} to spot pool {target.name} saves "
                         f"${-neg_savings:.2f}/h once the node is released",
                     )
                 )
                 self.requeued_by_preemption = []
-                self._release_job_pods(job, target.name)
+                self._release_job_pods(victim, target.name)
                 for demand in self.requeued_by_preemption:
                     self._place_one(demand)
             self.requeued_by_preemption = []
@@ -545,7 +583,10 @@ class _Decider:
     def _headroom_gpus(self, ledger: _PoolLedger) -> int:
         free = sum(k * len(b) for k, b in enumerate(ledger.buckets))
         nodes = min(
-            ledger.state.spec.max_nodes - ledger.live_nodes - ledger.provisioning - ledger.new_nodes,
+            ledger.state.spec.max_nodes
+            - ledger.live_nodes
+            - ledger.provisioning
+            - ledger.new_nodes,
             self.policy.scale_up.max_nodes_per_tick - ledger.new_nodes,
         )
         budget = self.policy.budget
@@ -563,8 +604,12 @@ class _Decider:
         for ledger in self.pools.values():
             if ledger.new_nodes <= 0:
                 continue
-            by = ", ".join(f"{c} {n}" for c, n in sorted(ledger.scale_reasons.items(),
-                                                          key=lambda i: CRITICALITY_RANK[i[0]]))
+            by = ", ".join(
+                f"{c} {n}"
+                for c, n in sorted(
+                    ledger.scale_reasons.items(), key=lambda i: CRITICALITY_RANK[i[0]]
+                )
+            )
             self.actions.append(
                 ScaleUp(
                     pool=ledger.name,
@@ -580,12 +625,13 @@ class _Decider:
     def _release_idle(self) -> None:
         metrics = self.snap.metrics
         candidates: list[tuple[float, float, str]] = []
+        continuing: list[ReleaseNode] = []
         for node in self.nodes.values():
             ledger = self.pools[node.pool]
             if not is_cloud(ledger.tier):
                 continue
             if node.releasing and node.interruption_deadline is None:
-                self.actions.append(
+                continuing.append(
                     ReleaseNode(
                         pool=node.pool, node=node.name, reason=f"continue releasing {node.name}"
                     )
@@ -604,14 +650,15 @@ class _Decider:
             if pods and not self._drainable(node, pods, spec.scale_down.idle_utilization_percent):
                 continue
             candidates.append((-ledger.node_price, node.idle_since, node.name))
-        if not candidates:
+        if not candidates and not continuing:
             return
         if not metrics.available:
             self.notes.append(
-                f"utilization data unavailable ({metrics.reason or 'stale'}): {len(candidates)} "
-                "idle node(s) kept (fail static)"
+                f"utilization data unavailable ({metrics.reason or 'stale'}): "
+                f"{len(candidates) + len(continuing)} idle node(s) kept (fail static)"
             )
             return
+        self.actions.extend(continuing)
         candidates.sort()
         budget_left = self.policy.disruption.max_nodes_per_tick
         released_in_pool: dict[str, int] = {}

@@ -34,7 +34,9 @@ def parse_duration_seconds(text: str) -> float:
     Raises ValueError with the accepted format when ``text`` is not a duration.
     """
     if not re.fullmatch(DURATION_PATTERN, text):
-        raise ValueError(f"{text!r} is not a duration: use a number and a unit, e.g. 30s, 5m, 1h30m, 7d")
+        raise ValueError(
+            f"{text!r} is not a duration: use a number and a unit, e.g. 30s, 5m, 1h30m, 7d"
+        )
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
 
 

@@ -54,7 +54,9 @@ class PreemptionSpec(SpecModel):
         description="Work a moved Job loses to restart (start-up plus time since its last "
         "checkpoint); used to decide whether a move pays.",
     )
-    max_per_tick: int = Field(default=10, ge=0, le=10000, description="At most this many moves per tick.")
+    max_per_tick: int = Field(
+        default=10, ge=0, le=10000, description="At most this many moves per tick."
+    )
 
 
 class ConsolidationSpec(SpecModel):
@@ -96,12 +98,15 @@ class ScalingPolicySpec(SpecModel):
 
     rules = (
         Rule(
-            cel="!has(self.budget) || !has(self.budget.maxHourlyCost) || !has(self.budget.monthlyLimit) || "
+            cel="!has(self.budget) || !has(self.budget.maxHourlyCost) || "
+            "!has(self.budget.monthlyLimit) || "
             "self.budget.maxHourlyCost <= self.budget.monthlyLimit",
             message="budget.maxHourlyCost cannot exceed budget.monthlyLimit",
-            check=lambda s: s.budget.max_hourly_cost is None
-            or s.budget.monthly_limit is None
-            or s.budget.max_hourly_cost <= s.budget.monthly_limit,
+            check=lambda s: (
+                s.budget.max_hourly_cost is None
+                or s.budget.monthly_limit is None
+                or s.budget.max_hourly_cost <= s.budget.monthly_limit
+            ),
             field_path=".budget",
         ),
     )

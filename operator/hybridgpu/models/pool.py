@@ -41,7 +41,8 @@ class AWSProviderSpec(SpecModel):
             check=lambda s: (s.auto_scaling_group_name is None) != (s.launch_template_name is None),
         ),
         Rule(
-            cel="!has(self.launchTemplateName) || (has(self.instanceTypes) && size(self.instanceTypes) > 0)",
+            cel="!has(self.launchTemplateName) || "
+            "(has(self.instanceTypes) && size(self.instanceTypes) > 0)",
             message="launchTemplateName needs instanceTypes (the EC2 Fleet's instance types)",
             check=lambda s: s.launch_template_name is None or len(s.instance_types) > 0,
         ),
@@ -107,7 +108,9 @@ class PricingSpec(SpecModel):
         description="Core: electricity price in dollars per kWh (default 0.12).",
     )
     ops_per_node_hour: float | None = Field(
-        default=None, ge=0, description="Core: operations cost per node-hour in dollars (default 0)."
+        default=None,
+        ge=0,
+        description="Core: operations cost per node-hour in dollars (default 0).",
     )
     per_node_hour: float | None = Field(
         default=None, gt=0, description="Elastic/spot: price of one node-hour in dollars."
@@ -176,8 +179,9 @@ class GPUPoolSpec(SpecModel):
             "(has(self.pricing.fromProvider) && self.pricing.fromProvider)",
             message="elastic and spot pools need pricing.perNodeHour (or, for spot, "
             "pricing.fromProvider: true)",
-            check=lambda s: s.tier == "core" or s.pricing.per_node_hour is not None
-            or _from_provider(s),
+            check=lambda s: (
+                s.tier == "core" or s.pricing.per_node_hour is not None or _from_provider(s)
+            ),
             field_path=".pricing",
         ),
         Rule(

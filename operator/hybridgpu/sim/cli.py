@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError
@@ -26,13 +25,17 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument("--trace", help="job trace file (default: the synthetic scenario)")
     parser.add_argument("--trace-format", choices=("openb", "csv"), default="openb")
     parser.add_argument(
-        "--time-scale", type=float, default=1.0,
+        "--time-scale",
+        type=float,
+        default=1.0,
         help="divide the trace's times and durations by this factor (default 1)",
     )
     parser.add_argument("--qos-map", help="openb qos mapping, e.g. LS=standard,BE=preemptible")
     parser.add_argument("--spot-trace", help="measured spot preemption trace (spot-traces JSON)")
     parser.add_argument(
-        "--spot-hazard", type=float, default=None,
+        "--spot-hazard",
+        type=float,
+        default=None,
         help="spot interruptions per node-hour when no --spot-trace (default 0.05)",
     )
     parser.add_argument("--provisioning-delay", type=float, default=120.0, help="seconds (120)")
@@ -71,13 +74,18 @@ def run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     if args.trace:
         if args.trace_format == "openb":
-            load = load_openb(args.trace, time_scale=args.time_scale, qos_map=parse_qos_map(args.qos_map))
+            load = load_openb(
+                args.trace, time_scale=args.time_scale, qos_map=parse_qos_map(args.qos_map)
+            )
         else:
             load = load_csv(args.trace, time_scale=args.time_scale)
         jobs = load.jobs
         if load.skipped:
             notes.append(
-                "skipped: " + ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items()))
+                "skipped: "
+                + ", ".join(
+                    f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items())
+                )
             )
         source = f"{args.trace} ({args.trace_format}, time scale {args.time_scale:g})"
     else:
@@ -94,12 +102,12 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     show_progress = not args.json and sys.stderr.isatty()
-    progress = _progress_bar() if show_progress else None
+    progress = _ProgressBar() if show_progress else None
     try:
         results = compare(config.pools, config.policy.spec, jobs, settings, progress=progress)
     finally:
         if progress is not None:
-            progress.close()  # type: ignore[attr-defined]
+            progress.close()
     png = None if args.no_png else write_png(results, args.png)
     if args.json:
         out = {
@@ -127,19 +135,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_bar() -> Any:
-    from tqdm import tqdm
+class _ProgressBar:
+    """One tqdm bar on stderr, reset for each simulated policy."""
 
-    bar = tqdm(total=1000, file=sys.stderr, unit="‰", leave=False, bar_format="{desc} {bar} {percentage:3.0f}%")
-    state = {"name": ""}
+    def __init__(self) -> None:
+        from tqdm import tqdm
 
-    def update(name: str, fraction: float) -> None:
-        if name != state["name"]:
-            state["name"] = name
-            bar.set_description(f"simulating {name:<10}")
-            bar.reset(total=1000)
-        bar.n = int(fraction * 1000)
-        bar.refresh()
+        self.bar = tqdm(
+            total=1000,
+            file=sys.stderr,
+            leave=False,
+            bar_format="{desc} {bar} {percentage:3.0f}%",
+        )
+        self.name = ""
 
-    update.close = bar.close  # type: ignore[attr-defined]
-    return update
+    def __call__(self, name: str, fraction: float) -> None:
+        if name != self.name:
+            self.name = name
+            self.bar.set_description(f"simulating {name:<10}")
+            self.bar.reset(total=1000)
+        self.bar.n = int(fraction * 1000)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()

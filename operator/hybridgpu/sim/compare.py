@@ -48,7 +48,9 @@ def lower_bound(
 ) -> PolicyResult:
     """Fixed core cost plus demand above the core fleet at its cheapest eligible price."""
     core_gpus = sum(p.spec.gpu.per_node * p.spec.max_nodes for p in _tier(pools, Tier.CORE))
-    elastic = [gpu_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in _tier(pools, Tier.ELASTIC)]
+    elastic = [
+        gpu_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in _tier(pools, Tier.ELASTIC)
+    ]
     spot = [gpu_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in _tier(pools, Tier.SPOT)]
     on_demand_price = min(elastic) if elastic else None
     spot_price = min(spot) if spot else on_demand_price
@@ -69,7 +71,9 @@ def lower_bound(
             flex_over = max(0, flexible - max(0, core_gpus - firm))
             hours[Tier.CORE.value] += (firm + flexible - firm_over - flex_over) * dt
             if firm_over and on_demand_price is None:
-                raise UserError("lower bound: demand exceeds the core fleet and there is no elastic pool")
+                raise UserError(
+                    "lower bound: demand exceeds the core fleet and there is no elastic pool"
+                )
             cost[Tier.ELASTIC.value] += firm_over * dt * (on_demand_price or 0.0)
             hours[Tier.ELASTIC.value] += firm_over * dt
             spot_tier = Tier.SPOT.value if spot else Tier.ELASTIC.value

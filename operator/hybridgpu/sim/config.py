@@ -43,7 +43,9 @@ def format_validation_error(err: ValidationError) -> str:
 def parse_manifest(doc: Any, source: str) -> GPUPool | ScalingPolicy:
     """One manifest as a model; raises UserError naming ``source`` and the field."""
     if not isinstance(doc, dict):
-        raise UserError(f"{source}: expected a Kubernetes object (a mapping), got {type(doc).__name__}")
+        raise UserError(
+            f"{source}: expected a Kubernetes object (a mapping), got {type(doc).__name__}"
+        )
     kind = doc.get("kind")
     model = _KINDS.get(str(kind))
     if model is None:
@@ -82,7 +84,15 @@ def load_cluster(path: str | Path) -> ClusterConfig:
         raise UserError(f"{path}: GPUPool name(s) used twice: {', '.join(dupes)}")
     policy = next((p for p in policies if p.metadata.name == "default"), None)
     if policy is None:
-        policy = policies[0] if policies else ScalingPolicy.model_validate(
-            {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "default"}}
+        policy = (
+            policies[0]
+            if policies
+            else ScalingPolicy.model_validate(
+                {
+                    "apiVersion": "hybridgpu.io/v1alpha1",
+                    "kind": "ScalingPolicy",
+                    "metadata": {"name": "default"},
+                }
+            )
         )
     return ClusterConfig(pools=tuple(pools), policy=policy)

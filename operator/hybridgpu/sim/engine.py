@@ -175,6 +175,8 @@ class Simulation:
         self.ticks = 0
         self.work_by_tier: dict[str, float] = {t.value: 0.0 for t in Tier}
         self.progress = progress
+        self._eligible_cache: dict[tuple[str | None, bool], list[str]] = {}
+        self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         last_arrival = max((j.arrival_seconds for j in self.trace), default=0.0)
         self.horizon = horizon_seconds or (
             last_arrival + max((j.duration_seconds for j in self.trace), default=0.0) * 4 + 86400
@@ -232,6 +234,13 @@ class Simulation:
 
     # ------------------------------------------------------------- scheduler
     def _eligible_pools(self, job: _Job) -> list[str]:
+        key = (job.pool, job.trace.criticality == Criticality.PREEMPTIBLE)
+        cached = self._eligible_cache.get(key)
+        if cached is None:
+            cached = self._eligible_cache[key] = self._eligible_pools_uncached(job)
+        return cached
+
+    def _eligible_pools_uncached(self, job: _Job) -> list[str]:
         if job.pool is not None:
             return [job.pool] if job.pool in self.pools else []
         tiers = [Tier.CORE.value]
@@ -339,32 +348,9 @@ class Simulation:
         pods: list[GPUPod] = []
         jobs: list[JobState] = []
         for index in sorted(self.running | self.pending):
-            job = self.jobs[index]
-            key = f"sim/{job.trace.name}"
-            crit = job.trace.criticality
-            pods.append(
-                GPUPod(
-                    namespace="sim",
-                    name=job.trace.name,
-                    gpus=job.trace.gpus,
-                    criticality=crit,
-                    node=job.node,
-                    job=key,
-                    pool=job.pool,
-                    pending_since=job.pending_since,
-                    started_at=job.run_started,
-                )
-            )
-            jobs.append(
-                JobState(
-                    namespace="sim",
-                    name=job.trace.name,
-                    criticality=crit,
-                    gpus_per_pod=job.trace.gpus,
-                    pool=job.pool,
-                    started_at=job.run_started,
-                )
-            )
+            pod, state = self._job_view(self.jobs[index])
+            pods.append(pod)
+            jobs.append(state)
         pools = tuple(
             PoolState(
                 name=p.name,
@@ -382,10 +368,41 @@ class Simulation:
             jobs=tuple(jobs),
         )
 
+    def _job_view(self, job: _Job) -> tuple[GPUPod, JobState]:
+        """The job as the operator sees it; rebuilt only when it changed (run_id moves on
+        every start and stop)."""
+        cached = self._views.get(job.index)
+        if cached is not None and cached[0] == job.run_id and cached[1].pool == job.pool:
+            return cached[1], cached[2]
+        crit = job.trace.criticality
+        pod = GPUPod(
+            namespace="sim",
+            name=job.trace.name,
+            gpus=job.trace.gpus,
+            criticality=crit,
+            node=job.node,
+            job=f"sim/{job.trace.name}",
+            pool=job.pool,
+            pending_since=job.pending_since,
+            started_at=job.run_started,
+        )
+        state = JobState(
+            namespace="sim",
+            name=job.trace.name,
+            criticality=crit,
+            gpus_per_pod=job.trace.gpus,
+            pool=job.pool,
+            started_at=job.run_started,
+        )
+        self._views[job.index] = (job.run_id, pod, state)
+        return pod, state
+
     def _tick(self) -> Plan:
         self.ticks += 1
         plan = decide(self._snapshot(), self.policy, self.now)
-        by_name = {f"sim/{j.trace.name}": j for j in (self.jobs[i] for i in self.running | self.pending)}
+        by_name = {
+            f"sim/{j.trace.name}": j for j in (self.jobs[i] for i in self.running | self.pending)
+        }
         for action in plan.actions:
             if isinstance(action, ScaleUp):
                 pool = self.pools[action.pool]
@@ -483,8 +500,10 @@ class Simulation:
             self.pending.add(payload)
             return 0
         if kind == "finish":
-            index, run_id = payload  # type: ignore[misc]
-            job = self.jobs[index]
+            assert isinstance(payload, tuple)
+            finished: int = payload[0]
+            run_id: int = payload[1]
+            job = self.jobs[finished]
             if job.run_id != run_id or job.done:
                 return 0
             self._stop(job, requeue=False)
@@ -516,10 +535,10 @@ class Simulation:
             billed += hours * node.gpus
         for index in list(self.running):
             job = self.jobs[index]
-            node = self.nodes[job.node] if job.node else None
-            if node is not None:
+            host = self.nodes.get(job.node) if job.node else None
+            if host is not None:
                 ran = end - (job.run_started or end)
-                self.work_by_tier[node.tier] += ran * job.trace.gpus / 3600
+                self.work_by_tier[host.tier] += ran * job.trace.gpus / 3600
         waits: dict[str, list[float]] = {c.value: [] for c in Criticality}
         for job in self.jobs:
             if job.first_started is not None:

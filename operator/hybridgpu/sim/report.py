@@ -18,7 +18,11 @@ def table(results: dict[str, PolicyResult]) -> str:
     lines = [head, "-" * len(head)]
     for name, r in results.items():
         c = r.cost_by_tier_dollars
-        ratio = r.total_cost_dollars / base.total_cost_dollars if base and base.total_cost_dollars else 0
+        ratio = (
+            r.total_cost_dollars / base.total_cost_dollars
+            if base and base.total_cost_dollars
+            else 0
+        )
         work = sum(v for k, v in r.gpu_hours.items() if k != "billed")
         w = r.wait_seconds
         lines.append(
@@ -46,7 +50,10 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
     fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     colors = {"core": "#4c72b0", "elastic": "#dd8452", "spot": "#55a868"}
     axes[0].stackplot(
-        s["t"], [s[f"gpus_{t}"] for t in colors], labels=list(colors), colors=list(colors.values()),
+        s["t"],
+        [s[f"gpus_{t}"] for t in colors],
+        labels=list(colors),
+        colors=list(colors.values()),
         alpha=0.8,
     )
     axes[0].plot(s["t"], s["demand_gpus"], color="black", lw=1, label="demand (running + pending)")
@@ -54,7 +61,10 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
     axes[0].set_title("hybridgpu: capacity per tier and GPU demand")
     axes[0].legend(loc="upper left", fontsize=8)
     axes[1].stackplot(
-        s["t"], [s[f"cost_{t}"] for t in colors], labels=list(colors), colors=list(colors.values()),
+        s["t"],
+        [s[f"cost_{t}"] for t in colors],
+        labels=list(colors),
+        colors=list(colors.values()),
         alpha=0.8,
     )
     axes[1].set_ylabel("$ / hour")

@@ -8,7 +8,7 @@ import csv
 import json
 import math
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +58,9 @@ def parse_qos_map(text: str | None) -> dict[str, Criticality]:
     return mapping
 
 
-def _number(path: Path, line: int, field: str, raw: str | None, *, allow_empty: bool = False) -> float | None:
+def _number(
+    path: Path, line: int, field: str, raw: str | None, *, allow_empty: bool = False
+) -> float | None:
     if raw is None or raw.strip() == "":
         if allow_empty:
             return None
@@ -72,7 +74,7 @@ def _number(path: Path, line: int, field: str, raw: str | None, *, allow_empty: 
     return value
 
 
-def _open_csv(path: Path, required: Iterable[str]) -> tuple[csv.DictReader[str], list[str]]:
+def _open_csv(path: Path, required: Iterable[str]) -> tuple[csv.DictReader[str], Sequence[str]]:
     try:
         handle = path.open(newline="")
     except OSError as err:
@@ -116,8 +118,8 @@ def load_openb(
         qos = row["qos"]
         if qos not in mapping:
             raise UserError(
-                f"{path}:{line}: field 'qos' is {qos!r}; expected one of {', '.join(sorted(mapping))} "
-                "(or map it with --qos-map)"
+                f"{path}:{line}: field 'qos' is {qos!r}; expected one of "
+                f"{', '.join(sorted(mapping))} (or map it with --qos-map)"
             )
         created = _number(path, line, "creation_time", row["creation_time"])
         scheduled = _number(path, line, "scheduled_time", row["scheduled_time"], allow_empty=True)
@@ -156,7 +158,9 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
         gpus = _number(path, line, "gpus", row["gpus"])
         assert arrival is not None and duration is not None and gpus is not None
         if gpus < 1 or gpus != int(gpus):
-            raise UserError(f"{path}:{line}: field 'gpus' is {row['gpus']!r}; expected a whole number >= 1")
+            raise UserError(
+                f"{path}:{line}: field 'gpus' is {row['gpus']!r}; expected a whole number >= 1"
+            )
         crit = (row["criticality"] or "").strip()
         if crit not in allowed:
             raise UserError(
@@ -164,7 +168,13 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 "or preemptible"
             )
         jobs.append(
-            TraceJob(row["name"], arrival / time_scale, duration / time_scale, int(gpus), Criticality(crit))
+            TraceJob(
+                row["name"],
+                arrival / time_scale,
+                duration / time_scale,
+                int(gpus),
+                Criticality(crit),
+            )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
     return TraceLoad(jobs=jobs, skipped={})
@@ -194,7 +204,11 @@ def synthetic(seed: int = 7, hours: float = 72.0) -> list[TraceJob]:
             if t >= horizon:
                 break
             hour = (t / 3600) % 24
-            daily = 0.35 + 0.65 * max(0.0, math.sin(math.pi * (hour - 6) / 14)) if 6 <= hour <= 20 else 0.35
+            daily = (
+                0.35 + 0.65 * max(0.0, math.sin(math.pi * (hour - 6) / 14))
+                if 6 <= hour <= 20
+                else 0.35
+            )
             burst = 1.0 if not (30 * 3600 <= t <= 38 * 3600) else 1.6
             if crit == Criticality.PREEMPTIBLE:
                 daily = 0.8
@@ -240,7 +254,7 @@ def load_spot_trace(path: str | Path) -> SpotTrace:
         data = [int(x) for x in raw["data"]]
     except (KeyError, TypeError, ValueError):
         raise UserError(
-            f"{path}: expected {{\"metadata\": {{\"gap_seconds\": N}}, \"data\": [0|1, ...]}}"
+            f'{path}: expected {{"metadata": {{"gap_seconds": N}}, "data": [0|1, ...]}}'
         ) from None
     if gap <= 0 or not data:
         raise UserError(f"{path}: field 'metadata.gap_seconds' must be > 0 and 'data' non-empty")

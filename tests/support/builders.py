@@ -1,0 +1,137 @@
+"""Builders for pure test objects: short to write, explicit about what matters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridgpu.models import GPUPoolSpec, ScalingPolicySpec
+from hybridgpu.models.snapshot import (
+    BudgetState,
+    ClusterSnapshot,
+    Criticality,
+    GPUPod,
+    JobState,
+    MetricsHealth,
+    NodeState,
+    PoolState,
+)
+
+NOW = 1_000_000.0
+
+PRICES = {"elastic": 24.0, "spot": 8.0}
+
+
+def pool(
+    name: str,
+    tier: str,
+    *,
+    per_node: int = 8,
+    min_nodes: int = 0,
+    max_nodes: int = 10,
+    price: float | None = None,
+    idle_for: str = "10m",
+    provisioning: int = 0,
+    **spec: Any,
+) -> PoolState:
+    body: dict[str, Any] = {
+        "tier": tier,
+        "gpu": {"model": "A100", "perNode": per_node, "powerWatts": 400},
+        "minNodes": min_nodes,
+        "maxNodes": max_nodes,
+        "scaleDown": {"idleFor": idle_for},
+    }
+    if tier == "core":
+        body["pricing"] = {"capexPerNode": 200000, "powerWattsPerNode": 5000}
+        body["provider"] = {"type": "static"}
+    else:
+        body["pricing"] = {"perNodeHour": price if price is not None else PRICES[tier]}
+        body["provider"] = {"type": "fake"}
+    body.update(spec)
+    return PoolState(
+        name=name, spec=GPUPoolSpec.model_validate(body), provisioning_nodes=provisioning
+    )
+
+
+def node(name: str, pool_name: str, gpus: int = 8, **kw: Any) -> NodeState:
+    return NodeState(name=name, pool=pool_name, gpus=gpus, created_at=NOW - 86400, **kw)
+
+
+def running(
+    name: str,
+    node_name: str,
+    gpus: int,
+    crit: str = "standard",
+    *,
+    job: bool = True,
+    started: float = NOW - 3600,
+    ns: str = "team",
+    pool_pin: str | None = None,
+) -> tuple[GPUPod, JobState | None]:
+    c = Criticality(crit)
+    pod = GPUPod(
+        namespace=ns,
+        name=f"{name}-pod",
+        gpus=gpus,
+        criticality=c,
+        node=node_name,
+        job=f"{ns}/{name}" if job else None,
+        pool=pool_pin,
+        pending_since=started - 10,
+        started_at=started,
+    )
+    state = JobState(ns, name, c, gpus, started_at=started, pool=pool_pin) if job else None
+    return pod, state
+
+
+def pending(
+    name: str,
+    gpus: int,
+    crit: str = "standard",
+    *,
+    since: float = NOW - 60,
+    job: bool = True,
+    ns: str = "team",
+    pool_pin: str | None = None,
+) -> tuple[GPUPod, JobState | None]:
+    c = Criticality(crit)
+    pod = GPUPod(
+        namespace=ns,
+        name=f"{name}-pod",
+        gpus=gpus,
+        criticality=c,
+        job=f"{ns}/{name}" if job else None,
+        pool=pool_pin,
+        pending_since=since,
+    )
+    state = JobState(ns, name, c, gpus, pool=pool_pin) if job else None
+    return pod, state
+
+
+def snapshot(
+    pools: list[PoolState],
+    nodes: list[NodeState] = (),  # type: ignore[assignment]
+    workloads: list[tuple[GPUPod, JobState | None]] = (),  # type: ignore[assignment]
+    *,
+    metrics: MetricsHealth | None = None,
+    spent: float = 0.0,
+) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        taken_at=NOW,
+        pools=tuple(pools),
+        nodes=tuple(nodes),
+        pods=tuple(p for p, _ in workloads),
+        jobs=tuple(j for _, j in workloads if j is not None),
+        metrics=metrics or MetricsHealth(),
+        budget=BudgetState(spent_this_month_dollars=spent),
+    )
+
+
+def policy(**spec: Any) -> ScalingPolicySpec:
+    return ScalingPolicySpec.model_validate(spec)
+
+
+STANDARD_POOLS = [
+    pool("core", "core", max_nodes=2, min_nodes=2),
+    pool("elastic", "elastic"),
+    pool("spot", "spot"),
+]

@@ -1,0 +1,290 @@
+"""decide(): table-driven cases, one behaviour a user would notice per case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from tests.support.builders import (
+    NOW,
+    STANDARD_POOLS,
+    node,
+    pending,
+    policy,
+    pool,
+    running,
+    snapshot,
+)
+
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import (
+    CordonUnhealthy,
+    HandleInterruption,
+    MoveJob,
+    ReleaseNode,
+    ScaleUp,
+)
+from hybridgpu.models.snapshot import MetricsHealth
+
+pytestmark = pytest.mark.unit
+
+CORE_NODES = [node("c1", "core"), node("c2", "core")]
+
+
+def summary(plan) -> list[tuple]:
+    out = []
+    for a in plan.actions:
+        if isinstance(a, ScaleUp):
+            out.append(("scale_up", a.pool, a.nodes))
+        elif isinstance(a, MoveJob):
+            out.append((a.kind.value, a.job_key, a.to_pool))
+        elif isinstance(a, ReleaseNode | HandleInterruption | CordonUnhealthy):
+            out.append((a.kind.value, a.node))
+    return out
+
+
+@dataclass
+class Case:
+    pools: list = field(default_factory=lambda: list(STANDARD_POOLS))
+    nodes: list = field(default_factory=lambda: list(CORE_NODES))
+    workloads: list = field(default_factory=list)
+    policy: dict = field(default_factory=dict)
+    metrics: MetricsHealth | None = None
+    spent: float = 0.0
+    want: list = field(default_factory=list)
+    want_blocked: list = field(default_factory=list)
+
+
+CASES = {
+    "pending pod that fits free core needs nothing": Case(
+        workloads=[pending("a", 4)],
+        want=[],
+    ),
+    "pod pending shorter than the grace period is not demand yet": Case(
+        nodes=[],
+        workloads=[pending("a", 4, since=NOW - 1)],
+        want=[],
+    ),
+    "standard work beyond core scales elastic by bin packing": Case(
+        nodes=[node("c1", "core"), node("c2", "core")],
+        workloads=[running("r1", "c1", 8), running("r2", "c2", 8)]
+        + [pending(f"p{i}", 3) for i in range(3)]
+        + [pending("big", 8)],
+        # 3+3 | 3 | 8: three 8-GPU nodes
+        want=[("scale_up", "elastic", 3)],
+    ),
+    "maxNodes caps the scale-up and the rest is reported blocked": Case(
+        pools=[pool("core", "core", max_nodes=0), pool("elastic", "elastic", max_nodes=2)],
+        nodes=[],
+        workloads=[pending(f"p{i}", 8) for i in range(5)],
+        want=[("scale_up", "elastic", 2)],
+        want_blocked=[("elastic", "max_nodes", 3)],
+    ),
+    "maxNodesPerTick caps the scale-up": Case(
+        pools=[pool("elastic", "elastic", max_nodes=50)],
+        nodes=[],
+        workloads=[pending(f"p{i}", 8) for i in range(5)],
+        policy={"scaleUp": {"maxNodesPerTick": 2}},
+        want=[("scale_up", "elastic", 2)],
+        want_blocked=[("elastic", "max_per_tick", 3)],
+    ),
+    "nodes already provisioning absorb the demand: no second scale-up": Case(
+        pools=[pool("elastic", "elastic", provisioning=2)],
+        nodes=[],
+        workloads=[pending(f"p{i}", 8) for i in range(2)],
+        want=[],
+    ),
+    "preemptible work scales spot, not elastic": Case(
+        nodes=[],
+        pools=[pool("elastic", "elastic"), pool("spot", "spot")],
+        workloads=[pending("b", 2, "preemptible"), pending("c", 2, "preemptible")],
+        want=[("scale_up", "spot", 1)],
+    ),
+    "critical work preempts a preemptible Job on core and moves it to spot": Case(
+        workloads=[
+            running("batch", "c1", 8, "preemptible"),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical"),
+        ],
+        want=[("preempt", "team/batch", "spot"), ("scale_up", "spot", 1)],
+    ),
+    "the cheapest victims are chosen: the smaller Job": Case(
+        workloads=[
+            running("big", "c1", 6, "preemptible"),
+            running("small", "c1", 2, "preemptible"),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 2, "critical"),
+        ],
+        want=[("preempt", "team/small", "spot"), ("scale_up", "spot", 1)],
+    ),
+    "a Job younger than minRuntime is not preempted: elastic scales instead": Case(
+        workloads=[
+            running("batch", "c1", 8, "preemptible", started=NOW - 10),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical"),
+        ],
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "bare pods (no Job) are never preempted": Case(
+        workloads=[
+            running("bare", "c1", 8, "preemptible", job=False),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical"),
+        ],
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "critical work is never a victim": Case(
+        workloads=[
+            running("svc1", "c1", 8, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            pending("urgent", 4, "critical"),
+        ],
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "preemption off: elastic scales": Case(
+        workloads=[
+            running("batch", "c1", 8, "preemptible"),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical"),
+        ],
+        policy={"preemption": {"enabled": False}},
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "hourly budget blocks a scale-up that would exceed it": Case(
+        pools=[pool("elastic", "elastic", price=24.0)],
+        nodes=[node("e1", "elastic")],
+        workloads=[running("r", "e1", 8), pending("p", 8)],
+        policy={"budget": {"maxHourlyCost": 40}},
+        want=[],
+        want_blocked=[("elastic", "budget_hourly", 1)],
+    ),
+    "monthly limit reached blocks scale-up": Case(
+        pools=[pool("elastic", "elastic")],
+        nodes=[],
+        workloads=[pending("p", 8)],
+        policy={"budget": {"monthlyLimit": 1000}},
+        spent=1000.0,
+        want=[],
+        want_blocked=[("elastic", "budget_monthly", 1)],
+    ),
+    "idle elastic node past idleFor is released": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic", idle_since=NOW - 3600, utilization_percent=0.0)],
+        want=[("release_node", "e1")],
+    ),
+    "idle node younger than idleFor is kept": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic", idle_since=NOW - 60)],
+        want=[],
+    ),
+    "nothing is released when utilization data is unavailable (fail static)": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic", idle_since=NOW - 3600)],
+        metrics=MetricsHealth(available=False, reason="prometheus down"),
+        want=[],
+    ),
+    "blind, pending work still gets capacity": Case(
+        nodes=[],
+        pools=[pool("elastic", "elastic")],
+        workloads=[pending("p", 8)],
+        metrics=MetricsHealth(available=False),
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "a node with stale utilization is not released": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic", idle_since=NOW - 3600, utilization_stale=True)],
+        want=[],
+    ),
+    "minNodes holds idle nodes": Case(
+        pools=[pool("elastic", "elastic", min_nodes=1)],
+        nodes=[
+            node("e1", "elastic", idle_since=NOW - 3600),
+            node("e2", "elastic", idle_since=NOW - 3600),
+        ],
+        want=[("release_node", "e1")],
+    ),
+    "core nodes are never released": Case(
+        nodes=[node("c1", "core", idle_since=NOW - 86400)],
+        want=[],
+    ),
+    "an idle node that pending work will use is kept": Case(
+        pools=[pool("elastic", "elastic")],
+        nodes=[node("e1", "elastic", idle_since=NOW - 3600)],
+        workloads=[pending("p", 8)],
+        want=[],
+    ),
+    "most expensive idle node goes first within the disruption budget": Case(
+        pools=[pool("cheap", "spot", price=5.0), pool("dear", "elastic", price=30.0)],
+        nodes=[
+            node("s1", "cheap", idle_since=NOW - 3600),
+            node("e1", "dear", idle_since=NOW - 3600),
+        ],
+        policy={"disruption": {"maxNodesPerTick": 1}},
+        want=[("release_node", "e1")],
+    ),
+    "an interruption notice cordons and drains; its Job requeues onto new spot": Case(
+        pools=[pool("spot", "spot")],
+        nodes=[node("s1", "spot", interruption_deadline=NOW + 120)],
+        workloads=[running("batch", "s1", 4, "preemptible", pool_pin="spot")],
+        want=[("handle_interruption", "s1"), ("scale_up", "spot", 1)],
+    ),
+    "GPU XID errors cordon the node": Case(
+        nodes=[node("c1", "core", xid_errors=2), node("c2", "core")],
+        want=[("cordon_unhealthy", "c1")],
+    ),
+    "preemptible work alone on an elastic node consolidates to spot": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("r1", "c1", 8),
+            running("r2", "c2", 8),
+            running("batch", "e1", 8, "preemptible", started=NOW - 7200),
+        ],
+        want=[("consolidate", "team/batch", "spot"), ("scale_up", "spot", 1)],
+    ),
+    "a young Job is not consolidated: the restart would cost more than it saves": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("r1", "c1", 8),
+            running("r2", "c2", 8),
+            running("batch", "e1", 8, "preemptible", started=NOW - 90),
+        ],
+        want=[],
+    ),
+    "a pod pinned to a pool only grows that pool": Case(
+        nodes=[],
+        pools=[pool("elastic", "elastic"), pool("elastic-b", "elastic", price=10.0)],
+        workloads=[pending("p", 8, pool_pin="elastic")],
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "elastic scale-up picks the cheapest pool per GPU": Case(
+        nodes=[],
+        pools=[pool("dear", "elastic", price=30.0), pool("cheap", "elastic", price=20.0)],
+        workloads=[pending("p", 8)],
+        want=[("scale_up", "cheap", 1)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_decide(case: Case) -> None:
+    snap = snapshot(case.pools, case.nodes, case.workloads, metrics=case.metrics, spent=case.spent)
+    plan = decide(snap, policy(**case.policy), NOW)
+    assert summary(plan) == case.want, plan.explain()
+    blocked = [(b.pool, b.cause, b.nodes) for b in plan.blocked]
+    assert blocked == case.want_blocked, plan.explain()
+    if any(c.startswith("budget") for _, c, _ in case.want_blocked):
+        assert plan.budget_exceeded
+
+
+def test_every_action_says_why() -> None:
+    snap = snapshot(
+        list(STANDARD_POOLS),
+        CORE_NODES,
+        [
+            running("batch", "c1", 8, "preemptible"),
+            running("s", "c2", 8, "critical"),
+            pending("urgent", 4, "critical"),
+            pending("std", 8),
+        ],
+    )
+    plan = decide(snap, policy(), NOW)
+    assert plan.actions
+    for action in plan.actions:
+        assert len(action.reason) > 20
+    assert any("team/urgent-pod" in a.reason for a in plan.actions)

@@ -1,0 +1,192 @@
+"""Properties of decide() over random clusters (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.support.builders import NOW, node, pending, policy, pool, running, snapshot
+
+from hybridgpu.core.apply import apply_plan
+from hybridgpu.core.cost import node_hour_dollars
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import MoveJob, ReleaseNode, ScaleUp
+from hybridgpu.models.snapshot import ClusterSnapshot, MetricsHealth
+
+pytestmark = pytest.mark.unit
+
+CRITS = st.sampled_from(["critical", "standard", "preemptible"])
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict]:
+    per_node = draw(st.sampled_from([1, 4, 8]))
+    core_n = draw(st.integers(0, 3))
+    el_min = draw(st.integers(0, 2))
+    el_max = draw(st.integers(el_min, 6))
+    sp_max = draw(st.integers(0, 6))
+    pools = [
+        pool("core", "core", per_node=per_node, max_nodes=max(core_n, 1), min_nodes=0),
+        pool(
+            "elastic",
+            "elastic",
+            per_node=per_node,
+            min_nodes=el_min,
+            max_nodes=el_max,
+            provisioning=draw(st.integers(0, 1)),
+            idle_for="5m",
+        ),
+        pool("spot", "spot", per_node=per_node, max_nodes=sp_max, idle_for="5m"),
+    ]
+    nodes = [node(f"c{i}", "core", per_node) for i in range(core_n)]
+    counts = {"elastic": draw(st.integers(0, el_max)), "spot": draw(st.integers(0, sp_max))}
+    for tier, count in counts.items():
+        for i in range(count):
+            idle = draw(st.sampled_from([None, NOW - 30, NOW - 3600]))
+            nodes.append(
+                node(
+                    f"{tier[0]}{i}",
+                    tier,
+                    per_node,
+                    idle_since=idle,
+                    utilization_percent=0.0 if idle else 80.0,
+                    utilization_stale=draw(st.booleans()) and draw(st.booleans()),
+                    interruption_deadline=NOW + 100
+                    if tier == "spot" and draw(st.integers(0, 9)) == 0
+                    else None,
+                )
+            )
+    workloads = []
+    j = 0
+    for n in nodes:
+        if n.idle_since is not None:
+            continue
+        free = per_node
+        while free > 0 and draw(st.booleans()):
+            g = draw(st.integers(1, free))
+            free -= g
+            j += 1
+            workloads.append(
+                running(
+                    f"r{j}",
+                    n.name,
+                    g,
+                    draw(CRITS),
+                    started=NOW - draw(st.sampled_from([10, 600, 7200])),
+                    job=draw(st.integers(0, 5)) > 0,
+                )
+            )
+    for _ in range(draw(st.integers(0, 8))):
+        j += 1
+        workloads.append(pending(f"p{j}", draw(st.integers(1, per_node)), draw(CRITS)))
+    pol = {
+        "budget": draw(
+            st.sampled_from(
+                [{}, {"maxHourlyCost": 50.0}, {"maxHourlyCost": 100.0, "monthlyLimit": 5000.0}]
+            )
+        ),
+        "scaleUp": {"maxNodesPerTick": draw(st.integers(1, 5))},
+        "disruption": {"maxNodesPerTick": draw(st.integers(0, 3))},
+    }
+    available = draw(st.booleans())
+    snap = snapshot(
+        pools,
+        nodes,
+        workloads,
+        metrics=MetricsHealth(available=available),
+        spent=draw(st.sampled_from([0.0, 6000.0])),
+    )
+    return snap, pol
+
+
+SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(clusters())
+def test_a_critical_job_is_never_preempted(cluster) -> None:
+    snap, pol = cluster
+    plan = decide(snap, policy(**pol), NOW)
+    crit = {j.key for j in snap.jobs if j.criticality != "preemptible"}
+    assert not [a for a in plan.actions if isinstance(a, MoveJob) and a.job_key in crit]
+
+
+@SETTINGS
+@given(clusters())
+def test_pools_stay_within_min_and_max_nodes(cluster) -> None:
+    snap, pol = cluster
+    plan = decide(snap, policy(**pol), NOW)
+    for p in snap.pools:
+        live = [n for n in snap.nodes if n.pool == p.name and n.interruption_deadline is None]
+        before = len(live) + p.provisioning_nodes
+        added = sum(a.nodes for a in plan.actions if isinstance(a, ScaleUp) and a.pool == p.name)
+        released = sum(1 for a in plan.actions if isinstance(a, ReleaseNode) and a.pool == p.name)
+        if added:
+            assert before + added <= p.spec.max_nodes
+        if released:
+            assert before - released >= p.spec.min_nodes
+
+
+@SETTINGS
+@given(clusters())
+def test_scale_up_never_takes_hourly_cost_above_budget(cluster) -> None:
+    snap, pol = cluster
+    spec = policy(**pol)
+    plan = decide(snap, spec, NOW)
+    if spec.budget.max_hourly_cost is None or not any(isinstance(a, ScaleUp) for a in plan.actions):
+        return
+    prices = {p.name: node_hour_dollars(p.spec) for p in snap.pools}
+    tiers = {p.name: p.spec.tier for p in snap.pools}
+    live = sum(
+        prices[n.pool]
+        for n in snap.nodes
+        if tiers[n.pool] != "core" and n.interruption_deadline is None
+    )
+    live += sum(prices[p.name] * p.provisioning_nodes for p in snap.pools if p.spec.tier != "core")
+    added = sum(prices[a.pool] * a.nodes for a in plan.actions if isinstance(a, ScaleUp))
+    assert live + added <= spec.budget.max_hourly_cost + 1e-6
+    if spec.budget.monthly_limit is not None:
+        assert snap.budget.spent_this_month_dollars < spec.budget.monthly_limit
+
+
+@SETTINGS
+@given(clusters())
+def test_nothing_is_released_while_blind_or_stale(cluster) -> None:
+    snap, pol = cluster
+    plan = decide(snap, policy(**pol), NOW)
+    released = {a.node for a in plan.actions if isinstance(a, ReleaseNode)}
+    if not snap.metrics.available:
+        assert not released
+    stale = {n.name for n in snap.nodes if n.utilization_stale}
+    assert not released & stale
+
+
+@SETTINGS
+@given(clusters())
+def test_the_plan_is_deterministic(cluster) -> None:
+    snap, pol = cluster
+    assert decide(snap, policy(**pol), NOW) == decide(snap, policy(**pol), NOW)
+
+
+@SETTINGS
+@given(clusters())
+def test_applying_a_plan_and_deciding_again_does_not_flap(cluster) -> None:
+    snap, pol = cluster
+    spec = policy(**pol)
+    first = decide(snap, spec, NOW)
+    after = apply_plan(snap, first, NOW + 30)
+    second = decide(after, spec, NOW + 30)
+    scaled = {a.pool for a in first.actions if isinstance(a, ScaleUp)}
+    released = {a.pool for a in first.actions if isinstance(a, ReleaseNode)}
+    moved = {a.job_key: a.to_pool for a in first.actions if isinstance(a, MoveJob)}
+    for a in second.actions:
+        if isinstance(a, ReleaseNode):
+            assert a.pool not in scaled, second.explain()
+        if isinstance(a, ScaleUp):
+            assert a.pool not in released, second.explain()
+            # The first plan's capacity is on its way: no second helping for the same work,
+            # only for work the per-tick cap held back.
+            capped = {b.pool for b in first.blocked if b.cause == "max_per_tick"}
+            assert a.pool not in scaled or a.pool in capped, (first.explain(), second.explain())
+        if isinstance(a, MoveJob):
+            assert a.job_key not in moved, second.explain()
