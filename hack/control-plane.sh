@@ -212,6 +212,10 @@ apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
   nodeLeaseDurationSeconds: 40
+  nodeLeaseParallelism: 8
+  nodePlayStageParallelism: 8
+  podPlayStageParallelism: 16
+  podsOnNodeSyncParallelism: 4
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -425,7 +429,8 @@ SCHED
 start_component() {
   local name=$1; shift
   # setsid: each component leads its own process group, so `down` can kill the whole group.
-  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  # The lock descriptors (8, 9) are closed so a running component never holds the up/down lock.
+  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 8>&- 9>&- &
   echo $! >"$RUN_DIR/$name.pid"
 }
 
@@ -482,7 +487,7 @@ all_alive() {
 cmd_up() {
   mkdir -p "$RUN_DIR"
   exec 8>"$RUN_DIR/.lock"
-  flock 8
+  flock -w 600 8 || die "another up/down of $CLUSTER_NAME holds $RUN_DIR/.lock"
   if load_ports && all_alive && apiserver_ok; then
     log "already up ($CLUSTER_NAME)"
     print_usage
@@ -514,7 +519,8 @@ PORTS
   if [[ -n "${HYBRIDGPU_CP_OWNER_PID:-}" ]]; then
     # Watchdog: when the owner (e.g. a pytest session) dies without calling `down`, stop anyway.
     setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; exec "$2" down' \
-      watchdog "$HYBRIDGPU_CP_OWNER_PID" "$(realpath "$0")" </dev/null >>"$LOGS/watchdog.log" 2>&1 &
+      watchdog "$HYBRIDGPU_CP_OWNER_PID" "$(realpath "$0")" </dev/null >>"$LOGS/watchdog.log" 2>&1 \
+      8>&- 9>&- &
     echo $! >"$RUN_DIR/watchdog.pid"
   fi
 
@@ -609,7 +615,8 @@ cmd_down() {
     stop_pid_group watchdog
   fi
   exec 8>"$RUN_DIR/.lock"
-  flock 8
+  # Bounded wait: stopping must never hang, even if a stray process still holds the lock.
+  flock -w 30 8 || log "lock busy for 30s; stopping anyway"
   stop_all
   rm -f "$RUN_DIR/watchdog.pid"
   rm -rf "$RUN_DIR/etcd-data"
