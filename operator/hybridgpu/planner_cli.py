@@ -168,7 +168,12 @@ def _text_report(result: Any, source: str) -> str:
     lines = [
         f"hybridgpu plan: {hist_hours:,.1f} h of demand from {source}",
         f"horizon {inputs.horizon_months} months, demand growth "
-        f"{100 * inputs.demand_growth_per_year:+.0f}%/year",
+        f"{100 * inputs.demand_growth_per_year:+.0f}%/year, "
+        + (
+            f"{len(inputs.jobs):,} jobs replayed at every owned size"
+            if inputs.jobs
+            else "fluid demand (duration curves)"
+        ),
         "",
         "recommended owned fleet:",
     ]
