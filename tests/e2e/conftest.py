@@ -270,6 +270,14 @@ class Cluster:
         obj = self.kube.custom.get_cluster_custom_object(GROUP, VERSION, "scalingpolicies", name)
         return dict(obj.get("status") or {})
 
+    def wait_ticking(self, policy: str, timeout_seconds: float = 60) -> None:
+        """Wait until an operator has written a tick of ``policy`` (it is up and leading)."""
+        wait_for(
+            lambda: self.policy_status(policy).get("lastTick"),
+            timeout_seconds,
+            f"a tick of {policy}",
+        )
+
     def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
         for cond in self.policy_status(policy).get("conditions") or []:
             if cond.get("type") == type_:
@@ -313,3 +321,22 @@ def wait_for(probe: Any, timeout_seconds: float, what: str, interval: float = 0.
 
 def now() -> float:
     return time.time()
+
+
+REACTION_LOG = REPO_ROOT / "out" / "e2e-reaction-times.jsonl"
+
+
+def record_reaction(scenario: str, seconds: float) -> None:
+    """Append one measured reaction time (pending pod seen -> first action seen)."""
+    import json
+
+    REACTION_LOG.parent.mkdir(parents=True, exist_ok=True)
+    with REACTION_LOG.open("a") as out:
+        out.write(json.dumps({"scenario": scenario, "seconds": round(seconds, 3)}) + "\n")
+
+
+def pod_unschedulable(pod: Any) -> bool:
+    return not pod.spec.node_name and any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        for c in pod.status.conditions or []
+    )

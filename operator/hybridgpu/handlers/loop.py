@@ -137,6 +137,7 @@ class Reconciler:
         result.errors += execution.errors
         provider_errors |= execution.provider_errors
         if not policy.dry_run:
+            result.errors += self.executor.finish_interrupted(snapshot, pools)
             self.executor.shape_nodes(objects.nodes, pools)
             try:
                 self.executor.delete_orphan_nodes(snapshot, now)

@@ -333,6 +333,22 @@ class PlanExecutor:
         log.info("moved Job %s/%s to %s", namespace, name, move.to_pool or "its queue")
         return True
 
+    def finish_interrupted(
+        self, snapshot: ClusterSnapshot, pools: Mapping[str, GPUPoolSpec]
+    ) -> list[str]:
+        """Terminate interrupted nodes that are cordoned and drained of GPU pods, so the
+        notice is acknowledged and the Node object goes before the provider reclaims it."""
+        busy = {p.node for p in snapshot.pods if p.node is not None}
+        result = Execution()
+        for node in snapshot.nodes:
+            if node.interruption_deadline is None or not node.cordoned or node.name in busy:
+                continue
+            try:
+                self.release_node(node.pool, node.name, pools, result, cordon_as=None)
+            except KubeError as err:
+                result.errors.append(f"finish interrupted {node.name}: {err}")
+        return result.errors
+
     # ------------------------------------------------------------ node shape
     def shape_nodes(self, nodes: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]) -> None:
         """Put each pool's labels and taints on its nodes where they are missing."""

@@ -1,0 +1,69 @@
+"""Scenario 4 (budget) and scenario 7 (Prometheus unreachable)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import Cluster, Operators, free_port, wait_for
+from support.controlplane import gpu_job
+
+pytestmark = pytest.mark.e2e
+
+
+def test_budget_reached_blocks_elastic_scale_up_and_says_why(
+    cluster: Cluster, operators: Operators
+) -> None:
+    policy = cluster.policy(budget={"maxHourlyCost": 5})
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, price=10.0, max_nodes=4)
+    operators.start()
+    cluster.wait_ticking(policy)
+    cluster.kube.create_job(
+        gpu_job("over-budget", gpus=4, labels={"hybridgpu.io/criticality": "standard"})
+    )
+
+    def exceeded() -> bool:
+        cond = cluster.condition(policy, "BudgetExceeded")
+        return bool(cond and cond["status"] == "True")
+
+    wait_for(exceeded, 30, "BudgetExceeded=True")
+    message = cluster.condition(policy, "BudgetExceeded")["message"]
+    assert "maxHourlyCost" in message, message
+    events = cluster.events("BudgetExceeded")
+    assert events and "budget.maxHourlyCost" in events[0].message
+    time.sleep(4)  # two more ticks: still nothing added
+    assert cluster.pool_nodes(elastic) == []
+    assert all(not p.spec.node_name for p in cluster.job_pods("over-budget"))
+
+
+def test_without_metrics_nothing_is_released_but_pending_work_gets_capacity(
+    cluster: Cluster, operators: Operators
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    policy = cluster.policy(prometheus={"url": dead, "staleAfter": "30s"})
+    idle = cluster.pool("idle", tier="elastic", policy=policy, price=10.0, idle_for="1s")
+    burst = cluster.pool("burst", tier="elastic", policy=policy, price=10.0, max_nodes=2)
+    idle_nodes = cluster.cloud_nodes(idle, 1)
+    operators.start()
+    cluster.wait_ticking(policy)
+
+    cluster.kube.create_job(
+        gpu_job(
+            "needs-burst",
+            gpus=4,
+            pool=burst,
+            run_duration="2s",
+            labels={"hybridgpu.io/criticality": "standard"},
+        )
+    )
+    wait_for(lambda: cluster.job_done("needs-burst"), 60, "pending work ran on new capacity")
+    assert cluster.pool_nodes(burst), "no burst node was added"
+
+    cond = cluster.condition(policy, "MetricsAvailable")
+    assert cond and cond["status"] == "False", cond
+    assert "unavailable" in cond["message"]
+    time.sleep(4)  # idleFor is 1s: with metrics this node would be gone by now
+    assert [n.metadata.name for n in cluster.pool_nodes(idle)] == idle_nodes
+    assert not any(n.spec.unschedulable for n in cluster.pool_nodes(idle))
+    assert cluster.events("MetricsUnavailable")
