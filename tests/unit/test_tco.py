@@ -785,3 +785,17 @@ def test_plan_cli_on_a_job_trace(capsys, plan_files, tmp_path):
     assert report["status"]["recommendations"] == [{"name": "8x", "nodes": 1}]
     assert report["status"]["expectedSpotGpuHours"] > 0
     assert report["historyHours"] == pytest.approx(10)
+
+
+def test_the_example_plan_is_a_valid_capacityplan_and_plans(capsys, plan_files):
+    import yaml
+
+    from hybridgpu.models import CapacityPlan
+
+    example = REPO / "examples" / "plan.yaml"
+    manifest = CapacityPlan.model_validate(yaml.safe_load(example.read_text()))
+    assert {c.name for c in manifest.spec.candidates} == {"8xH100-SXM", "4xH100-PCIe"}
+    _, history = plan_files
+    code, out, err = run_cli(capsys, "--config", str(example), "--history", str(history), "--json")
+    assert code == 0, err
+    assert json.loads(out)["currentNodes"] == {"8xH100-SXM": 4, "4xH100-PCIe": 0}
