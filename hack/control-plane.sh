@@ -589,6 +589,7 @@ stop_pid_group() {
   pid=$(pid_of "$name")
   [[ -n "$pid" ]] || return 0
   if kill -0 "$pid" 2>/dev/null; then
+    local t0=$SECONDS
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + 20))
     while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
@@ -597,13 +598,22 @@ stop_pid_group() {
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
       while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
     fi
+    ((SECONDS - t0 < 3)) || log "$name took $((SECONDS - t0))s to stop"
   fi
   rm -f "$RUN_DIR/$name.pid"
 }
 
 stop_all() {
-  local i
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_pid_group "${COMPONENTS[i]}"; done
+  # Clients of the apiserver first (together, they do not depend on each other), then the
+  # apiserver, then etcd.
+  local c pid
+  for c in kwok kube-scheduler kube-controller-manager; do
+    pid=$(pid_of "$c")
+    [[ -n "$pid" ]] && kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+  for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    stop_pid_group "$c"
+  done
 }
 
 cmd_down() {

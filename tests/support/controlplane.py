@@ -182,7 +182,10 @@ def stop_control_plane(plane: ControlPlane) -> None:
     """Stop a control plane this process started; leaves no process behind."""
     plane.close()
     if plane.owned and plane.name:
+        run_dir = script_paths(plane.name)["RUN_DIR"]
         _run_script("down", plane.name)
+        # A session's cluster is throwaway: its certificates and logs go with it.
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def install_crds(plane: ControlPlane, crds_dir: Path = CRDS_DIR) -> list[str]:
