@@ -234,6 +234,9 @@ class FleetCost:
         return self.owned_used_gpu_hours / (self.owned_gpus * self.horizon_hours)
 
 
+ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float]]
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Where demand runs with a given owned capacity: GPU-hours over some window."""
@@ -249,6 +252,9 @@ class Usage:
         return Usage(self.owned + other.owned, self.elastic + other.elastic, self.spot + other.spot)
 
 
+ReplayCache = dict[ReplayKey, "Usage"]
+
+
 class CostModel:
     """The cost of any owned fleet for one set of inputs.
 
@@ -259,8 +265,11 @@ class CostModel:
     added to the fluid model of the grown demand.
     """
 
-    def __init__(self, inputs: PlanInputs) -> None:
+    def __init__(self, inputs: PlanInputs, replays: ReplayCache | None = None) -> None:
         self.inputs = inputs
+        # Replays depend on the jobs, the fleet and the cloud's timing, not on prices: plans
+        # that differ only in prices or growth (the sensitivity table) share them.
+        self._replays: ReplayCache = {} if replays is None else replays
         firm, total = _horizon_curves(inputs)
         self.firm = firm
         self.total = total
@@ -294,8 +303,8 @@ class CostModel:
         if not self.inputs.jobs:
             usage = _fluid_usage(self.firm, self.total, owned, self.inputs.cloud)
         else:
-            sizes = [k for n, k in zip(key, self.gpus_per_node, strict=True) for _ in range(n)]
-            replay = replay_jobs(self.inputs.jobs, sizes, self.inputs.cloud)
+            sizes = tuple(k for n, k in zip(key, self.gpus_per_node, strict=True) for _ in range(n))
+            replay = self._replay(sizes, None)
             usage = replay.scaled(self._replay_weight)
             if self._flat is not None:
                 flat = _fluid_usage(*self._flat, owned, self.inputs.cloud)
@@ -306,6 +315,22 @@ class CostModel:
                     spot=max(grown.spot + usage.spot - flat.spot, 0.0),
                 )
         self._usage[key] = usage
+        return usage
+
+    def _replay(self, sizes: tuple[int, ...], spot_allowed: bool | None) -> Usage:
+        cloud = self.inputs.cloud
+        timing = (
+            cloud.spot_is_used and spot_allowed is not False,
+            cloud.spot_rerun_factor,
+            cloud.spot_restart_overhead_hours,
+            cloud.node_startup_hours,
+            cloud.idle_release_hours,
+        )
+        key = (tuple(sorted(sizes)), timing)
+        usage = self._replays.get(key)
+        if usage is None:
+            usage = replay_jobs(self.inputs.jobs, sizes, cloud, spot_allowed=spot_allowed)
+            self._replays[key] = usage
         return usage
 
     def cloud_dollars(self, nodes: Sequence[int]) -> float:
@@ -346,7 +371,7 @@ class CostModel:
         od = self.inputs.cloud.on_demand_per_gpu_hour
         if not self.inputs.jobs:
             return self.total.total_gpu_hours * od
-        replay = replay_jobs(self.inputs.jobs, [], self.inputs.cloud, spot_allowed=False)
+        replay = self._replay((), False)
         # Growth scales every GPU-hour of demand alike when nothing is owned.
         grown = self.total.total_gpu_hours
         flat = self._flat[1].total_gpu_hours if self._flat is not None else grown
@@ -771,14 +796,15 @@ def sensitivity_inputs(inputs: PlanInputs) -> list[tuple[str, str, PlanInputs]]:
 
 def plan_capacity(inputs: PlanInputs, *, with_sensitivity: bool = True) -> CapacityPlanResult:
     """The cheapest owned fleet for ``inputs`` and everything reported about it."""
-    model = CostModel(inputs)
+    replays: ReplayCache = {}
+    model = CostModel(inputs, replays)
     curve = tuple(cost_by_owned_gpus(model))
     nodes = optimal_fleet(model)
     current = tuple(t.current_nodes for t in inputs.node_types)
     cases: list[SensitivityCase] = []
     if with_sensitivity:
         for parameter, change, varied in sensitivity_inputs(inputs):
-            other = CostModel(varied)
+            other = CostModel(varied, replays)
             other_nodes = optimal_fleet(other)
             other_total = other.total_dollars(other_nodes)
             cases.append(
