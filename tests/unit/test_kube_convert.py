@@ -1,0 +1,235 @@
+"""Kubernetes objects (as the apiserver sends them) -> snapshot types, with builders."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hybridgpu.kube.cluster import ClusterObjects
+from hybridgpu.kube.convert import (
+    IdleTracker,
+    epoch_of,
+    gpu_pod,
+    is_idle,
+    job_state,
+    node_state,
+    pool_of_node,
+    pool_selector,
+)
+from hybridgpu.kube.snapshot import Measurements, build_snapshot
+from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.snapshot import Criticality
+
+pytestmark = pytest.mark.unit
+
+T0 = "2026-01-01T00:00:00Z"
+
+
+def make_pod(
+    name: str = "p",
+    *,
+    gpus: int = 1,
+    node: str | None = None,
+    job: str | None = None,
+    labels: dict[str, str] | None = None,
+    unschedulable: bool = False,
+    phase: str = "Pending",
+    pool: str | None = None,
+) -> dict[str, Any]:
+    res = {"requests": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": labels or {},
+            "creationTimestamp": T0,
+        },
+        "spec": {"containers": [{"name": "c", "resources": res}]},
+        "status": {"phase": phase, "conditions": []},
+    }
+    if node:
+        pod["spec"]["nodeName"] = node
+    if pool:
+        pod["spec"]["nodeSelector"] = {"hybridgpu.io/pool": pool}
+    if job:
+        pod["metadata"]["ownerReferences"] = [
+            {"kind": "Job", "apiVersion": "batch/v1", "name": job}
+        ]
+    if unschedulable:
+        pod["status"]["conditions"].append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "lastTransitionTime": "2026-01-01T00:00:10Z",
+            }
+        )
+    return pod
+
+
+def make_job(
+    name: str = "j",
+    *,
+    gpus: int = 2,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    done: bool = False,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "parallelism": 2,
+            "suspend": False,
+            "template": {
+                "spec": {
+                    "nodeSelector": {"hybridgpu.io/pool": "core"},
+                    "containers": [
+                        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                    ],
+                }
+            },
+        },
+        "status": {
+            "startTime": T0,
+            "conditions": [{"type": "Complete", "status": "True"}] if done else [],
+        },
+    }
+
+
+def make_node(name: str, pool: str, gpus: int = 8, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"hybridgpu.io/pool": pool},
+            "creationTimestamp": T0,
+            "annotations": {},
+        },
+        "spec": spec,
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def elastic() -> GPUPoolSpec:
+    return GPUPoolSpec.model_validate(
+        {
+            "tier": "elastic",
+            "gpu": {"model": "A100", "perNode": 8},
+            "minNodes": 0,
+            "maxNodes": 4,
+            "provider": {"type": "fake"},
+            "pricing": {"perNodeHour": 30},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("pod", "jobs", "want"),
+    [
+        pytest.param(make_pod(gpus=0), {}, None, id="no-gpu"),
+        pytest.param(make_pod(phase="Succeeded", node="n"), {}, None, id="finished"),
+        pytest.param(make_pod(), {}, None, id="pending-not-yet-tried-by-scheduler"),
+        pytest.param(make_pod(unschedulable=True), {}, ("standard", None), id="unschedulable"),
+        pytest.param(
+            make_pod(node="n", labels={"hybridgpu.io/criticality": "critical"}),
+            {},
+            ("critical", "n"),
+            id="pod-label",
+        ),
+        pytest.param(
+            make_pod(node="n", job="j"),
+            {"ns/j": Criticality.PREEMPTIBLE},
+            ("preemptible", "n"),
+            id="from-its-job",
+        ),
+        pytest.param(
+            make_pod(node="n", labels={"hybridgpu.io/criticality": "bogus"}),
+            {},
+            ("standard", "n"),
+            id="unknown-label-is-standard",
+        ),
+    ],
+)
+def test_gpu_pod(pod: dict[str, Any], jobs: dict[str, Criticality], want: Any) -> None:
+    got = gpu_pod(pod, jobs)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    assert (got.criticality.value, got.node) == want
+
+
+def test_unschedulable_pod_is_pending_since_the_scheduler_said_so() -> None:
+    got = gpu_pod(make_pod(unschedulable=True, job="j", pool="spot", gpus=4), {})
+    assert got is not None
+    assert got.pending_since == epoch_of("2026-01-01T00:00:10Z")
+    assert (got.job, got.pool, got.gpus) == ("ns/j", "spot", 4)
+
+
+def test_job_state_reads_move_intent_and_skips_finished_jobs() -> None:
+    intent = json.dumps({"to": "spot", "from": "core", "step": "suspend", "since": 5})
+    job = job_state(
+        make_job(
+            labels={"hybridgpu.io/criticality": "preemptible"},
+            annotations={"hybridgpu.io/move": intent},
+        )
+    )
+    assert job is not None
+    assert job.criticality == Criticality.PREEMPTIBLE
+    assert (job.gpus_per_pod, job.parallelism, job.pool) == (2, 2, "core")
+    assert job.move is not None and (job.move.to_pool, job.move.step) == ("spot", "suspend")
+    assert job_state(make_job(done=True)) is None
+
+
+def test_node_belongs_to_pool_by_label_or_selector() -> None:
+    spec = elastic()
+    selectors = {"a": pool_selector("a", spec), "b": {"cloud": "yes"}}
+    assert pool_of_node(make_node("n1", "a"), selectors) == "a"
+    other = make_node("n2", "x")
+    other["metadata"]["labels"]["cloud"] = "yes"
+    assert pool_of_node(other, selectors) == "b"
+    assert pool_of_node(make_node("n3", "x"), selectors) is None
+
+
+def test_node_state_reads_cordon_release_and_interruption() -> None:
+    raw = make_node("n", "a", unschedulable=True, providerID="kwok://a/n")
+    raw["metadata"]["annotations"] = {
+        "hybridgpu.io/releasing": "1",
+        "hybridgpu.io/interruption-deadline": "99.5",
+    }
+    state = node_state(raw, "a", idle_since=3.0)
+    assert (state.cordoned, state.releasing, state.interruption_deadline) == (True, True, 99.5)
+    assert (state.gpus, state.ready, state.provider_id) == (8, True, "kwok://a/n")
+
+
+def test_idle_tracker_keeps_the_start_of_an_idle_stretch() -> None:
+    idle = IdleTracker()
+    assert idle.observe("n", True, 10.0) == 10.0
+    assert idle.observe("n", True, 20.0) == 10.0
+    assert idle.observe("n", False, 30.0) is None
+    assert idle.observe("n", True, 40.0) == 40.0
+    assert is_idle(0, None, 10) and is_idle(1, 5.0, 10)
+    assert not is_idle(1, None, 10) and not is_idle(1, 50.0, 10)
+
+
+def test_snapshot_leaves_out_pods_of_moving_jobs() -> None:
+    intent = json.dumps({"to": "spot", "step": "suspend", "since": 1})
+    objects = ClusterObjects(
+        nodes=[make_node("n1", "a")],
+        pods=[make_pod("moving", node="n1", job="j"), make_pod("other", node="n1", job="k")],
+        jobs=[make_job("j", annotations={"hybridgpu.io/move": intent}), make_job("k")],
+    )
+    snap = build_snapshot(objects, {"a": elastic()}, Measurements(), IdleTracker(), now=100.0)
+    assert [p.name for p in snap.pods] == ["other"]
+    assert [n.name for n in snap.nodes] == ["n1"]
+    assert snap.nodes[0].idle_since is None
+    assert {j.name for j in snap.jobs} == {"j", "k"}

@@ -1,0 +1,104 @@
+"""Status bodies written after a tick, and what `hybridgpu explain` prints from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridgpu.handlers.cli import format_explain
+from hybridgpu.kube.status import condition, merge_conditions, policy_status, pool_status
+from hybridgpu.models.actions import Blocked, Plan, ScaleUp
+from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.snapshot import (
+    ClusterSnapshot,
+    Criticality,
+    GPUPod,
+    NodeState,
+    PoolState,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def snapshot() -> ClusterSnapshot:
+    spec = GPUPoolSpec.model_validate(
+        {
+            "tier": "elastic",
+            "gpu": {"model": "A100", "perNode": 4},
+            "minNodes": 0,
+            "maxNodes": 2,
+            "provider": {"type": "fake"},
+            "pricing": {"perNodeHour": 10},
+        }
+    )
+    return ClusterSnapshot(
+        taken_at=1000.0,
+        pools=(PoolState(name="el", spec=spec, provisioning_nodes=1),),
+        nodes=(
+            NodeState(name="n1", pool="el", gpus=4),
+            NodeState(name="n2", pool="el", gpus=4, cordoned=True),
+        ),
+        pods=(GPUPod("ns", "p", 3, Criticality.STANDARD, node="n1"),),
+    )
+
+
+def test_pool_status_counts_and_conditions_carry_the_generation() -> None:
+    plan = Plan(
+        decided_at=1000.0,
+        actions=(ScaleUp(pool="el", nodes=1, reason="need more"),),
+        blocked=(Blocked(pool="el", nodes=1, reason="el is at maxNodes=2", cause="max_nodes"),),
+    )
+    status = pool_status("el", snapshot(), plan, generation=7)
+    assert status["nodes"] == {"total": 2, "ready": 2, "cordoned": 1, "provisioning": 1}
+    assert status["gpus"] == {"total": 8, "allocated": 3, "idle": 5}
+    assert status["costPerHour"] == 20.0
+    assert status["observedGeneration"] == 7
+    assert status["lastScaleTime"] == "1970-01-01T00:16:40Z"
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["ScalingBlocked"]["status"] == "True"
+    assert "maxNodes=2" in conds["ScalingBlocked"]["message"]
+    assert conds["BudgetLimited"]["status"] == "False"
+    assert all(c["observedGeneration"] == 7 for c in conds.values())
+
+
+def test_transition_time_changes_only_when_the_status_does() -> None:
+    old = merge_conditions([], [condition("Ready", True, "A", "", 1)], now=10.0)
+    same = merge_conditions(old, [condition("Ready", True, "B", "", 2)], now=20.0)
+    flipped = merge_conditions(same, [condition("Ready", False, "C", "", 2)], now=30.0)
+    assert same[0]["lastTransitionTime"] == old[0]["lastTransitionTime"]
+    assert flipped[0]["lastTransitionTime"] != old[0]["lastTransitionTime"]
+
+
+def test_policy_status_says_budget_and_metrics_and_explain_prints_it() -> None:
+    plan = Plan(
+        decided_at=1000.0,
+        blocked=(
+            Blocked(
+                pool="el",
+                nodes=1,
+                reason="over budget.maxHourlyCost $5.00/h",
+                cause="budget_hourly",
+            ),
+        ),
+        budget_exceeded=True,
+        metrics_available=False,
+        cloud_cost_per_hour=2.0,
+    )
+    status = policy_status(
+        plan,
+        generation=3,
+        spent_this_month=1.5,
+        hours_left_in_month=10,
+        metrics_reason="connection refused",
+        dry_run=True,
+    )
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["BudgetExceeded"]["status"] == "True"
+    assert "maxHourlyCost" in conds["BudgetExceeded"]["message"]
+    assert conds["MetricsAvailable"]["status"] == "False"
+    assert "connection refused" in conds["MetricsAvailable"]["message"]
+    assert status["budget"]["projectedMonth"] == 21.5
+    assert status["lastPlan"][0] == "dry run: nothing was changed"
+    text = format_explain("default", status)
+    assert "blocked (budget_hourly) el: over budget.maxHourlyCost" in text
+    assert "BudgetExceeded=True" in text
+    assert "no tick yet" in format_explain("default", {})
