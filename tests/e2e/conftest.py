@@ -309,7 +309,22 @@ def cluster(kube: KubeTest) -> Iterator[Cluster]:
     try:
         yield built
     finally:
+        delete_workloads(kube)
         release_custom_objects(kube, built.created)
+
+
+def delete_workloads(kube: KubeTest) -> None:
+    """Delete the test's Jobs and pods and wait until they are gone: a pending GPU pod left
+    in a namespace that is still being deleted would be demand for the next test's operator."""
+    ns = kube.namespace
+    for job in kube.batch.list_namespaced_job(ns).items:
+        kube.batch.delete_namespaced_job(job.metadata.name, ns, propagation_policy="Background")
+    kube.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    wait_until(
+        lambda: not kube.core.list_namespaced_pod(ns).items,
+        timeout_seconds=60,
+        what=f"pods of {ns} gone",
+    )
 
 
 __all__ = ["PROVIDER_PREFIX", "SPOT_TAINT", "SPOT_TOLERATION", "Cluster", "Operators"]
