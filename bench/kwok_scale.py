@@ -61,7 +61,8 @@ def count(plane: ControlPlane, path: str, query: dict[str, str]) -> int:
         query_params=[*query.items(), ("resourceVersion", "0")],
         auth_settings=["BearerToken"],
         _preload_content=False,
-    )[0]
+        _return_http_data_only=True,
+    )
     return len(json.loads(response.data)["items"])
 
 
@@ -156,7 +157,8 @@ def not_ready_nodes(plane: ControlPlane) -> int:
         query_params=[("labelSelector", "type=kwok"), ("resourceVersion", "0")],
         auth_settings=["BearerToken"],
         _preload_content=False,
-    )[0]
+        _return_http_data_only=True,
+    )
     items = json.loads(response.data)["items"]
     return sum(
         1
