@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -204,22 +200,14 @@ def prometheus_history(
 def _range_query(
     url: str, query: str, start: float, end: float, step: float, timeout: float
 ) -> list[dict[str, Any]]:
-    params = urllib.parse.urlencode({"query": query, "start": start, "end": end, "step": step})
-    request = url.rstrip("/") + "/api/v1/query_range?" + params
+    from hybridgpu.metrics.prometheus import MetricsUnavailable, PrometheusClient
+
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        detail = err.read().decode(errors="replace")[:200]
-        raise UserError(f"{url}: range query failed: HTTP {err.code} {detail}") from None
-    except (urllib.error.URLError, OSError) as err:
-        raise UserError(f"{url}: cannot reach Prometheus: {err}") from None
-    except json.JSONDecodeError:
-        raise UserError(f"{url}: the answer is not JSON; is this a Prometheus URL?") from None
-    if body.get("status") != "success" or body.get("data", {}).get("resultType") != "matrix":
-        raise UserError(f"{url}: range query failed: {body.get('error', body.get('status'))}")
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
+        client = PrometheusClient(url, timeout_seconds=timeout)
+        series = client.query_range(query, start, end, step)
+    except (MetricsUnavailable, ValueError) as err:
+        raise UserError(f"{url}: cannot read the demand history: {err}") from None
+    return [{"metric": s.labels, "values": s.points} for s in series]
 
 
 def load_plan_spec(path: str | Path, *, history: dict[str, Any] | None = None) -> CapacityPlanSpec:
