@@ -563,7 +563,7 @@ def test_plan_cli_reads_prometheus_range_queries(capsys, plan_files):
         server.shutdown()
         server.server_close()
     assert code == 0, err
-    assert seen and seen[0]["query"][0].startswith("sum by (criticality)")
+    assert seen and seen[0]["query"][0].startswith("sum(hybridgpu_pool_gpus")
     status = json.loads(out)["status"]
     assert status["recommendations"] == [{"name": "8x", "nodes": 2}]
     assert status["expectedSpotGpuHours"] == pytest.approx(0.8 * HOURS_PER_MONTH, rel=0.02)

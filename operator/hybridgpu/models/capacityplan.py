@@ -14,9 +14,12 @@ class PrometheusHistory(SpecModel):
 
     url: str = Field(pattern=r"^https?://", description="Prometheus base URL.")
     query: str = Field(
-        default='sum by (criticality) (hybridgpu_pod_gpus{phase="Running"})',
+        default='sum(hybridgpu_pool_gpus{state="allocated"}) '
+        "+ (sum(hybridgpu_pending_gpu_requests) or vector(0))",
         min_length=1,
-        description="PromQL giving GPUs in use, split by a criticality label.",
+        description="PromQL giving GPUs in use (allocated plus pending); series with a "
+        "criticality label (critical, standard, preemptible) are split by it, others count as "
+        "standard (set preemptibleShare then).",
     )
     window: Duration = Field(default="30d", description="How far back to read.")
     step: Duration = Field(default="5m", description="Resolution of the range query.")
