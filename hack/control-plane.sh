@@ -70,14 +70,13 @@ build_kubernetes() {
       | while read -r module; do printf '\t%s => %s %s\n' "$module" "$module" "$staging_version"; done
     printf ')\n'
   } >"$src/go.mod"
-  local pkg=k8s.io/component-base/version build_date
+  # What `make release` stamps, so `--version` and /version report the real release.
+  local build_date p ldflags="-s -w"
   build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  local ldflags="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$build_date"
   done
-  : "$pkg"
   (cd "$src" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/.k8s-tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -120,6 +119,7 @@ cmd_build() {
   fi
   log "built in $((SECONDS - start))s into $BIN_DIR"
   flock -u 9
+  exec 9>&-
 }
 
 # ---------------------------------------------------------------------------------------------
