@@ -227,7 +227,7 @@ def _write_png(result: Any, path: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hybridgpu.core.tco import duration_curve
+    from hybridgpu.core.tco import DemandSample, duration_curve
 
     out = Path(path)
     try:
@@ -235,10 +235,14 @@ def _write_png(result: Any, path: str) -> Path:
     except OSError as err:
         raise UserError(f"--png {path}: cannot create the directory: {err.strerror}") from None
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    points = duration_curve(result.inputs.history)
-    hours = [0.0] + [h for h, _ in points]
-    gpus = [points[0][1]] + [g for _, g in points] if points else [0.0]
-    left.step(hours, gpus, where="pre", label="GPUs in use (history)")
+    history = result.inputs.history
+    firm_only = [DemandSample(x.hours, x.firm_gpus, 0.0) for x in history]
+    for samples, label in ((history, "all demand"), (firm_only, "critical + standard")):
+        points = duration_curve(samples)
+        if points:
+            hours = [0.0] + [h for h, _ in points]
+            gpus = [points[0][1]] + [g for _, g in points]
+            left.step(hours, gpus, where="pre", label=f"{label} (history, before growth)")
     left.axhline(
         result.recommended.owned_gpus,
         color="tab:green",
