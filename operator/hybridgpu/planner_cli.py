@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             "monthlyCostAllOnDemand": round(result.monthly(result.all_on_demand_dollars), 2),
             "monthlyCostCurrentFleet": round(result.monthly(result.current.total_dollars), 2),
             "currentNodes": {t.name: t.current_nodes for t in inputs.node_types},
+            "notes": _notes(inputs),
         }
         if png is not None:
             out["png"] = str(png)
@@ -152,6 +153,16 @@ def run(args: argparse.Namespace) -> int:
     if png is not None:
         print(f"chart: {png}")
     return 0
+
+
+def _notes(inputs: Any) -> list[str]:
+    """What the user should know about how the inputs were used."""
+    notes = []
+    if inputs.jobs and inputs.preemptible_share is not None:
+        notes.append(
+            "preemptibleShare is not applied to a job trace: each job's own criticality is used"
+        )
+    return notes
 
 
 def _money(dollars: float) -> str:
@@ -209,6 +220,7 @@ def _text_report(result: Any, source: str) -> str:
             f"  {case.parameter:<20} {case.change:>9} {case.total_nodes:>12} "
             f"{_money(case.monthly_dollars):>14}"
         )
+    lines += [f"note: {note}" for note in _notes(inputs)]
     return "\n".join(lines)
 
 
