@@ -50,6 +50,14 @@ class OperatorProcess:
     identity: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    metrics_url: str
+
+    def metrics(self) -> str:
+        """The operator's /metrics page (Prometheus text format)."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            return str(response.read().decode())
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -91,6 +99,7 @@ class Operators:
     ) -> OperatorProcess:
         identity = identity or f"op-{uuid.uuid4().hex[:6]}"
         log_path = self.log_dir / f"operator-{identity}-{len(self.started)}.log"
+        metrics_port = free_port()
         env = dict(os.environ)
         env.update(
             {
@@ -120,12 +129,19 @@ class Operators:
             f"http://127.0.0.1:{free_port()}/healthz",
             "--fake-provider",
             "support.kwok_provider:KwokProvider",
+            "--metrics-port",
+            str(metrics_port),
         ]
         with log_path.open("wb") as out:
             process = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
             )
-        op = OperatorProcess(identity=identity, process=process, log_path=log_path)
+        op = OperatorProcess(
+            identity=identity,
+            process=process,
+            log_path=log_path,
+            metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        )
         self.started.append(op)
         return op
 

@@ -23,7 +23,7 @@ def test_dry_run_decides_and_reports_but_touches_nothing(
 ) -> None:
     policy = cluster.policy(dryRun=True)
     elastic = cluster.pool("elastic", tier="elastic", policy=policy, price=10.0)
-    operators.start()
+    operator = operators.start()
     cluster.wait_ticking(policy)
     cluster.kube.create_job(
         gpu_job("wants-node", gpus=4, labels={"hybridgpu.io/criticality": "standard"})
@@ -38,6 +38,9 @@ def test_dry_run_decides_and_reports_but_touches_nothing(
     )
     time.sleep(3)
     assert cluster.pool_nodes(elastic) == []
+    metrics = operator.metrics()
+    assert 'hybridgpu_decisions_total{action="scale_up"}' in metrics
+    assert 'hybridgpu_pending_gpu_requests{criticality="standard"} 4.0' in metrics
 
     out = subprocess.run(
         [

@@ -46,6 +46,14 @@ def add_parsers(sub: Any) -> None:
         metavar="MODULE:ATTR",
         help="factory for pools with provider type fake (tests)",
     )
+    run.add_argument(
+        "--metrics-port", type=int, help="serve /metrics on this port (default: not served)"
+    )
+    run.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address /metrics binds to (default 127.0.0.1; 0.0.0.0 in a pod)",
+    )
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     run.set_defaults(func=_run)
 
@@ -75,6 +83,8 @@ def _run(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         fake_provider=args.fake_provider or env.fake_provider,
         trigger_debounce_seconds=env.trigger_debounce_seconds,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port if args.metrics_port is not None else env.metrics_port,
     )
     # `kill -USR1 <pid>` prints every thread's stack: how to see what a stuck tick waits on.
     faulthandler.register(signal.SIGUSR1)

@@ -19,7 +19,6 @@ from pydantic import ValidationError
 from hybridgpu.core.decide import decide
 from hybridgpu.handlers.capacity import Providers
 from hybridgpu.handlers.options import OperatorOptions
-from hybridgpu.handlers.utilization import read_utilization
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import IdleTracker, epoch_of
 from hybridgpu.kube.errors import KubeError
@@ -28,10 +27,12 @@ from hybridgpu.kube.lease import LeaderLease
 from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, SCALINGPOLICIES
 from hybridgpu.kube.snapshot import Measurements, build_snapshot
 from hybridgpu.kube.status import policy_status, pool_status
+from hybridgpu.metrics.exported import METRICS, ExportedMetrics
+from hybridgpu.metrics.prometheus import PrometheusClient
 from hybridgpu.models.actions import Plan
 from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import GPUPoolSpec
-from hybridgpu.models.snapshot import BudgetState
+from hybridgpu.models.snapshot import BudgetState, MetricsHealth
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,14 @@ class Reconciler:
     """Everything a tick needs, built once at startup (kept in kopf's memo)."""
 
     def __init__(
-        self, cluster: KubeCluster, options: OperatorOptions, clock: Callable[[], float] = time.time
+        self,
+        cluster: KubeCluster,
+        options: OperatorOptions,
+        clock: Callable[[], float] = time.time,
+        metrics: ExportedMetrics = METRICS,
     ) -> None:
         self.cluster = cluster
+        self.metrics = metrics
         self.options = options
         self.clock = clock
         self.providers = Providers(options.fake_provider, clock)
@@ -104,6 +110,8 @@ class Reconciler:
             started = time.monotonic()
             result = self._tick(policy_name)
             result.seconds = time.monotonic() - started
+            if result.leader:
+                self.metrics.observe_reconcile(result.seconds)
             self.last = result
             self.last_tick_at = self.clock()
             return result
@@ -131,6 +139,9 @@ class Reconciler:
         snapshot = build_snapshot(objects, pools, measured, self.idle, now)
         plan = decide(snapshot, policy, now)
         result.plan = plan
+        self.metrics.record_plan(
+            plan, snapshot, now, budget_limit_dollars=policy.budget.monthly_limit
+        )
         execution = self.executor.execute(
             plan, snapshot, pools, policy=policy_name, dry_run=policy.dry_run
         )
@@ -176,9 +187,23 @@ class Reconciler:
         now: float,
     ) -> tuple[Measurements, dict[str, str]]:
         errors: dict[str, str] = {}
-        utilization, health = read_utilization(
-            policy.prometheus.url, policy.prometheus.utilization_query, policy.prometheus.window
-        )
+        utilization: dict[str, float] = {}
+        stale: set[str] = set()
+        xid: dict[str, int] = {}
+        if policy.prometheus.url:
+            readings = PrometheusClient(policy.prometheus.url, clock=self.clock).readings(
+                policy.prometheus
+            )
+            health = readings.health
+            for node, reading in readings.utilization.items():
+                if reading.stale:
+                    stale.add(node)
+                else:
+                    utilization[node] = reading.percent
+            xid = dict(readings.xid_gpus)
+        else:
+            # No Prometheus configured: idle means "no GPU pods", which is never blind.
+            health = MetricsHealth(available=True, reason="no Prometheus configured")
         provider_ids = {
             str((n.get("spec") or {}).get("providerID"))
             for n in nodes
@@ -203,6 +228,8 @@ class Reconciler:
         return (
             Measurements(
                 utilization_by_node=utilization,
+                stale_nodes=frozenset(stale),
+                xid_errors_by_node=xid,
                 metrics=health,
                 provisioning_by_pool=provisioning,
                 spot_price_by_pool=prices,

@@ -23,6 +23,9 @@ class OperatorOptions:
     fake_provider: str = DEFAULT_FAKE_PROVIDER
     """``module:attribute`` of the factory used for pools with provider type fake."""
     trigger_debounce_seconds: float = 0.3
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int | None = None
+    """Serve /metrics (hybridgpu_*) here; None: not served."""
 
     @classmethod
     def from_env(cls) -> OperatorOptions:
@@ -36,6 +39,10 @@ class OperatorOptions:
             lease_seconds=float(env.get("HYBRIDGPU_LEASE_SECONDS", "15")),
             fake_provider=env.get("HYBRIDGPU_FAKE_PROVIDER", DEFAULT_FAKE_PROVIDER),
             trigger_debounce_seconds=float(env.get("HYBRIDGPU_DEBOUNCE_SECONDS", "0.3")),
+            metrics_address=env.get("HYBRIDGPU_METRICS_ADDRESS", "127.0.0.1"),
+            metrics_port=int(env["HYBRIDGPU_METRICS_PORT"])
+            if env.get("HYBRIDGPU_METRICS_PORT")
+            else None,
         )
 
 

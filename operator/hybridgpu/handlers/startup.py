@@ -12,6 +12,7 @@ from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.cluster import KubeCluster, load_api_client
 from hybridgpu.kube.names import FINALIZER, GROUP
+from hybridgpu.metrics.exported import serve
 
 
 @kopf.on.startup()
@@ -33,6 +34,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
+    if options.metrics_port is not None and "metrics_server" not in memo:
+        memo["metrics_server"] = serve(options.metrics_port, options.metrics_address)
     if "reconciler" not in memo:
         memo["reconciler"] = Reconciler(KubeCluster(load_api_client(options.kubeconfig)), options)
 
@@ -42,6 +45,9 @@ def close(memo: kopf.Memo, **_: Any) -> None:
     reconciler = memo.get("reconciler")
     if reconciler is not None:
         reconciler.cluster.close()
+    server = memo.get("metrics_server")
+    if server is not None:
+        server.shutdown()
 
 
 @kopf.on.probe(id="lastTickAgeSeconds")
