@@ -37,6 +37,14 @@ SPOT_TOLERATION = {
 }
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when pytest dies, even by SIGKILL (Linux prctl)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,7 +142,12 @@ class Operators:
         ]
         with log_path.open("wb") as out:
             process = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=REPO_ROOT,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         op = OperatorProcess(
             identity=identity,

@@ -60,6 +60,23 @@ def test_dry_run_decides_and_reports_but_touches_nothing(
     assert "dry run: nothing was changed" in out
     assert f"add 1 {elastic} node(s)" in out
 
+    # Deleting a pool goes through our finalizer, which the running operator lifts.
+    pool = cluster.kube.custom.get_cluster_custom_object(
+        "hybridgpu.io", "v1alpha1", "gpupools", elastic
+    )
+    assert "hybridgpu.io/finalizer" in pool["metadata"]["finalizers"]
+    cluster.kube.custom.delete_cluster_custom_object(
+        "hybridgpu.io", "v1alpha1", "gpupools", elastic
+    )
+
+    def pool_gone() -> bool:
+        names = cluster.kube.custom.list_cluster_custom_object(
+            "hybridgpu.io", "v1alpha1", "gpupools"
+        )["items"]
+        return elastic not in {p["metadata"]["name"] for p in names}
+
+    wait_for(pool_gone, 20, "pool deleted through the finalizer")
+
 
 def test_reaction_time_from_pending_gpu_pod_to_scale_up(
     cluster: Cluster, operators: Operators
