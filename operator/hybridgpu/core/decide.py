@@ -131,20 +131,42 @@ class _Decider:
         self.jobs: dict[str, JobState] = {j.key: j for j in snapshot.jobs}
         self.moving: set[str] = {k for k, j in self.jobs.items() if j.move is not None}
         self.pending: list[_Demand] = []
+        self.pending_pods: list[GPUPod] = []
         self.requeued: list[_Demand] = []
+        self._movable_cache: dict[str, JobState | None] = {}
+        self.class_gpus: dict[bool, int] = {}
+        """Pending GPUs of critical+standard (False) and preemptible (True) work."""
+        self._preempt_failed_at: int | None = None
+        """Smallest pod size for which no core node could be freed: larger ones fail too."""
         self.pending_gpus: dict[str, int] = {c.value: 0 for c in Criticality}
 
     # ---------------------------------------------------------------- ledger
     def _build(self) -> None:
+        """One pass over pods and nodes: allocation per node, pods per node, pending pods,
+        and the pods of Jobs that may move (preemptible or mid-move)."""
         allocated: dict[str, int] = {}
         pods_on = self.pods_on
+        pods_of_job = self.pods_of_job
+        moving = self.moving
+        pending_pods = self.pending_pods
         for pod in self.snap.pods:
-            if pod.job is not None:
-                self.pods_of_job.setdefault(pod.job, []).append(pod)
-            if pod.node is None:
+            job = pod.job
+            if job is not None and (pod.criticality == PREEMPTIBLE or job in moving):
+                on_job = pods_of_job.get(job)
+                if on_job is None:
+                    pods_of_job[job] = [pod]
+                else:
+                    on_job.append(pod)
+            node = pod.node
+            if node is None:
+                pending_pods.append(pod)
                 continue
-            allocated[pod.node] = allocated.get(pod.node, 0) + pod.gpus
-            pods_on.setdefault(pod.node, []).append(pod)
+            allocated[node] = allocated.get(node, 0) + pod.gpus
+            on_node = pods_on.get(node)
+            if on_node is None:
+                pods_on[node] = [pod]
+            else:
+                on_node.append(pod)
         for node in sorted(self.snap.nodes, key=lambda n: n.name):
             ledger = self.pools.get(node.pool)
             if ledger is None:
@@ -233,9 +255,7 @@ class _Decider:
 
     # -------------------------------------------------------------- 2. demand
     def _collect_pending(self) -> None:
-        for pod in self.snap.pods:
-            if pod.node is not None:
-                continue
+        for pod in self.pending_pods:
             if pod.job is not None and pod.job in self.moving:
                 continue
             self.pending_gpus[pod.criticality] += pod.gpus
@@ -302,19 +322,33 @@ class _Decider:
             candidates = [
                 p for p in self.pools.values() if p.tier == "elastic" and p.per_node >= demand.gpus
             ]
-        if not candidates:
-            return None
-        # Cheapest per GPU; among equals the smallest node that fits wastes least.
-        return min(candidates, key=lambda p: (p.gpu_price, p.per_node, p.name))
+        return self._cheapest_for(candidates, demand.gpus, demand.criticality == PREEMPTIBLE)
 
     def _spot_target(self, gpus: int) -> _PoolLedger | None:
         spots = [p for p in self.pools.values() if p.tier == SPOT and p.per_node >= gpus]
-        return min(spots, key=lambda p: (p.gpu_price, p.per_node, p.name)) if spots else None
+        return self._cheapest_for(spots, gpus, True)
+
+    def _cheapest_for(
+        self, candidates: list[_PoolLedger], gpus: int, preemptible: bool
+    ) -> _PoolLedger | None:
+        """The pool whose new node costs least per GPU that will actually be used: a big node
+        is cheap per GPU only when enough pending work of the class fills it."""
+        if not candidates:
+            return None
+        fill = max(gpus, self.class_gpus.get(preemptible, 0))
+        return min(
+            candidates, key=lambda p: (p.node_price / min(p.per_node, fill), p.per_node, p.name)
+        )
 
     def _place_demand(self) -> None:
+        # Criticality first; within it the largest pods first (first-fit decreasing packs
+        # well, and places the same pods the same way on the next tick), then the oldest.
+        for demand in self.pending:
+            flexible = demand.criticality == PREEMPTIBLE
+            self.class_gpus[flexible] = self.class_gpus.get(flexible, 0) + demand.gpus
         order = sorted(
             self.pending,
-            key=lambda d: (CRITICALITY_RANK[d.criticality], d.since, d.key),
+            key=lambda d: (CRITICALITY_RANK[d.criticality], -d.gpus, d.since, d.key),
         )
         preemptible: list[_Demand] = []
         for demand in order:
@@ -324,7 +358,7 @@ class _Decider:
             self._place_one(demand)
         # Jobs preempted above joined the preemptible queue; older work first.
         preemptible.extend(self.requeued_by_preemption)
-        for demand in sorted(preemptible, key=lambda d: (d.since, d.key)):
+        for demand in sorted(preemptible, key=lambda d: (-d.gpus, d.since, d.key)):
             self._place_one(demand)
 
     requeued_by_preemption: list[_Demand]
@@ -404,6 +438,12 @@ class _Decider:
     def _movable(self, job_key: str | None) -> JobState | None:
         if job_key is None or job_key in self.moving:
             return None
+        if job_key in self._movable_cache:
+            return self._movable_cache[job_key]
+        found = self._movable_cache[job_key] = self._movable_uncached(job_key)
+        return found
+
+    def _movable_uncached(self, job_key: str) -> JobState | None:
         job = self.jobs.get(job_key)
         if job is None or job.criticality != PREEMPTIBLE:
             return None
@@ -417,6 +457,11 @@ class _Decider:
     def _preempt_for(self, demand: _Demand) -> bool:
         policy = self.policy.preemption
         if not policy.enabled or self.moves_left <= 0:
+            return False
+        # Free plus movable GPUs on a node only shrink during a tick, so a size that found
+        # no node once finds none later.
+        failed = self._preempt_failed_at
+        if failed is not None and demand.gpus >= failed:
             return False
         best: tuple[int, str, list[JobState]] | None = None
         for ledger in self._free_order(demand):
@@ -455,6 +500,7 @@ class _Decider:
                 if best is None or (cost, node_name) < (best[0], best[1]):
                     best = (cost, node_name, chosen)
         if best is None:
+            self._preempt_failed_at = demand.gpus if failed is None else min(failed, demand.gpus)
             return False
         _, node_name, chosen = best
         for job in chosen:

@@ -86,10 +86,11 @@ class GPUPod:
     """Pool the pod is pinned to (nodeSelector hybridgpu.io/pool), if any."""
     pending_since: float = 0.0
     started_at: float | None = None
+    key: str = field(init=False, repr=False, compare=False)
+    """``namespace/name``, computed once: decide() reads it in hot loops."""
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +116,11 @@ class JobState:
     """Pool its pod template is pinned to, if any."""
     started_at: float | None = None
     move: MoveIntent | None = None
+    key: str = field(init=False, repr=False, compare=False)
+    """``namespace/name``, computed once."""
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,9 @@ from hybridgpu.sim.traces import SpotTrace, TraceJob
 INTERRUPTION_NOTICE_SECONDS = 120.0
 # Every this many seconds the cost/capacity time series gets a sample (for the PNG).
 SERIES_STEP_SECONDS = 600.0
+# With nothing new happening, the simulated operator still looks this often (consolidation
+# and other decisions that ripen with time).
+HEARTBEAT_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,13 @@ class Simulation:
         self.progress = progress
         self._eligible_cache: dict[tuple[str | None, bool], list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
+        self.heartbeat = max(self.interval, HEARTBEAT_SECONDS)
+        # Owned pools only and no preemption: the operator has nothing it could do.
+        self.operator_can_act = policy.preemption.enabled or any(
+            is_cloud(p.spec.tier) for p in pools
+        )
+        self.grace = parse_duration_seconds(policy.pending_grace_period)
+        self.idle_for = {p.name: parse_duration_seconds(p.spec.scale_down.idle_for) for p in pools}
         last_arrival = max((j.arrival_seconds for j in self.trace), default=0.0)
         self.horizon = horizon_seconds or (
             last_arrival + max((j.duration_seconds for j in self.trace), default=0.0) * 4 + 86400
@@ -457,41 +467,68 @@ class Simulation:
             return True
         return any(is_cloud(n.tier) for n in self.nodes.values())
 
+    def _next_wake(self) -> float:
+        """When the operator must look again although nothing happened: a heartbeat while
+        there is work or cloud capacity, and the moment an idle node's idleFor or a pending
+        pod's grace period runs out. Between events and wake-ups decide() would see the same
+        cluster and decide the same, so the simulation skips those ticks."""
+        if not self._needs_ticks() or not self.operator_can_act:
+            return math.inf
+        wake = self.now + self.heartbeat
+        for node in self.nodes.values():
+            if node.idle_since is not None and is_cloud(node.tier):
+                idle_for = self.idle_for[node.pool]
+                if node.idle_since + idle_for > self.now:
+                    wake = min(wake, node.idle_since + idle_for)
+        for index in self.pending:
+            ready = self.jobs[index].pending_since + self.grace
+            if ready > self.now:
+                wake = min(wake, ready)
+        return wake
+
     def run(self) -> PolicyResult:
         self._add_core_nodes()
         for index, tj in enumerate(self.trace):
             self.jobs.append(_Job(index, tj, tj.duration_seconds, tj.arrival_seconds))
             self._push(tj.arrival_seconds, "arrive", index)
+        trace_end = max((j.arrival_seconds + j.duration_seconds for j in self.trace), default=1.0)
         next_tick = 0.0
         next_sample = 0.0
+        wake = 0.0
+        dirty = True
         outstanding = len(self.trace)
         while self.now <= self.horizon:
             if outstanding == 0 and not any(is_cloud(n.tier) for n in self.nodes.values()):
                 break
             next_event = self.events[0][0] if self.events else math.inf
-            if not self._needs_ticks():
-                # Quiet: nothing to decide until something happens; stay on the tick grid.
-                if next_event == math.inf:
-                    break
-                next_tick = max(next_tick, math.ceil(next_event / self.interval) * self.interval)
-            t = min(next_event, next_tick, next_sample)
-            if t > self.horizon:
+            if not self.operator_can_act:
+                due = math.inf
+            else:
+                due = next_tick if dirty else max(next_tick, self._on_grid(wake))
+            t = min(next_event, due, next_sample)
+            if t == math.inf or t > self.horizon:
                 break
             self.now = t
             if t == next_sample:
                 self._sample()
                 next_sample += SERIES_STEP_SECONDS
                 if self.progress is not None:
-                    self.progress(min(1.0, t / self.horizon))
+                    self.progress(min(1.0, t / trace_end))
             while self.events and self.events[0][0] <= t:
                 _, _, kind, payload = heapq.heappop(self.events)
                 outstanding -= self._handle(kind, payload)
+                dirty = True
             self._schedule()
-            if t >= next_tick:
-                self._tick()
+            if t >= due:
+                plan = self._tick()
                 self._schedule()
+                dirty = bool(plan.actions)
                 next_tick = t + self.interval
+                wake = self._next_wake()
         return self._result()
+
+    def _on_grid(self, at: float) -> float:
+        return math.ceil(at / self.interval) * self.interval if at != math.inf else math.inf
 
     def _handle(self, kind: str, payload: object) -> int:
         """Process one event; returns 1 when a job finished."""
