@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from hybridgpu.core.decide import decide  # noqa: E402
-from hybridgpu.models import GPUPoolSpec, ScalingPolicySpec  # noqa: E402
-from hybridgpu.models.snapshot import (  # noqa: E402
+from hybridgpu.core.decide import decide
+from hybridgpu.models import GPUPoolSpec, ScalingPolicySpec
+from hybridgpu.models.snapshot import (
     ClusterSnapshot,
     Criticality,
     GPUPod,
