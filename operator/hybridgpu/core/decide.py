@@ -178,19 +178,19 @@ class _Decider:
                 pods_on[node] = [pod]
             else:
                 on_node.append(pod)
-        for node in sorted(self.snap.nodes, key=lambda n: n.name):
-            ledger = self.pools.get(node.pool)
+        for state in sorted(self.snap.nodes, key=lambda n: n.name):
+            ledger = self.pools.get(state.pool)
             if ledger is None:
                 continue
-            self.nodes[node.name] = node
-            self.node_pool[node.name] = node.pool
-            if node.interruption_deadline is None and not node.releasing:
+            self.nodes[state.name] = state
+            self.node_pool[state.name] = state.pool
+            if state.interruption_deadline is None and not state.releasing:
                 ledger.live_nodes += 1
-            if not self._schedulable(node):
+            if not self._schedulable(state):
                 continue
-            free = max(0, min(node.gpus, ledger.per_node) - allocated.get(node.name, 0))
-            self.node_free[node.name] = free
-            ledger.buckets[free][node.name] = None
+            free = max(0, min(state.gpus, ledger.per_node) - allocated.get(state.name, 0))
+            self.node_free[state.name] = free
+            ledger.buckets[free][state.name] = None
         for ledger in self.pools.values():
             for i in range(ledger.provisioning):
                 self._add_node(ledger, f"{ledger.name}/provisioning-{i}")
