@@ -40,9 +40,8 @@ def test_schemas_are_structural_and_every_field_is_described(name: str) -> None:
         assert "type" in schema, f"{name}{path}: no type (not structural)"
         for banned in ("$ref", "anyOf", "oneOf", "allOf", "const", "title", "$defs"):
             assert banned not in schema, f"{name}{path}: {banned} is not allowed"
-        if path.startswith((".spec", ".status")) and not path.endswith("[]"):
-            if not path.endswith("{}"):
-                assert schema.get("description"), f"{name}{path}: no description"
+        if path.startswith((".spec", ".status")) and not path.endswith(("[]", "{}")):
+            assert schema.get("description"), f"{name}{path}: no description"
     assert version["subresources"] == {"status": {}}
 
 
