@@ -256,3 +256,20 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, capsys, args, message)
     assert len(err.splitlines()) == 1, err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_work_is_conserved_when_nothing_is_moved(files) -> None:
+    """Every GPU-hour of the trace is run exactly once when no job is preempted (a job that
+    starts at time 0 included)."""
+    cluster, trace = files
+    from hybridgpu.sim.traces import load_csv
+
+    config = load_cluster(cluster)
+    jobs = load_csv(trace).jobs
+    policy = config.policy.spec.model_copy(
+        update={"preemption": config.policy.spec.preemption.model_copy(update={"enabled": False})}
+    )
+    result = Simulation("r", config.pools, policy, jobs, SimSettings()).run()
+    work = sum(v for k, v in result.gpu_hours.items() if k != "billed")
+    assert work == pytest.approx(sum(j.gpus * j.duration_seconds for j in jobs) / 3600)
+    assert result.preemptions == 0

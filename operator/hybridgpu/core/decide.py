@@ -574,7 +574,7 @@ class _Decider:
                 _Demand(
                     pod.gpus,
                     Criticality.PREEMPTIBLE,
-                    job.started_at or self.now,
+                    self.now if job.started_at is None else job.started_at,
                     pod.key,
                     to_pool,
                     job.key,
@@ -611,7 +611,13 @@ class _Decider:
             savings = ledger.node_price - gpus * target.gpu_price
             if savings < policy.consolidation.min_savings_per_hour:
                 continue
-            elapsed_h = min(self.now - (j.started_at or self.now) for j in jobs.values()) / 3600
+            elapsed_h = (
+                min(
+                    self.now - (self.now if j.started_at is None else j.started_at)
+                    for j in jobs.values()
+                )
+                / 3600
+            )
             restart_cost = gpus * target.gpu_price * self.restart_hours
             if savings * elapsed_h <= restart_cost:
                 continue

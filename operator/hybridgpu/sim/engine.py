@@ -319,7 +319,7 @@ class Simulation:
             node.jobs.discard(job.index)
             if not node.jobs:
                 node.idle_since = self.now
-            ran = self.now - (job.run_started or self.now)
+            ran = self.now - job.run_started if job.run_started is not None else 0.0
             self.work_by_tier[node.tier] += ran * job.trace.gpus / 3600
             job.remaining = max(job.remaining - ran, 0.0)
         self.running.discard(job.index)
@@ -574,7 +574,7 @@ class Simulation:
             job = self.jobs[index]
             host = self.nodes.get(job.node) if job.node else None
             if host is not None:
-                ran = end - (job.run_started or end)
+                ran = end - job.run_started if job.run_started is not None else 0.0
                 self.work_by_tier[host.tier] += ran * job.trace.gpus / 3600
         waits: dict[str, list[float]] = {c.value: [] for c in Criticality}
         for job in self.jobs:
