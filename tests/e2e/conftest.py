@@ -59,6 +59,7 @@ class OperatorProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     metrics_url: str
+    liveness_url: str
 
     def metrics(self) -> str:
         """The operator's /metrics page (Prometheus text format)."""
@@ -108,6 +109,7 @@ class Operators:
         identity = identity or f"op-{uuid.uuid4().hex[:6]}"
         log_path = self.log_dir / f"operator-{identity}-{len(self.started)}.log"
         metrics_port = free_port()
+        liveness_port = free_port()
         env = dict(os.environ)
         env.update(
             {
@@ -134,7 +136,7 @@ class Operators:
             "--lease-seconds",
             str(lease_seconds),
             "--liveness",
-            f"http://127.0.0.1:{free_port()}/healthz",
+            f"http://127.0.0.1:{liveness_port}/healthz",
             "--fake-provider",
             "support.kwok_provider:KwokProvider",
             "--metrics-port",
@@ -154,6 +156,7 @@ class Operators:
             process=process,
             log_path=log_path,
             metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+            liveness_url=f"http://127.0.0.1:{liveness_port}/healthz",
         )
         self.started.append(op)
         return op
@@ -231,6 +234,7 @@ class Cluster:
         min_nodes: int = 0,
         price: float = 10.0,
         taints: list[dict[str, str]] | None = None,
+        labels: dict[str, str] | None = None,
         idle_for: str = "2s",
     ) -> str:
         name = self.name(short)
@@ -242,6 +246,7 @@ class Cluster:
             "policy": policy,
             "scaleDown": {"enabled": True, "idleFor": idle_for},
             "taints": taints or [],
+            "labels": labels or {},
         }
         if tier == "core":
             spec["pricing"] = {"capexPerNode": 250000}
@@ -294,6 +299,9 @@ class Cluster:
             if cond.type == "Failed" and cond.status == "True":
                 raise AssertionError(f"Job {name} failed: {cond.message}")
         return any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+
+    def pool_object(self, name: str) -> dict[str, Any]:
+        return dict(self.kube.custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", name))
 
     def policy_status(self, name: str) -> dict[str, Any]:
         obj = self.kube.custom.get_cluster_custom_object(GROUP, VERSION, "scalingpolicies", name)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -38,6 +40,10 @@ def test_dry_run_decides_and_reports_but_touches_nothing(
     )
     time.sleep(3)
     assert cluster.pool_nodes(elastic) == []
+    with urllib.request.urlopen(operator.liveness_url, timeout=5) as response:
+        probes = json.loads(response.read())
+    assert probes["leader"] is True
+    assert probes["lastTickAgeSeconds"] < 10
     metrics = operator.metrics()
     assert 'hybridgpu_decisions_total{action="scale_up"}' in metrics
     assert 'hybridgpu_pending_gpu_requests{criticality="standard"} 4.0' in metrics

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -18,12 +19,20 @@ def test_elastic_scales_by_bin_packing_within_max_then_releases_idle_nodes(
     cluster: Cluster, operators: Operators
 ) -> None:
     policy = cluster.policy()
-    core = cluster.pool("core", tier="core", policy=policy, per_node=4, max_nodes=1)
+    core = cluster.pool(
+        "core", tier="core", policy=policy, per_node=4, max_nodes=1, labels={"team": "ml"}
+    )
     elastic = cluster.pool(
         "elastic", tier="elastic", policy=policy, per_node=4, max_nodes=2, idle_for="2s"
     )
-    cluster.core_nodes(core, 1, gpus=4)
+    (core_node,) = cluster.core_nodes(core, 1, gpus=4)
     operators.start()
+    # The pool's labels are put on its nodes.
+    wait_for(
+        lambda: (cluster.kube.core.read_node(core_node).metadata.labels or {}).get("team") == "ml",
+        20,
+        "pool label on the core node",
+    )
 
     seen_max = 0
     seen_names: set[str] = set()
@@ -52,6 +61,24 @@ def test_elastic_scales_by_bin_packing_within_max_then_releases_idle_nodes(
             )
         )
         wait_for(lambda: len(cluster.pool_nodes(elastic)) == 2, 30, "2 elastic nodes")
+
+        def status_shows_two_nodes_and_the_cap() -> dict[str, Any] | None:
+            pool = cluster.pool_object(elastic)
+            status = pool.get("status") or {}
+            conds = {c["type"]: c for c in status.get("conditions") or []}
+            blocked = conds.get("ScalingBlocked", {})
+            if (status.get("nodes") or {}).get("total") == 2 and blocked.get("status") == "True":
+                return pool
+            return None
+
+        pool = wait_for(status_shows_two_nodes_and_the_cap, 20, "GPUPool status")
+        status = pool["status"]
+        assert status["observedGeneration"] == pool["metadata"]["generation"]
+        assert status["gpus"]["total"] == 8
+        assert status["costPerHour"] == 20.0
+        blocked = next(c for c in status["conditions"] if c["type"] == "ScalingBlocked")
+        assert "maxNodes=2" in blocked["message"]
+        assert blocked["observedGeneration"] == pool["metadata"]["generation"]
         wait_for(lambda: cluster.job_done("wide"), 90, "Job wide complete")
         pods = cluster.job_pods("wide")
         used_elastic = {p.spec.node_name for p in pods} & seen_names
