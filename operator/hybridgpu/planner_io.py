@@ -213,18 +213,13 @@ def _range_query(
 def load_plan_spec(path: str | Path, *, history: dict[str, Any] | None = None) -> CapacityPlanSpec:
     """A CapacityPlan manifest or bare spec from YAML. ``history`` fills a missing
     spec.history (the command line names the history instead)."""
-    import yaml
     from pydantic import ValidationError
 
+    from hybridgpu.inputs import describe_validation_error, read_yaml_documents
+
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise UserError(f"{path}: cannot read plan: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        raise UserError(f"{path}:{where} not valid YAML") from None
+    docs = read_yaml_documents(path, "plan")
+    doc = docs[0] if docs else None
     if not isinstance(doc, dict):
         raise UserError(f"{path}: expected a CapacityPlan manifest or its spec (a mapping)")
     prefix = ""
@@ -240,11 +235,5 @@ def load_plan_spec(path: str | Path, *, history: dict[str, Any] | None = None) -
     try:
         return CapacityPlanSpec.model_validate(doc)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = prefix + ".".join(str(p) for p in first["loc"])
-        msg = str(first["msg"]).removeprefix("Value error, ")
-        if first["type"] == "missing":
-            msg = "required field is missing"
-        elif first["type"] == "extra_forbidden":
-            msg = "unknown field"
-        raise UserError(f"{path}: field '{loc.rstrip('.')}': {msg}") from None
+        field, _, msg = describe_validation_error(err, prefix).partition(": ")
+        raise UserError(f"{path}: field '{field}': {msg}") from None

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from hybridgpu.errors import UserError
+from hybridgpu.inputs import describe_validation_error, read_yaml_documents
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
 from hybridgpu.models.snapshot import PoolState
 
@@ -28,18 +28,6 @@ class ClusterConfig:
     policy: ScalingPolicy
 
 
-def format_validation_error(err: ValidationError) -> str:
-    """The first problem of a pydantic error as ``field.path: message``."""
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        msg = "unknown field"
-    elif first["type"] == "missing":
-        msg = "required field is missing"
-    return f"{loc}: {msg}"
-
-
 def parse_manifest(doc: Any, source: str) -> GPUPool | ScalingPolicy:
     """One manifest as a model; raises UserError naming ``source`` and the field."""
     if not isinstance(doc, dict):
@@ -54,20 +42,13 @@ def parse_manifest(doc: Any, source: str) -> GPUPool | ScalingPolicy:
     try:
         return model.model_validate(doc)
     except ValidationError as err:
-        raise UserError(f"{source}: {kind} {name!r}: {format_validation_error(err)}") from None
+        raise UserError(f"{source}: {kind} {name!r}: {describe_validation_error(err)}") from None
 
 
 def load_cluster(path: str | Path) -> ClusterConfig:
     """Pools and the ScalingPolicy (default if absent) of a multi-document YAML file."""
     path = Path(path)
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except OSError as err:
-        raise UserError(f"{path}: cannot read cluster file: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}:{where} not valid YAML ({getattr(err, 'problem', err)})") from None
+    docs = read_yaml_documents(path, "cluster file")
     pools: list[PoolState] = []
     policies: list[ScalingPolicy] = []
     for i, doc in enumerate(docs, start=1):
