@@ -62,6 +62,9 @@ EVENT_REASONS = {
     "release_node": "ReleaseNode",
     "cordon_unhealthy": "CordonUnhealthy",
 }
+EVENT_REPEAT_SECONDS = 60.0
+"""The same Event (object, reason, message) is bumped at most this often: ticks triggered by
+pod churn would otherwise write one per tick."""
 ORPHAN_NODE_GRACE_SECONDS = 60.0
 """A node whose instance the provider does not know is deleted only after this long (it may
 just have been created and the provider's list may lag)."""
@@ -121,6 +124,7 @@ class PlanExecutor:
         self.cluster = cluster
         self.capacity = capacity
         self.clock = clock
+        self._posted: dict[tuple[str, str, str, str], float] = {}
 
     # ------------------------------------------------------------------ plan
     def execute(
@@ -180,10 +184,17 @@ class PlanExecutor:
         message: str,
         event_type: str = "Normal",
     ) -> None:
+        now = self.clock()
+        key = (ref.kind, ref.name, reason, message)
+        if now - self._posted.get(key, float("-inf")) < EVENT_REPEAT_SECONDS:
+            return
+        if len(self._posted) > 10_000:
+            self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_SECONDS}
         try:
             self.cluster.post_event(
-                ref, reason=reason, message=message, event_type=event_type, now=self.clock()
+                ref, reason=reason, message=message, event_type=event_type, now=now
             )
+            self._posted[key] = now
             result.events += 1
         except KubeError as err:
             log.warning("could not post event %s: %s", reason, err)
