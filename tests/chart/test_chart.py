@@ -1,0 +1,668 @@
+"""The Helm chart, the Dockerfile and the Grafana dashboard.
+
+- ``helm lint`` (also ``--strict``) and ``helm template`` with default and non-default values;
+  the rendered Deployment starts ``hybridgpu run`` with flags its real parser accepts;
+- ``values.schema.json`` rejects unknown keys and wrong types;
+- the chart's CRDs are the repo's ``crds/``, byte for byte;
+- every rendered object is server-side applied to the real control plane, and the operator's
+  ServiceAccount can do exactly what the operator needs (``kubectl auth can-i --as``);
+- the Dockerfile runs ``hybridgpu run`` as a numeric non-root user;
+- the dashboard only queries metrics and labels the operator exports, in valid PromQL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.metrics import MetricWrapperBase
+
+from hybridgpu.cli import build_parser
+from hybridgpu.metrics.exported import ExportedMetrics
+from support.chart import (
+    CHART_DIR,
+    DASHBOARD,
+    DOCKERFILE,
+    Rendered,
+    RenderError,
+    container,
+    dockerfile_instructions,
+    helm,
+    render,
+)
+from support.controlplane import CRDS_DIR, REPO_ROOT, KubeTest
+
+pytestmark = pytest.mark.chart
+
+LEASE_NAME = "hybridgpu-operator"  # hybridgpu.kube.names.LEASE_NAME
+IRSA_ROLE = "arn:aws:iam::123456789012:role/hybridgpu-operator"
+
+# Everything optional switched on, and the defaults that matter changed.
+NON_DEFAULT_VALUES: dict[str, Any] = {
+    "replicaCount": 2,
+    "image": {"repository": "registry.example/hybridgpu", "tag": "1.2.3", "pullPolicy": "Always"},
+    "serviceAccount": {
+        "name": "gpu-operator-sa",
+        "annotations": {"eks.amazonaws.com/role-arn": IRSA_ROLE},
+    },
+    "operator": {
+        "leaseSeconds": 30,
+        "healthPort": 8090,
+        "verbose": True,
+        "peering": {"enabled": True, "name": "hybridgpu-peering", "priority": 100},
+        "extraEnv": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+    },
+    "metrics": {
+        "port": 9100,
+        "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
+    },
+    "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Cost"}},
+    "defaultScalingPolicy": {
+        "enabled": True,
+        "name": "default",
+        "spec": {"interval": "1m", "dryRun": True, "budget": {"monthlyLimit": 5000}},
+    },
+    "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
+    "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+}
+
+DEFAULT_KINDS = {
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "Service",
+    "Deployment",
+}
+
+
+@pytest.fixture
+def values_dir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def run_args(deployment: dict[str, Any]) -> list[str]:
+    return list(container(deployment)["args"])
+
+
+def flag(args: list[str], name: str) -> str | None:
+    prefix = f"--{name}="
+    return next((a[len(prefix) :] for a in args if a.startswith(prefix)), None)
+
+
+# ------------------------------------------------------------------------------- lint, CRDs
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
+def test_helm_lint_passes(strict: bool, values_dir: Path) -> None:
+    values = values_dir / "non-default.yaml"
+    values.write_text(yaml.safe_dump(NON_DEFAULT_VALUES))
+    for extra in ([], ["--values", str(values)]):
+        result = helm("lint", str(CHART_DIR), *(["--strict"] if strict else []), *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "0 chart(s) failed" in result.stdout
+
+
+def test_chart_crds_are_the_repo_crds() -> None:
+    """`hybridgpu crds` writes crds/; the chart ships a copy that must not drift."""
+    repo = {p.name: p.read_bytes() for p in CRDS_DIR.glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART_DIR / "crds").glob("*.yaml")}
+    assert repo, "no CRDs in crds/"
+    assert sorted(chart) == sorted(repo), "chart crds/ and crds/ hold different files"
+    stale = [name for name in repo if chart[name] != repo[name]]
+    assert not stale, f"helm/hybridgpu-operator/crds/ differs from crds/ for {stale}: copy them"
+
+
+def test_chart_installs_crds_with_the_release(values_dir: Path) -> None:
+    rendered = render(values_dir=values_dir, extra_args=["--include-crds"])
+    names = {o["metadata"]["name"] for o in rendered.of_kind("CustomResourceDefinition")}
+    assert names == {
+        "gpupools.hybridgpu.io",
+        "scalingpolicies.hybridgpu.io",
+        "capacityplans.hybridgpu.io",
+    }
+
+
+# ------------------------------------------------------------------------------- template
+
+
+def test_default_values_render_the_operator_and_its_rbac_only(values_dir: Path) -> None:
+    rendered = render(values_dir=values_dir, namespace="gpu-ops")
+    assert rendered.kinds() == DEFAULT_KINDS
+    for obj in rendered.objects:
+        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+            assert obj["metadata"]["namespace"] == "gpu-ops", obj["kind"]
+
+
+def test_deployment_runs_hybridgpu_run_with_flags_it_accepts(values_dir: Path) -> None:
+    for values in (None, NON_DEFAULT_VALUES):
+        deployment = render(values, values_dir=values_dir).one("Deployment")
+        args = run_args(deployment)
+        assert args[0] == "run"
+        # The real parser: a flag the CLI does not have fails here, not in a crash-looping pod.
+        parsed = build_parser().parse_args(args)
+        assert parsed.func.__name__ == "_run"
+        health_port = (values or {}).get("operator", {}).get("healthPort", 8080)
+        metrics_port = (values or {}).get("metrics", {}).get("port", 8081)
+        assert parsed.liveness == f"http://0.0.0.0:{health_port}/healthz"
+        assert parsed.metrics_port == metrics_port
+        assert parsed.metrics_address == "0.0.0.0"  # reachable through the Service
+        ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
+        assert ports == {"health": health_port, "metrics": metrics_port}
+        probe = container(deployment)["livenessProbe"]["httpGet"]
+        assert (probe["path"], probe["port"]) == ("/healthz", "health")
+
+
+def test_pod_name_is_the_lease_identity(values_dir: Path) -> None:
+    env = {e["name"]: e for e in container(render(values_dir=values_dir).one("Deployment"))["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_operator_runs_non_root_read_only_without_capabilities(values_dir: Path) -> None:
+    deployment = render(values_dir=values_dir).one("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    ctx = container(deployment)["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == dockerfile_user()[0]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert ctx["runAsNonRoot"] is True
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container(deployment)["resources"]["requests"], "no resource requests"
+
+
+def test_non_default_values_reach_the_objects(values_dir: Path) -> None:
+    rendered = render(NON_DEFAULT_VALUES, values_dir=values_dir, release="gpu", namespace="ops")
+    assert rendered.kinds() == DEFAULT_KINDS | {
+        "ServiceMonitor",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "ScalingPolicy",
+    }
+    deployment = rendered.one("Deployment")
+    args = run_args(deployment)
+    assert deployment["spec"]["replicas"] == 2
+    assert container(deployment)["image"] == "registry.example/hybridgpu:1.2.3"
+    assert flag(args, "peering") == "hybridgpu-peering"
+    assert flag(args, "priority") == "100"
+    assert flag(args, "lease-seconds") == "30"
+    assert "--verbose" in args
+    env = {e["name"]: e.get("value") for e in container(deployment)["env"]}
+    assert env["AWS_REGION"] == "eu-west-1"
+
+    sa = rendered.one("ServiceAccount")
+    assert sa["metadata"]["name"] == "gpu-operator-sa"
+    assert sa["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": IRSA_ROLE}
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-operator-sa"
+    for binding in rendered.of_kind("ClusterRoleBinding") + rendered.of_kind("RoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpu-operator-sa", "namespace": "ops"}
+        ]
+
+    peering = [r for r in rendered.one("ClusterRole")["rules"] if "kopf.dev" in r["apiGroups"]]
+    assert peering and peering[0]["resources"] == ["clusterkopfpeerings"]
+
+    policy = rendered.one("ScalingPolicy")
+    assert policy["metadata"]["name"] == "default"
+    assert policy["spec"] == NON_DEFAULT_VALUES["defaultScalingPolicy"]["spec"]
+
+    pdb = rendered.one("PodDisruptionBudget")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_service_monitor_scrapes_the_metrics_service(values_dir: Path) -> None:
+    rendered = render(NON_DEFAULT_VALUES, values_dir=values_dir, namespace="ops")
+    service = rendered.one("Service")
+    monitor = rendered.one("ServiceMonitor")
+    deployment = rendered.one("Deployment")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"][0]["port"] == 9100
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+def test_metrics_off_means_no_metrics_port_service_or_monitor(values_dir: Path) -> None:
+    values = {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}
+    rendered = render(values, values_dir=values_dir)
+    assert "Service" not in rendered.kinds()
+    assert "ServiceMonitor" not in rendered.kinds()
+    args = run_args(rendered.one("Deployment"))
+    assert build_parser().parse_args(args).metrics_port is None
+
+
+def test_dashboard_config_map_carries_the_dashboard_for_the_grafana_sidecar(
+    values_dir: Path,
+) -> None:
+    values = {"dashboard": {"enabled": True, "namespace": "monitoring"}}
+    config_map = render(values, values_dir=values_dir).one("ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert json.loads(config_map["data"]["hybridgpu-cost.json"]) == json.loads(
+        DASHBOARD.read_text()
+    )
+
+
+def test_values_hold_no_secrets() -> None:
+    """AWS credentials come from IRSA (serviceAccount.annotations), never from values."""
+    text = (CHART_DIR / "values.yaml").read_text().lower()
+    for word in ("aws_access_key", "aws_secret", "password", "token:"):
+        assert word not in text
+    templates = " ".join(p.read_text() for p in (CHART_DIR / "templates").glob("*"))
+    assert "kind: Secret" not in templates
+
+
+# ------------------------------------------------------------------------------- schema
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"replicas": 2}, "replicas"),  # the Deployment field, not our key (replicaCount)
+        ({"metrics": {"sevice": {"type": "ClusterIP"}}}, "sevice"),
+        ({"operator": {"peering": {"enabeld": True}}}, "enabeld"),
+        ({"replicaCount": "two"}, "replicaCount"),
+        ({"metrics": {"port": 70000}}, "port"),
+        ({"metrics": {"enabled": "yes"}}, "enabled"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+        ({"serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": 42}}}, "annotations"),
+        ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "interval"),
+        ({"defaultScalingPolicy": {"name": "Not A Name"}}, "name"),
+    ],
+    ids=[
+        "unknown-key",
+        "unknown-nested-key",
+        "unknown-deep-key",
+        "string-for-integer",
+        "port-out-of-range",
+        "string-for-boolean",
+        "bad-enum",
+        "non-string-annotation",
+        "bad-duration",
+        "bad-object-name",
+    ],
+)
+def test_schema_rejects_bad_values(
+    values: dict[str, Any], complaint: str, values_dir: Path
+) -> None:
+    with pytest.raises(RenderError) as failure:
+        render(values, values_dir=values_dir)
+    assert complaint in str(failure.value)
+
+
+# ------------------------------------------------------------------------------- control plane
+
+
+def chart_objects_to_apply(rendered: Rendered, plane_kubectl: Any) -> list[dict[str, Any]]:
+    """The rendered objects; a ServiceMonitor only when its CRD is installed."""
+    have_monitors = (
+        plane_kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False).returncode
+        == 0
+    )
+    return [o for o in rendered.objects if o["kind"] != "ServiceMonitor" or have_monitors]
+
+
+@pytest.fixture
+def installed(kube: KubeTest, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Server-side apply the chart rendered with ``request.param`` values into the test's
+    namespace; yields (kube, rendered, service account); deletes what it created."""
+    suffix = kube.namespace.rsplit("-", 1)[-1]
+    values = json.loads(json.dumps(request.param or {}))
+    if values.get("defaultScalingPolicy", {}).get("enabled"):
+        # cluster-scoped: a unique name so a session's own "default" policy is never touched
+        values["defaultScalingPolicy"]["name"] = f"chart-test-{suffix}"
+    rendered = render(
+        values, values_dir=tmp_path, release=f"hgpu-{suffix}", namespace=kube.namespace
+    )
+    objects = chart_objects_to_apply(rendered, kube.kubectl)
+    manifest = tmp_path / "rendered.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
+    try:
+        dry = kube.kubectl(
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=helm",
+            "-f",
+            str(manifest),
+        )
+        assert dry.returncode == 0
+        kube.plane.apply_server_side(manifest, field_manager="helm")
+        sa = rendered.one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+        yield kube, rendered, objects, sa
+    finally:
+        kube.kubectl(
+            "delete", "--ignore-not-found", "--wait=false", "-f", str(manifest), check=False
+        )
+
+
+def can_i(kube: KubeTest, sa: str, verb: str, resource: str, *extra: str) -> bool:
+    result = kube.kubectl(
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        f"--as=system:serviceaccount:{kube.namespace}:{sa}",
+        *extra,
+        check=False,
+    )
+    answer = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    if answer not in {"yes", "no"}:
+        raise AssertionError(f"kubectl auth can-i {verb} {resource}: {result.stderr}")
+    return answer == "yes"
+
+
+# (verb, resource, extra kubectl args): what the operator calls, from hybridgpu.kube.cluster,
+# hybridgpu.kube.lease and kopf (watches, finalizers, progress annotations, Events).
+NEEDED: list[tuple[str, str, tuple[str, ...]]] = [
+    *[
+        (verb, f"{plural}.hybridgpu.io", ())
+        for plural in ("gpupools", "scalingpolicies", "capacityplans")
+        for verb in ("get", "list", "watch", "patch", "update")
+    ],
+    *[
+        ("patch", f"{plural}.hybridgpu.io", ("--subresource=status",))
+        for plural in ("gpupools", "scalingpolicies", "capacityplans")
+    ],
+    *[(verb, "nodes", ()) for verb in ("get", "list", "watch", "patch", "delete")],
+    *[(verb, "pods", ("--all-namespaces",)) for verb in ("get", "list", "watch")],
+    ("create", "pods", ("--subresource=eviction", "-n", "team-a")),
+    *[(verb, "jobs.batch", ("--all-namespaces",)) for verb in ("get", "list", "watch", "patch")],
+    ("patch", "jobs.batch", ("--subresource=status", "-n", "team-a")),
+    *[(verb, "events", ("-n", "default")) for verb in ("create", "patch", "get", "list")],
+    ("create", "events.events.k8s.io", ("-n", "default")),
+    *[
+        (verb, "customresourcedefinitions.apiextensions.k8s.io", ())
+        for verb in ("get", "list", "watch")
+    ],
+]
+LEASE_NEEDED = [("create", "leases.coordination.k8s.io", ())] + [
+    (verb, f"leases.coordination.k8s.io/{LEASE_NAME}", ()) for verb in ("get", "update")
+]
+FORBIDDEN: list[tuple[str, str, tuple[str, ...]]] = [
+    ("get", "secrets", ("--all-namespaces",)),
+    ("list", "secrets", ("-n", "default")),
+    ("delete", "pods", ("-n", "team-a")),
+    ("create", "pods", ("-n", "team-a")),
+    ("create", "nodes", ()),
+    ("create", "jobs.batch", ("-n", "team-a")),
+    ("delete", "jobs.batch", ("-n", "team-a")),
+    ("delete", "gpupools.hybridgpu.io", ()),
+    ("create", "deployments.apps", ("-n", "default")),
+    ("update", "leases.coordination.k8s.io", ("-n", "kube-system")),
+    ("bind", "clusterroles.rbac.authorization.k8s.io", ()),
+    ("*", "*", ()),
+]
+
+
+def access_review(kube: KubeTest, sa: str, verb: str, group: str, resource: str) -> bool:
+    """A SubjectAccessReview for a cluster-wide ``verb`` on ``resource`` in ``group``.
+
+    For resources whose CRD is not installed (kopf's peering): `kubectl auth can-i` needs
+    discovery to know the resource and answers "no" without it.
+    """
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{kube.namespace}:{sa}",
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{kube.namespace}",
+                "system:authenticated",
+            ],
+            "resourceAttributes": {"verb": verb, "group": group, "resource": resource},
+        },
+    }
+    result = kube.kubectl("create", "-f", "-", "-o", "json", stdin=json.dumps(review))
+    return bool(json.loads(result.stdout)["status"].get("allowed"))
+
+
+def rbac_mismatches(kube: KubeTest, sa: str, *, peering: bool) -> list[str]:
+    lease_ns = ("-n", kube.namespace)
+    wanted = [(v, r, x, True) for v, r, x in NEEDED]
+    wanted += [(v, r, x + lease_ns, True) for v, r, x in LEASE_NEEDED]
+    wanted += [(v, r, x, False) for v, r, x in FORBIDDEN]
+    wanted += [("get", "leases.coordination.k8s.io/someone-else", lease_ns, False)]
+    mismatches = [
+        f"{verb} {resource} {' '.join(extra)}: expected {'yes' if allowed else 'no'}"
+        for verb, resource, extra, allowed in wanted
+        if can_i(kube, sa, verb, resource, *extra) != allowed
+    ]
+    for verb in ("get", "list", "watch", "patch"):
+        if access_review(kube, sa, verb, "kopf.dev", "clusterkopfpeerings") != peering:
+            mismatches.append(f"{verb} clusterkopfpeerings.kopf.dev: expected {peering}")
+    return mismatches
+
+
+@pytest.mark.parametrize("installed", [None], indirect=True, ids=["default-values"])
+def test_default_install_applies_and_grants_exactly_what_the_operator_needs(
+    installed: Any,
+) -> None:
+    kube, _rendered, objects, sa = installed
+    listed = kube.kubectl("get", "-o", "name", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    assert len(listed.stdout.split()) == len(objects)
+    assert sa == "hgpu-" + kube.namespace.rsplit("-", 1)[-1] + "-hybridgpu-operator"
+    assert rbac_mismatches(kube, sa, peering=False) == []
+
+
+@pytest.mark.parametrize("installed", [NON_DEFAULT_VALUES], indirect=True, ids=["non-default"])
+def test_non_default_install_applies_with_peering_rbac(installed: Any) -> None:
+    kube, rendered, objects, sa = installed
+    kinds = {o["kind"] for o in objects}
+    assert {"ConfigMap", "PodDisruptionBudget", "ScalingPolicy"} <= kinds
+    policy = rendered.one("ScalingPolicy")["metadata"]["name"]
+    stored = kube.kubectl("get", "scalingpolicy", policy, "-o", "json")
+    assert json.loads(stored.stdout)["spec"]["budget"] == {"monthlyLimit": 5000}
+    assert rbac_mismatches(kube, sa, peering=True) == []
+
+
+def test_apiserver_rejects_a_policy_spec_the_crd_forbids(kube: KubeTest, tmp_path: Path) -> None:
+    """defaultScalingPolicy.spec is only checked by the CRD: a wrong spec fails the apply."""
+    values = {
+        "defaultScalingPolicy": {
+            "enabled": True,
+            "name": f"chart-bad-{kube.namespace.rsplit('-', 1)[-1]}",
+            "spec": {"interval": "soon"},
+        }
+    }
+    policy = render(values, values_dir=tmp_path).one("ScalingPolicy")
+    result = kube.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(policy),
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "spec.interval" in result.stderr
+
+
+# ------------------------------------------------------------------------------- Dockerfile
+
+
+def dockerfile_user() -> tuple[int, int | None]:
+    users = [args for kw, args in dockerfile_instructions(DOCKERFILE.read_text()) if kw == "USER"]
+    assert users, "the Dockerfile sets no USER: the operator would run as root"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit(), f"USER {users[-1]}: use a numeric uid so runAsNonRoot can verify it"
+    return int(uid), int(gid) if gid else None
+
+
+def test_dockerfile_runs_hybridgpu_run_as_numeric_non_root_user() -> None:
+    instructions = dockerfile_instructions(DOCKERFILE.read_text())
+    keywords = [kw for kw, _ in instructions]
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    uid, gid = dockerfile_user()
+    assert uid == 10001 and gid in (None, 10001)
+    # Nothing after USER may run as root again, and USER must precede the entrypoint.
+    last_user = len(keywords) - 1 - keywords[::-1].index("USER")
+    assert "RUN" not in keywords[last_user:]
+    entrypoint = json.loads(dict(instructions)["ENTRYPOINT"])
+    cmd = json.loads(dict(instructions)["CMD"])
+    assert entrypoint == ["hybridgpu"] and cmd == ["run"]
+    assert build_parser().parse_args(cmd).func.__name__ == "_run"
+    scripts = _pyproject()["project"]["scripts"]
+    assert scripts["hybridgpu"] == "hybridgpu.cli:main"
+
+
+def test_dockerfile_installs_the_package_without_test_extras() -> None:
+    runs = [args for kw, args in dockerfile_instructions(DOCKERFILE.read_text()) if kw == "RUN"]
+    installs = [r for r in runs if "pip install" in r]
+    assert installs, "no pip install in the Dockerfile"
+    assert all(re.search(r"pip install \.(\s|$)", r) for r in installs), installs
+    assert not any("[test]" in r or "-e " in r for r in installs)
+    copied = " ".join(
+        args for kw, args in dockerfile_instructions(DOCKERFILE.read_text()) if kw == "COPY"
+    )
+    for needed in ("pyproject.toml", "README.md", "operator"):
+        assert needed in copied, f"{needed} is not copied into the image"
+
+
+def test_dockerfile_parser_sees_continuations_and_comments() -> None:
+    text = "FROM a\n# c\nRUN x \\\n  # inner\n  && y\nUSER 1\n"
+    assert dockerfile_instructions(text) == [("FROM", "a"), ("RUN", "x  && y"), ("USER", "1")]
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+# ------------------------------------------------------------------------------- dashboard
+
+
+def exported_metrics() -> dict[str, tuple[str, set[str]]]:
+    """Series name -> (family, labels) of everything the operator exports."""
+    exported = ExportedMetrics(tokens_counter="vllm:generation_tokens_total")
+    series: dict[str, tuple[str, set[str]]] = {}
+    for collector in vars(exported).values():
+        if not isinstance(collector, MetricWrapperBase):
+            continue
+        (family,) = collector.describe()
+        labels = set(collector._labelnames)
+        suffixes = {
+            "counter": ["_total"],
+            "histogram": ["_bucket", "_sum", "_count"],
+        }.get(family.type, [""])
+        for suffix in suffixes:
+            extra = {"le"} if suffix == "_bucket" else set()
+            series[family.name + suffix] = (family.name, labels | extra)
+    return series
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(panel title, PromQL, legend) of every target in the dashboard."""
+    board = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            out.append((panel["title"], target["expr"], target.get("legendFormat", "")))
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"] if isinstance(variable["query"], dict) else ""
+            match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+            assert match, f"variable {variable['name']}: {query}"
+            out.append((f"variable {variable['name']}", match[1], "{{" + match[2] + "}}"))
+    return out
+
+
+def test_dashboard_queries_only_exported_metrics_and_their_labels() -> None:
+    series = exported_metrics()
+    problems = []
+    for title, expr, legend in dashboard_queries():
+        names = set(re.findall(r"\bhybridgpu_[a-z_]+\b", expr))
+        unknown = names - series.keys()
+        if unknown:
+            problems.append(f"{title}: unknown metric(s) {sorted(unknown)}")
+            continue
+        labels = set().union(*(series[n][1] for n in names)) if names else set()
+        used = set(re.findall(r"\bby \(([^)]*)\)", expr))
+        used_labels = {lbl.strip() for group in used for lbl in group.split(",")}
+        used_labels |= set(re.findall(r"(\w+)\s*=~?\s*\"", expr))
+        used_labels |= set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
+        missing = used_labels - labels
+        if missing:
+            problems.append(f"{title}: labels {sorted(missing)} not on {sorted(names)}")
+    assert problems == []
+
+
+def test_dashboard_covers_what_sres_watch() -> None:
+    queried = " ".join(expr for _, expr, _ in dashboard_queries())
+    for metric in (
+        "hybridgpu_pool_cost_per_hour_dollars",  # cost per hour by tier
+        "hybridgpu_cost_dollars_total",  # cumulative cost
+        "hybridgpu_idle_gpu_cost_dollars_total",  # waste
+        "hybridgpu_namespace_cost_dollars_total",
+        "hybridgpu_pool_gpus",
+        "hybridgpu_pool_nodes",
+        "hybridgpu_pool_gpu_utilization_ratio",
+        "hybridgpu_pending_gpu_requests",
+        "hybridgpu_preemptions_total",
+        "hybridgpu_spot_interruptions_total",
+        "hybridgpu_budget_spent_dollars",
+        "hybridgpu_budget_limit_dollars",
+        "hybridgpu_effective_cost_per_gpu_hour_dollars",
+        "hybridgpu_reconcile_duration_seconds_bucket",
+    ):
+        assert metric in queried, f"the dashboard shows nothing of {metric}"
+
+
+def test_dashboard_is_importable_grafana_json() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    assert board["uid"] and board["title"]
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+    names = {v["name"] for v in board["templating"]["list"]}
+    assert {"datasource", "pool", "tier"} <= names
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert {"h", "w", "x", "y"} <= panel["gridPos"].keys()
+        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, panel["title"]
+
+
+def grafana_to_promql(expr: str) -> str:
+    """Replace Grafana's variables with values Prometheus accepts."""
+    expr = re.sub(r"\$__(rate_interval|interval|range)\b", "5m", expr)
+    expr = re.sub(r"\$\{?\w+\}?", ".*", expr)
+    return expr
+
+
+def test_dashboard_promql_parses(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus: `make prometheus-bin`)")
+    rules = [
+        {"record": f"hybridgpu_dashboard:query_{i}", "expr": grafana_to_promql(expr)}
+        for i, (_, expr, _) in enumerate(dashboard_queries())
+    ]
+    rules_file = tmp_path / "dashboard-rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run(
+        [promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
