@@ -340,8 +340,34 @@ def node_ready(kube: KubeTest, name: str) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
+def leftover_pending_gpu_pods(kube: KubeTest) -> list[str]:
+    """Unbound GPU pods of other (earlier) tests: demand our operator would act on."""
+    out = []
+    for pod in kube.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=").items:
+        if pod.metadata.namespace == kube.namespace:
+            continue
+        wants_gpu = any(
+            "nvidia.com/gpu" in ((c.resources and c.resources.requests) or {})
+            or "nvidia.com/gpu" in ((c.resources and c.resources.limits) or {})
+            for c in pod.spec.containers
+        )
+        if wants_gpu and pod.status.phase == "Pending":
+            out.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+    return out
+
+
 @pytest.fixture
 def cluster(kube: KubeTest) -> Iterator[Cluster]:
+    # Earlier tests' namespaces are deleted in the background; wait for their pending GPU
+    # pods to go so they are not demand for this test's operator (best effort).
+    try:
+        wait_until(
+            lambda: not leftover_pending_gpu_pods(kube),
+            timeout_seconds=60,
+            what="pending GPU pods of earlier tests gone",
+        )
+    except TimeoutError:
+        sys.stderr.write(f"leftover pending GPU pods: {leftover_pending_gpu_pods(kube)}\n")
     built = Cluster(kube)
     try:
         yield built
