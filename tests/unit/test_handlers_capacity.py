@@ -1,0 +1,78 @@
+"""The handlers' glue that is pure: pool capacity over a provider, budget integration."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridgpu.cloud.fake import FakeProvider
+from hybridgpu.handlers.capacity import Providers
+from hybridgpu.handlers.loop import month_hours, spent_so_far
+from hybridgpu.models.pool import GPUPoolSpec
+
+pytestmark = pytest.mark.unit
+
+
+def spot(max_nodes: int = 3) -> GPUPoolSpec:
+    return GPUPoolSpec.model_validate(
+        {
+            "tier": "spot",
+            "gpu": {"model": "A100", "perNode": 8},
+            "minNodes": 0,
+            "maxNodes": max_nodes,
+            "provider": {"type": "fake"},
+            "pricing": {"perNodeHour": 9},
+        }
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def providers(clock: Clock) -> tuple[Providers, FakeProvider]:
+    built = Providers("hybridgpu.cloud.fake:FakeProvider", clock)
+    built.set_pools({"spot": spot()})
+    fake = built.for_spec(spot())
+    assert isinstance(fake, FakeProvider)
+    fake.provisioning_delay_seconds = 30
+    return built, fake
+
+
+def test_scale_up_adds_to_the_target_and_never_exceeds_max_nodes() -> None:
+    clock = Clock()
+    capacity, fake = providers(clock)
+    capacity.scale_up("spot", 2)
+    assert capacity.provisioning("spot", set()) == 2
+    capacity.scale_up("spot", 5)
+    assert fake.target("spot", spot()) == 3
+    joined = {i.provider_id for i in fake.instances("spot", spot())[:1]}
+    assert capacity.provisioning("spot", joined) == 2
+
+
+def test_terminate_removes_the_nodes_instance_and_acknowledges_its_notice() -> None:
+    clock = Clock()
+    capacity, fake = providers(clock)
+    capacity.scale_up("spot", 2)
+    first = fake.instances("spot", spot())[0]
+    fake.interrupt(first.instance_id, lead_seconds=60)
+    assert capacity.poll_interruptions() == {first.provider_id: 1060.0}
+    capacity.terminate("spot", "node-a", first.provider_id)
+    assert first.provider_id not in capacity.known_provider_ids("spot")  # type: ignore[operator]
+    assert fake.interruptions() == []
+    assert capacity.poll_interruptions() == {}
+
+
+def test_spend_integrates_the_last_rate_and_restarts_each_month() -> None:
+    month, hours_left = month_hours(0.0)  # 1970-01-01T00:00Z
+    assert (month, hours_left) == ("1970-01", 31 * 24)
+    status = {
+        "lastTick": "1970-01-01T00:00:00Z",
+        "budget": {"spentThisMonth": 5.0, "hourlyCost": 10.0},
+    }
+    assert spent_so_far(status, 1800.0) == pytest.approx(10.0)
+    assert spent_so_far(status, 31 * 86400 + 60) == 0.0  # February: a new month
+    assert spent_so_far({}, 100.0) == 0.0
