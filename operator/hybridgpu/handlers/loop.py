@@ -90,6 +90,8 @@ class Reconciler:
         self.lock = threading.Lock()
         self.last: TickResult | None = None
         self.last_tick_at: float = 0.0
+        self.tick_started_at: float | None = None
+        """Monotonic start of the tick running now; None between ticks (liveness reads it)."""
 
     # --------------------------------------------------------------- triggers
     def wake_event(self, policy: str) -> threading.Event:
@@ -108,7 +110,11 @@ class Reconciler:
     def tick(self, policy_name: str) -> TickResult:
         with self.lock:  # one tick at a time per process: policies share nodes
             started = time.monotonic()
-            result = self._tick(policy_name)
+            self.tick_started_at = started
+            try:
+                result = self._tick(policy_name)
+            finally:
+                self.tick_started_at = None
             result.seconds = time.monotonic() - started
             if result.leader:
                 self.metrics.observe_reconcile(result.seconds)

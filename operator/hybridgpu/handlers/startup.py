@@ -50,11 +50,20 @@ def close(memo: kopf.Memo, **_: Any) -> None:
         server.shutdown()
 
 
-@kopf.on.probe(id="lastTickAgeSeconds")
+STUCK_TICK_SECONDS = 300.0
+
+
+@kopf.on.probe(id="lastTickAgeSeconds", errors=kopf.ErrorsMode.PERMANENT)
 def last_tick_age(memo: kopf.Memo, **_: Any) -> float | None:
     """Seconds since the last reconcile tick (None before the first one)."""
     reconciler: Reconciler | None = memo.get("reconciler")
-    if reconciler is None or not reconciler.last_tick_at:
+    if reconciler is None:
+        return None
+    started = reconciler.tick_started_at
+    if started is not None and time.monotonic() - started > STUCK_TICK_SECONDS:
+        # Failing the probe makes the kubelet restart a process whose loop hangs.
+        raise RuntimeError(f"a tick has been running for over {STUCK_TICK_SECONDS:.0f}s")
+    if not reconciler.last_tick_at:
         return None
     return round(time.time() - reconciler.last_tick_at, 1)
 
