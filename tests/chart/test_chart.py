@@ -13,15 +13,20 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client.rest import ApiException
 from prometheus_client.metrics import MetricWrapperBase
 
 from hybridgpu.cli import build_parser
@@ -37,10 +42,11 @@ from support.chart import (
     helm,
     render,
 )
-from support.controlplane import CRDS_DIR, REPO_ROOT, KubeTest
+from support.controlplane import CRDS_DIR, REPO_ROOT, KubeTest, wait_until
 
 pytestmark = pytest.mark.chart
 
+GROUP, VERSION = "hybridgpu.io", "v1alpha1"
 LEASE_NAME = "hybridgpu-operator"  # hybridgpu.kube.names.LEASE_NAME
 IRSA_ROLE = "arn:aws:iam::123456789012:role/hybridgpu-operator"
 
@@ -666,3 +672,177 @@ def test_dashboard_promql_parses(tmp_path: Path) -> None:
         [promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------------------- the real operator
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def service_account_kubeconfig(kube: KubeTest, sa: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token), as the
+    operator's pod does."""
+    token = kube.kubectl("create", "token", sa, "-n", kube.namespace, "--duration=15m")
+    admin = yaml.safe_load(kube.plane.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": sa, "user": {"token": token.stdout.strip()}}],
+                "contexts": [{"name": sa, "context": {"cluster": cluster["name"], "user": sa}}],
+                "current-context": sa,
+            }
+        )
+    )
+    return path
+
+
+def local_args(args: list[str], kubeconfig: Path) -> list[str]:
+    """The Deployment's args, bound to 127.0.0.1 on free ports instead of the pod's 0.0.0.0."""
+    out = []
+    for arg in args:
+        if arg.startswith("--liveness="):
+            arg = f"--liveness=http://127.0.0.1:{free_port()}/healthz"
+        elif arg.startswith("--metrics-port="):
+            arg = f"--metrics-port={free_port()}"
+        elif arg.startswith("--metrics-address="):
+            arg = "--metrics-address=127.0.0.1"
+        out.append(arg)
+    return [*out, f"--kubeconfig={kubeconfig}"]
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when pytest dies, even by SIGKILL (Linux prctl)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+@pytest.mark.parametrize("installed", [None], indirect=True, ids=["default-values"])
+def test_operator_with_only_the_chart_rbac_ticks_and_is_never_forbidden(
+    installed: Any, tmp_path: Path
+) -> None:
+    """`hybridgpu run` with the Deployment's args and the chart's ServiceAccount token: kopf
+    starts, the loop takes the Lease, labels a pool's node, writes status, and no request
+    is refused (a missing rule shows up as a 403 in its log)."""
+    kube, rendered, _objects, sa = installed
+    others = kube.custom.list_cluster_custom_object(GROUP, VERSION, "scalingpolicies")["items"]
+    if others:
+        # This operator would act for them: only on a cluster with no other policy.
+        pytest.skip(f"{len(others)} ScalingPolicy object(s) exist on this cluster")
+    suffix = kube.namespace.rsplit("-", 1)[-1]
+    policy, pool = f"chart-rbac-{suffix}", f"chart-rbac-{suffix}"
+    label = ("hybridgpu.io/chart-test", suffix)
+    kube.custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "scalingpolicies",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ScalingPolicy",
+            "metadata": {"name": policy},
+            "spec": {"interval": "2s"},
+        },
+    )
+    created = [("scalingpolicies", policy)]
+    process: subprocess.Popen[bytes] | None = None
+    log_path = tmp_path / "operator.log"
+    try:
+        kube.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "gpupools",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "GPUPool",
+                "metadata": {"name": pool},
+                "spec": {
+                    "tier": "core",
+                    "policy": policy,
+                    "gpu": {"model": "A100-80GB", "perNode": 4, "powerWatts": 400},
+                    "minNodes": 0,
+                    "maxNodes": 1,
+                    "pricing": {"capexPerNode": 250000},
+                    "labels": dict([label]),
+                },
+            },
+        )
+        created.append(("gpupools", pool))
+        (node,) = kube.create_gpu_nodes(pool, 1, tier="core", gpus=4)
+
+        kubeconfig = service_account_kubeconfig(kube, sa, tmp_path / "sa.kubeconfig")
+        pod_name = f"{rendered.one('Deployment')['metadata']['name']}-abc12-xyz34"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HYBRIDGPU_")}
+        env |= {
+            "KUBECONFIG": str(kubeconfig),
+            "POD_NAME": pod_name,
+            "POD_NAMESPACE": kube.namespace,
+        }
+        args = local_args(run_args(rendered.one("Deployment")), kubeconfig)
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "hybridgpu.cli", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=tmp_path,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+
+        def done() -> bool:
+            assert process is not None and process.poll() is None, log_path.read_text()
+            labels = kube.core.read_node(node).metadata.labels or {}
+            status = (
+                kube.custom.get_cluster_custom_object(
+                    GROUP, VERSION, "scalingpolicies", policy
+                ).get("status")
+                or {}
+            )
+            pool_status = (
+                kube.custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", pool).get(
+                    "status"
+                )
+                or {}
+            )
+            return bool(
+                labels.get(label[0]) == label[1]
+                and status.get("lastTick")
+                and pool_status.get("conditions")
+            )
+
+        wait_until(done, timeout_seconds=90, what="a tick of the operator under the chart's RBAC")
+        lease = kube.kubectl("get", "lease", LEASE_NAME, "-n", kube.namespace, "-o", "json")
+        assert json.loads(lease.stdout)["spec"]["holderIdentity"] == pod_name
+    finally:
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        for plural, name in created:
+            try:
+                kube.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+                kube.custom.patch_cluster_custom_object(
+                    GROUP, VERSION, plural, name, {"metadata": {"finalizers": None}}
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    log_text = log_path.read_text(errors="replace")
+    refused = [
+        line
+        for line in log_text.splitlines()
+        if re.search(r"\b403\b|forbidden|not enough permissions", line, re.IGNORECASE)
+    ]
+    assert refused == [], "\n".join(refused[:20])
