@@ -846,3 +846,86 @@ def test_operator_with_only_the_chart_rbac_ticks_and_is_never_forbidden(
         if re.search(r"\b403\b|forbidden|not enough permissions", line, re.IGNORECASE)
     ]
     assert refused == [], "\n".join(refused[:20])
+
+
+# ------------------------------------------------------------------------------- docs agree
+
+
+def documented_paths(schema: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted value paths down to where the schema stops describing keys (free-form maps)."""
+    paths = []
+    for key, sub in schema.get("properties", {}).items():
+        if key == "global":
+            continue
+        path = f"{prefix}{key}"
+        if "properties" in sub:
+            paths += documented_paths(sub, f"{path}.")
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_every_value_has_a_default_and_a_row_in_docs_install() -> None:
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    docs = (REPO_ROOT / "docs" / "install.md").read_text()
+    undocumented, no_default = [], []
+    for path in documented_paths(schema):
+        node: Any = values
+        for part in path.split("."):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is KeyError:
+            no_default.append(path)
+        if f"`{path}`" not in docs:
+            undocumented.append(path)
+    assert no_default == [], "in values.schema.json but not in values.yaml"
+    assert undocumented == [], "no row in docs/install.md"
+
+
+def test_cluster_role_is_the_rbac_docs_operator_md_lists(values_dir: Path) -> None:
+    """docs/operator.md tells admins what the operator needs; the chart must grant just that."""
+    text = (REPO_ROOT / "docs" / "operator.md").read_text()
+    block = re.search(r"## RBAC\s+```yaml\n(.*?)```", text, re.DOTALL)
+    assert block, "docs/operator.md has no RBAC yaml block"
+    documented = {d["kind"]: d for d in yaml.safe_load_all(block[1]) if d}
+
+    def rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {
+            (group, resource, verb)
+            for rule in rules
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    peering = {"operator": {"peering": {"enabled": True}}}
+    chart_rules = render(peering, values_dir=values_dir).one("ClusterRole")["rules"]
+    assert rule_set(chart_rules) == rule_set(documented["ClusterRole"]["rules"])
+    # The chart narrows get/update of Leases to the operator's own Lease.
+    role = render(values_dir=values_dir).one("Role")["rules"]
+    assert rule_set(role) == rule_set(documented["Role"]["rules"])
+
+
+# ------------------------------------------------------------------------------- helm install
+
+
+def test_helm_install_and_uninstall_against_the_control_plane(kube: KubeTest) -> None:
+    """The release path users take (helm's own apply, CRDs already present, NOTES)."""
+    release = f"hgpu-{kube.namespace.rsplit('-', 1)[-1]}"
+    kubeconfig = f"--kubeconfig={kube.plane.kubeconfig}"
+    installed = helm(
+        "install", release, str(CHART_DIR), "-n", kube.namespace, kubeconfig,
+        "--set", "dashboard.enabled=true", "--set", "podDisruptionBudget.enabled=true",
+    )  # fmt: skip
+    try:
+        assert installed.returncode == 0, installed.stderr
+        assert "hybridgpu explain" in installed.stdout  # NOTES
+        status = helm("status", release, "-n", kube.namespace, kubeconfig, "-o", "json")
+        assert json.loads(status.stdout)["info"]["status"] == "deployed"
+        deployment = kube.kubectl("get", "deployment", "-n", kube.namespace, "-o", "name")
+        assert deployment.stdout.strip() == f"deployment.apps/{release}-hybridgpu-operator"
+    finally:
+        removed = helm("uninstall", release, "-n", kube.namespace, kubeconfig)
+    assert removed.returncode == 0, removed.stderr
+    gone = kube.kubectl("get", "clusterrole", f"{release}-hybridgpu-operator", check=False)
+    assert gone.returncode != 0, "helm uninstall left the ClusterRole behind"
