@@ -156,7 +156,7 @@ class GPUPoolSpec(SpecModel):
 
     rules = (
         Rule(
-            cel="self.minNodes <= self.maxNodes",
+            cel="!has(self.minNodes) || self.minNodes <= self.maxNodes",
             message="minNodes must not exceed maxNodes",
             check=lambda s: s.min_nodes <= s.max_nodes,
             field_path=".minNodes",
