@@ -536,7 +536,8 @@ def test_plan_cli_reads_prometheus_range_queries(capsys, plan_files):
                 {"metric": {"criticality": "critical"}, "values": [[t, "16"] for t in times]},
                 {
                     "metric": {"criticality": "preemptible"},
-                    "values": [[t, "8" if int(t / step) % 10 == 0 else "0"] for t in times],
+                    # Counted by sample, not by clock time: the window's start is "now".
+                    "values": [[t, "8" if i % 10 == 0 else "0"] for i, t in enumerate(times)],
                 },
             ]
             body = json.dumps(
