@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from tests.support.builders import (
@@ -53,6 +53,7 @@ class Case:
     spent: float = 0.0
     want: list = field(default_factory=list)
     want_blocked: list = field(default_factory=list)
+    moved_by_operator: set = field(default_factory=set)
 
 
 CASES = {
@@ -246,6 +247,23 @@ CASES = {
         ],
         want=[],
     ),
+    "work the operator moved to spot comes back when owned GPUs sit idle": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("r1", "c1", 8),
+            running("moved", "s1", 4, "preemptible", started=NOW - 7200, pool_pin="spot"),
+        ],
+        moved_by_operator={"team/moved"},
+        want=[("consolidate", "team/moved", "core")],
+    ),
+    "a Job its owner pinned to spot stays there": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("r1", "c1", 8),
+            running("pinned", "s1", 4, "preemptible", started=NOW - 7200, pool_pin="spot"),
+        ],
+        want=[],
+    ),
     "a pod pinned to a pool only grows that pool": Case(
         nodes=[],
         pools=[pool("elastic", "elastic"), pool("elastic-b", "elastic", price=10.0)],
@@ -263,7 +281,16 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_decide(case: Case) -> None:
-    snap = snapshot(case.pools, case.nodes, case.workloads, metrics=case.metrics, spent=case.spent)
+    workloads = [
+        (
+            pod,
+            replace(job, pinned_by_operator=True)
+            if job and job.key in case.moved_by_operator
+            else job,
+        )
+        for pod, job in case.workloads
+    ]
+    snap = snapshot(case.pools, case.nodes, workloads, metrics=case.metrics, spent=case.spent)
     plan = decide(snap, policy(**case.policy), NOW)
     assert summary(plan) == case.want, plan.explain()
     blocked = [(b.pool, b.cause, b.nodes) for b in plan.blocked]

@@ -181,7 +181,7 @@ def test_applying_a_plan_and_deciding_again_does_not_flap(cluster) -> None:
     moved = {a.job_key: a.to_pool for a in first.actions if isinstance(a, MoveJob)}
     for a in second.actions:
         if isinstance(a, ReleaseNode):
-            assert a.pool not in scaled, second.explain()
+            assert a.pool not in scaled, (first.explain(), second.explain())
         if isinstance(a, ScaleUp):
             assert a.pool not in released, second.explain()
             # The first plan's capacity is on its way: no second helping for the same work,

@@ -90,6 +90,9 @@ class _PoolLedger:
     """Nodes that count toward maxNodes: not interrupted, not being released."""
     provisioning: int
     buckets: list[dict[str, None]]
+    """Nodes that exist, by free GPUs."""
+    future: list[dict[str, None]]
+    """Nodes on their way (provisioning, or planned this tick), by free GPUs."""
     new_nodes: int = 0
     released: int = 0
     scale_reasons: dict[str, int] = field(default_factory=dict)
@@ -129,6 +132,7 @@ class _Decider:
                 live_nodes=0,
                 provisioning=pool.provisioning_nodes,
                 buckets=[{} for _ in range(pool.spec.gpu.per_node + 1)],
+                future=[{} for _ in range(pool.spec.gpu.per_node + 1)],
             )
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
@@ -136,6 +140,7 @@ class _Decider:
         self._order_cache: dict[tuple[str | None, bool, int], list[_PoolLedger]] = {}
         self._target_cache: dict[tuple[str | None, bool, int], _PoolLedger | None] = {}
         self.new_node_names: set[str] = set()
+        self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
         self.pods_of_job: dict[str, list[GPUPod]] = {}
@@ -203,14 +208,16 @@ class _Decider:
         return node.ready or self.now - node.created_at < JOINING_GRACE_SECONDS
 
     def _add_node(self, ledger: _PoolLedger, name: str) -> None:
+        """A node on its way: provisioning, or planned in this tick."""
         self.node_free[name] = ledger.per_node
         self.node_pool[name] = ledger.name
-        ledger.buckets[ledger.per_node][name] = None
+        self.future_nodes.add(name)
+        ledger.future[ledger.per_node][name] = None
 
     def _take_best_fit(
-        self, ledger: _PoolLedger, gpus: int, demand: _Demand | None = None
+        self, ledger: _PoolLedger, gpus: int, demand: _Demand | None = None, future: bool = False
     ) -> str | None:
-        buckets = ledger.buckets
+        buckets = ledger.future if future else ledger.buckets
         for free in range(gpus, ledger.per_node + 1):
             bucket = buckets[free]
             if bucket:
@@ -231,9 +238,10 @@ class _Decider:
         if free is None:
             return
         ledger = self.pools[self.node_pool[node]]
+        buckets = ledger.future if node in self.future_nodes else ledger.buckets
         new_free = max(0, min(ledger.per_node, free + delta))
-        del ledger.buckets[free][node]
-        ledger.buckets[new_free][node] = None
+        del buckets[free][node]
+        buckets[new_free][node] = None
         self.node_free[node] = new_free
 
     # ------------------------------------------------------- 1. interruptions
@@ -372,21 +380,25 @@ class _Decider:
     requeued_by_preemption: list[_Demand]
 
     def _place_one(self, demand: _Demand) -> None:
-        for ledger in self._free_order(demand):
-            if self._take_best_fit(ledger, demand.gpus, demand) is not None:
-                return
+        # Nodes that exist first, then nodes on their way: a pod lands where it would have
+        # landed on the tick that asked for those nodes, so the next tick asks for no more.
+        order = self._free_order(demand)
+        for future in (False, True):
+            for ledger in order:
+                if self._take_best_fit(ledger, demand.gpus, demand, future) is not None:
+                    return
         if demand.criticality != PREEMPTIBLE and self._preempt_for(demand):
             return
         target = self._scale_target(demand)
         if target is None:
             self._block(demand.pool or "-", "no_pool", demand)
             return
-        if self._take_best_fit(target, demand.gpus, demand) is None:
+        if self._take_best_fit(target, demand.gpus, demand, future=True) is None:
             cause = self._open_node(target)
             if cause is not None:
                 self._block(target, cause, demand)
                 return
-            self._take_best_fit(target, demand.gpus, demand)
+            self._take_best_fit(target, demand.gpus, demand, future=True)
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it."""
@@ -589,7 +601,7 @@ class _Decider:
         candidates: list[tuple[float, str, list[JobState], _PoolLedger]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
-            if ledger is None or ledger.tier != ELASTIC:
+            if ledger is None or ledger.tier == CORE:
                 continue
             node = self.nodes[node_name]
             if not self._schedulable(node) or node_name in self.reserved:
@@ -598,14 +610,17 @@ class _Decider:
             gpus = 0
             for pod in pods:
                 job = self._movable(pod.job)
-                if job is None or pod.pool == ledger.name:
+                if job is None or (pod.pool == ledger.name and not job.pinned_by_operator):
                     jobs = {}
                     break
                 jobs[job.key] = job
                 gpus += pod.gpus
             if not jobs:
                 continue
-            target = self._spot_target(max(j.gpus_per_pod for j in jobs.values()))
+            # Idle owned GPUs are paid for anyway: the best place; else spot for elastic work.
+            target = self._core_room([p.gpus for p in pods])
+            if target is None and ledger.tier == ELASTIC:
+                target = self._spot_target(max(j.gpus_per_pod for j in jobs.values()))
             if target is None:
                 continue
             savings = ledger.node_price - gpus * target.gpu_price
@@ -618,7 +633,8 @@ class _Decider:
                 )
                 / 3600
             )
-            restart_cost = gpus * target.gpu_price * self.restart_hours
+            # The work redone after a restart, priced at the dearer of the two places.
+            restart_cost = gpus * max(target.gpu_price, ledger.gpu_price) * self.restart_hours
             if savings * elapsed_h <= restart_cost:
                 continue
             candidates.append(
@@ -628,20 +644,25 @@ class _Decider:
         for neg_savings, node_name, victims, target in candidates:
             if len(victims) > self.moves_left or any(v.key in self.moving for v in victims):
                 continue
-            need = sum(self._job_gpus(v.key) for v in victims)
-            if need > self._headroom_gpus(target):
+            if target.tier == CORE:
+                # Earlier moves this tick may have taken the room.
+                pod_gpus = [p.gpus for v in victims for p in self.pods_of_job.get(v.key, [])]
+                if self._core_room(pod_gpus) is not target:
+                    continue
+            elif sum(self._job_gpus(v.key) for v in victims) > self._headroom_gpus(target):
                 continue
+            source = self.pools[self.node_pool[node_name]]
             for victim in victims:
                 self.actions.append(
                     MoveJob(
                         namespace=victim.namespace,
                         job=victim.name,
-                        from_pool=self.node_pool[node_name],
+                        from_pool=source.name,
                         to_pool=target.name,
                         gpus=self._job_gpus(victim.key),
                         kind=ActionKind.CONSOLIDATE,
-                        reason=f"elastic node {node_name} runs only preemptible work: moving "
-                        f"Job {victim.key} to spot pool {target.name} saves "
+                        reason=f"{source.tier} node {node_name} runs only preemptible work: "
+                        f"moving Job {victim.key} to {target.tier} pool {target.name} saves "
                         f"${-neg_savings:.2f}/h once the node is released",
                     )
                 )
@@ -651,8 +672,33 @@ class _Decider:
                     self._place_one(demand)
             self.requeued_by_preemption = []
 
+    def _core_room(self, pod_gpus: list[int]) -> _PoolLedger | None:
+        """The cheapest core pool whose free GPUs take all these pods (first-fit decreasing
+        on a copy of its free-capacity buckets), or None."""
+        cores = sorted(
+            (p for p in self.pools.values() if p.tier == CORE), key=lambda p: (p.gpu_price, p.name)
+        )
+        for ledger in cores:
+            counts = [len(bucket) for bucket in ledger.buckets]
+            placed = 0
+            for gpus in sorted(pod_gpus, reverse=True):
+                for free in range(gpus, ledger.per_node + 1):
+                    if counts[free]:
+                        counts[free] -= 1
+                        counts[free - gpus] += 1
+                        placed += 1
+                        break
+                else:
+                    break
+            if placed == len(pod_gpus):
+                return ledger
+        return None
+
     def _headroom_gpus(self, ledger: _PoolLedger) -> int:
-        free = sum(k * len(b) for k, b in enumerate(ledger.buckets))
+        free = sum(
+            k * (len(b) + len(f))
+            for k, (b, f) in enumerate(zip(ledger.buckets, ledger.future, strict=True))
+        )
         nodes = min(
             ledger.state.spec.max_nodes
             - ledger.live_nodes

@@ -116,6 +116,9 @@ class JobState:
     """Pool its pod template is pinned to, if any."""
     started_at: float | None = None
     move: MoveIntent | None = None
+    pinned_by_operator: bool = False
+    """Its pool pin was set by an earlier move of the operator (not by its owner), so the
+    operator may move it again, e.g. back to core when core has room."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once."""
 

@@ -403,6 +403,7 @@ class Simulation:
             gpus_per_pod=job.trace.gpus,
             pool=job.pool,
             started_at=job.run_started,
+            pinned_by_operator=job.pool is not None,
         )
         self._views[job.index] = (job.run_id, pod, state)
         return pod, state
