@@ -932,3 +932,67 @@ def test_helm_install_and_uninstall_against_the_control_plane(kube: KubeTest) ->
     assert removed.returncode == 0, removed.stderr
     gone = kube.kubectl("get", "clusterrole", f"{release}-hybridgpu-operator", check=False)
     assert gone.returncode != 0, "helm uninstall left the ClusterRole behind"
+
+
+def panel_expr(title: str) -> str:
+    """The (first) query of the dashboard panel called ``title``, with Grafana's variables
+    set to an hour's range and every pool and tier."""
+    board = json.loads(DASHBOARD.read_text())
+    panel = next(p for p in board["panels"] if p["title"] == title)
+    expr = panel["targets"][0]["expr"]
+    expr = re.sub(r"\$__(rate_interval|interval)\b", "5m", expr)
+    return re.sub(r"\$\{?\w+\}?", ".*", expr.replace("$__range", "1h"))
+
+
+def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
+    """A few panels evaluated by promtool over an hour of made-up operator metrics."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus: `make prometheus-bin`)")
+    series = {
+        'hybridgpu_pool_cost_per_hour_dollars{pool="core",tier="core"}': "10x60",
+        'hybridgpu_pool_cost_per_hour_dollars{pool="spot-a",tier="spot"}': "3x60",
+        'hybridgpu_pool_cost_per_hour_dollars{pool="spot-b",tier="spot"}': "2x60",
+        # $1 a minute, a quarter of it for idle GPUs
+        'hybridgpu_cost_dollars_total{pool="core",tier="core"}': "0+1x60",
+        'hybridgpu_idle_gpu_cost_dollars_total{pool="core",tier="core"}': "0+0.25x60",
+        "hybridgpu_budget_spent_dollars": "800x60",
+        "hybridgpu_budget_limit_dollars": "1000x60",
+        'hybridgpu_pending_gpu_requests{criticality="critical"}': "4x60",
+        'hybridgpu_pending_gpu_requests{criticality="preemptible"}': "0x60",
+    }
+    cases = [
+        ("Cost per hour by tier", [('{tier="core"}', 10), ('{tier="spot"}', 5)]),
+        ("Spend rate now", [("{}", 15)]),
+        ("Idle share of cost", [("{}", 0.25)]),
+        ("Idle GPU cost (waste) by tier, $/h", [('{tier="core"}', 15)]),
+        ("Budget used", [("{}", 0.8)]),
+        (
+            "Pending GPU requests by criticality",
+            [('{criticality="critical"}', 4), ('{criticality="preemptible"}', 0)],
+        ),
+    ]
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": panel_expr(title),
+                        "eval_time": "60m",
+                        "exp_samples": [{"labels": lbl, "value": val} for lbl, val in samples],
+                    }
+                    for title, samples in cases
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "dashboard-test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(test_file)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
