@@ -546,6 +546,28 @@ def test_dockerfile_installs_the_package_without_test_extras() -> None:
         assert needed in copied, f"{needed} is not copied into the image"
 
 
+def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
+    """The build context is only what COPY needs; .dockerignore must not drop any of it."""
+    import fnmatch
+
+    patterns = [
+        line.strip().rstrip("/")
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    copies = [a for kw, a in dockerfile_instructions(DOCKERFILE.read_text()) if kw == "COPY"]
+    sources = [src for args in copies for src in args.split()[:-1]]
+    assert sources
+    for source in sources:
+        included = True
+        for pattern in patterns:  # the last matching pattern wins, as in Docker
+            negated = pattern.startswith("!")
+            if fnmatch.fnmatch(source.rstrip("/"), pattern.lstrip("!")):
+                included = negated
+        assert included, f"COPY {source}: excluded by .dockerignore"
+        assert (REPO_ROOT / source).exists(), f"COPY {source}: not in the repository"
+
+
 def test_dockerfile_parser_sees_continuations_and_comments() -> None:
     text = "FROM a\n# c\nRUN x \\\n  # inner\n  && y\nUSER 1\n"
     assert dockerfile_instructions(text) == [("FROM", "a"), ("RUN", "x  && y"), ("USER", "1")]
