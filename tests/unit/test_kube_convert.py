@@ -222,7 +222,7 @@ def test_idle_tracker_keeps_the_start_of_an_idle_stretch() -> None:
 
 
 def test_snapshot_leaves_out_pods_of_moving_jobs() -> None:
-    intent = json.dumps({"to": "spot", "step": "suspend", "since": 1})
+    intent = json.dumps({"to": "a", "step": "suspend", "since": 1})
     objects = ClusterObjects(
         nodes=[make_node("n1", "a")],
         pods=[make_pod("moving", node="n1", job="j"), make_pod("other", node="n1", job="k")],
@@ -233,3 +233,27 @@ def test_snapshot_leaves_out_pods_of_moving_jobs() -> None:
     assert [n.name for n in snap.nodes] == ["n1"]
     assert snap.nodes[0].idle_since is None
     assert {j.name for j in snap.jobs} == {"j", "k"}
+    elsewhere = json.dumps({"to": "other-policys-pool", "step": "suspend", "since": 1})
+    objects.jobs[0]["metadata"]["annotations"]["hybridgpu.io/move"] = elsewhere
+    snap = build_snapshot(objects, {"a": elastic()}, Measurements(), IdleTracker(), now=100.0)
+    assert [p.name for p in snap.pods] == ["other"]
+    assert [j.name for j in snap.jobs] == ["k"]
+
+
+def test_pending_pods_of_another_policys_pool_are_not_this_policys_demand() -> None:
+    objects = ClusterObjects(
+        nodes=[],
+        pods=[
+            make_pod("mine", unschedulable=True, pool="a"),
+            make_pod("theirs", unschedulable=True, pool="b"),
+            make_pod("anyone", unschedulable=True),
+        ],
+        jobs=[],
+    )
+    pools = {"a": elastic()}
+    everyone = build_snapshot(objects, pools, Measurements(), IdleTracker(), now=100.0)
+    assert sorted(p.name for p in everyone.pods) == ["anyone", "mine"]
+    default_owns_unpinned = build_snapshot(
+        objects, pools, Measurements(), IdleTracker(), now=100.0, unpinned_demand=False
+    )
+    assert [p.name for p in default_owns_unpinned.pods] == ["mine"]

@@ -99,6 +99,16 @@ def test_repin_into_a_pool_that_is_gone_rolls_back_to_where_it_came_from() -> No
     ops = repin_json_patch(move, {"nodeSelector": {"hybridgpu.io/pool": "core"}}, pools())
     assert ops[0]["value"] == {"hybridgpu.io/pool": "core"}
     assert json.loads(ops[2]["value"])["step"] == STEP_REPINNED
+    assert len(ops) == 3, "a rollback is not a pin by the operator"
+
+
+def test_a_move_to_spot_records_that_the_operator_pinned_the_job() -> None:
+    ops = repin_json_patch(Move("spot", "core", STEP_SUSPEND, 1.0), {}, pools())
+    assert ops[-1] == {
+        "op": "add",
+        "path": "/metadata/annotations/hybridgpu.io~1pinned-to",
+        "value": "spot",
+    }
 
 
 @pytest.mark.parametrize(

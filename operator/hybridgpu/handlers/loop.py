@@ -36,6 +36,8 @@ from hybridgpu.models.snapshot import BudgetState, MetricsHealth
 
 log = logging.getLogger(__name__)
 
+DEFAULT_POLICY = "default"
+
 
 def month_hours(now: float) -> tuple[str, float]:
     """The month of ``now`` as YYYY-MM and the hours left in it."""
@@ -131,18 +133,26 @@ class Reconciler:
             policy = ScalingPolicySpec.model_validate(body.get("spec") or {})
         except ValidationError as err:
             return TickResult(policy=policy_name, leader=True, errors=[f"invalid spec: {err}"])
-        pools, bodies = self._pools(policy_name)
+        pools, bodies, every_pool = self._pools(policy_name)
         self.providers.set_pools(pools)
         result = TickResult(policy=policy_name, leader=True)
 
         objects = self.cluster.read_objects()
-        if self.executor.advance_moves(objects.jobs, pools) < sum(
+        # Any policy's tick may finish any move; a move is rolled back only when its target
+        # pool exists nowhere (not merely under another policy).
+        if self.executor.advance_moves(objects.jobs, every_pool) < sum(
             1 for j in objects.jobs if "hybridgpu.io/move" in _annotations(j)
         ):
             objects = self.cluster.read_objects()  # a move finished: see its new pods
 
         measured, provider_errors = self._measure(policy, pools, objects.nodes, body, now)
-        snapshot = build_snapshot(objects, pools, measured, self.idle, now)
+        # Unpinned pods are the "default" policy's demand, or everyone's when there is none.
+        owns_unpinned = policy_name == DEFAULT_POLICY or DEFAULT_POLICY not in {
+            p["metadata"]["name"] for p in self.cluster.list_policies()
+        }
+        snapshot = build_snapshot(
+            objects, pools, measured, self.idle, now, unpinned_demand=owns_unpinned
+        )
         plan = decide(snapshot, policy, now)
         result.plan = plan
         self.metrics.record_plan(
@@ -168,9 +178,13 @@ class Reconciler:
             log.info("tick %s: %s", policy_name, "; ".join(plan.explain()))
         return result
 
-    def _pools(self, policy_name: str) -> tuple[dict[str, GPUPoolSpec], dict[str, Any]]:
+    def _pools(
+        self, policy_name: str
+    ) -> tuple[dict[str, GPUPoolSpec], dict[str, Any], dict[str, GPUPoolSpec]]:
+        """This policy's pools and their bodies, and every live pool of any policy."""
         pools: dict[str, GPUPoolSpec] = {}
         bodies: dict[str, Any] = {}
+        every: dict[str, GPUPoolSpec] = {}
         for raw in self.cluster.list_pools():
             name = raw["metadata"]["name"]
             if raw["metadata"].get("deletionTimestamp"):
@@ -179,10 +193,11 @@ class Reconciler:
                 spec = GPUPoolSpec.model_validate(raw.get("spec") or {})
             except ValidationError:
                 continue  # the GPUPool handler reports it in the pool's conditions
+            every[name] = spec
             if spec.policy == policy_name:
                 pools[name] = spec
                 bodies[name] = raw
-        return pools, bodies
+        return pools, bodies, every
 
     def _measure(
         self,

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hybridgpu.kube.names import MOVE_ANNOTATION, POOL_LABEL
+from hybridgpu.kube.names import MOVE_ANNOTATION, PINNED_ANNOTATION, POOL_LABEL
 from hybridgpu.models.pool import GPUPoolSpec
 
 STEP_SUSPEND = "suspend"
@@ -138,6 +138,15 @@ def repin_json_patch(
     to_pool = move.to_pool if move.to_pool in pools else move.from_pool
     selector, tolerations = repin_template(pod_spec, to_pool, pools)
     done = Move(move.to_pool, move.from_pool, STEP_REPINNED, move.since)
+    pinned = []
+    if to_pool is not None and to_pool in pools and to_pool != move.from_pool:
+        pinned = [
+            {
+                "op": "add",
+                "path": "/metadata/annotations/" + PINNED_ANNOTATION.replace("/", "~1"),
+                "value": to_pool,
+            }
+        ]
     return [
         {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": selector},
         {"op": "add", "path": "/spec/template/spec/tolerations", "value": tolerations},
@@ -146,6 +155,7 @@ def repin_json_patch(
             "path": "/metadata/annotations/" + MOVE_ANNOTATION.replace("/", "~1"),
             "value": done.annotation(),
         },
+        *pinned,
     ]
 
 

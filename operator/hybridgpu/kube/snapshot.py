@@ -50,11 +50,16 @@ def build_snapshot(
     measured: Measurements,
     idle: IdleTracker,
     now: float,
+    *,
+    unpinned_demand: bool = True,
 ) -> ClusterSnapshot:
-    """The snapshot ``core.decide`` reads, at ``now`` (epoch seconds).
+    """The snapshot ``core.decide`` reads, at ``now`` (epoch seconds), for one policy's
+    ``pools``.
 
     Pods of a Job in the middle of a move are left out: they are on their way out, and the
     Job's demand is counted on its target pool instead (decide reads the move intent).
+    Pending pods pinned to another policy's pool, and Jobs moving into one, are that
+    policy's demand; pending pods pinned to no pool count only with ``unpinned_demand``.
     """
     jobs: list[JobState] = []
     criticality: dict[str, Criticality] = {}
@@ -66,15 +71,19 @@ def build_snapshot(
         state = job_state(raw)
         if state is None:
             continue
-        jobs.append(state)
         if state.move is not None:
             moving.add(key)
+            if state.move.to_pool not in (None, *pools):
+                continue  # moving into another policy's pool: its demand, not ours
+        jobs.append(state)
 
     pods: list[GPUPod] = []
     gpu_pods_on: dict[str, int] = {}
     for raw in objects.pods:
         pod = gpu_pod(raw, criticality)
         if pod is None or (pod.job is not None and pod.job in moving):
+            continue
+        if pod.node is None and not _is_demand_of(pod.pool, pools, unpinned_demand):
             continue
         pods.append(pod)
         if pod.node is not None:
@@ -121,3 +130,7 @@ def build_snapshot(
         metrics=measured.metrics,
         budget=measured.budget,
     )
+
+
+def _is_demand_of(pinned_to: str | None, pools: Mapping[str, GPUPoolSpec], unpinned: bool) -> bool:
+    return unpinned if pinned_to is None else pinned_to in pools
