@@ -248,7 +248,7 @@ CASES = {
         want=[],
     ),
     "work the operator moved to spot comes back when owned GPUs sit idle": Case(
-        nodes=[*CORE_NODES, node("s1", "spot")],
+        nodes=[node("c1", "core"), node("c2", "core", idle_since=NOW - 3600), node("s1", "spot")],
         workloads=[
             running("r1", "c1", 8),
             running("moved", "s1", 4, "preemptible", started=NOW - 7200, pool_pin="spot"),
@@ -256,8 +256,17 @@ CASES = {
         moved_by_operator={"team/moved"},
         want=[("consolidate", "team/moved", "core")],
     ),
+    "owned GPUs freed a moment ago are kept for new work": Case(
+        nodes=[node("c1", "core"), node("c2", "core", idle_since=NOW - 60), node("s1", "spot")],
+        workloads=[
+            running("r1", "c1", 8),
+            running("moved", "s1", 4, "preemptible", started=NOW - 7200, pool_pin="spot"),
+        ],
+        moved_by_operator={"team/moved"},
+        want=[],
+    ),
     "a Job its owner pinned to spot stays there": Case(
-        nodes=[*CORE_NODES, node("s1", "spot")],
+        nodes=[node("c1", "core"), node("c2", "core", idle_since=NOW - 3600), node("s1", "spot")],
         workloads=[
             running("r1", "c1", 8),
             running("pinned", "s1", 4, "preemptible", started=NOW - 7200, pool_pin="spot"),

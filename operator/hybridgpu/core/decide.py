@@ -673,13 +673,22 @@ class _Decider:
             self.requeued_by_preemption = []
 
     def _core_room(self, pod_gpus: list[int]) -> _PoolLedger | None:
-        """The cheapest core pool whose free GPUs take all these pods (first-fit decreasing
-        on a copy of its free-capacity buckets), or None."""
+        """The cheapest core pool whose settled idle nodes take all these pods (first-fit
+        decreasing), or None. Only nodes idle for the pool's scaleDown.idleFor count: owned
+        GPUs freed a moment ago are likely wanted by the next critical pod, and work moved
+        back onto them would be preempted again."""
         cores = sorted(
             (p for p in self.pools.values() if p.tier == CORE), key=lambda p: (p.gpu_price, p.name)
         )
         for ledger in cores:
-            counts = [len(bucket) for bucket in ledger.buckets]
+            settled = self.now - parse_duration_seconds(ledger.state.spec.scale_down.idle_for)
+            idle = [
+                name
+                for name in ledger.buckets[ledger.per_node]
+                if (since := self.nodes[name].idle_since) is not None and since <= settled
+            ]
+            counts = [0] * (ledger.per_node + 1)
+            counts[ledger.per_node] = len(idle)
             placed = 0
             for gpus in sorted(pod_gpus, reverse=True):
                 for free in range(gpus, ledger.per_node + 1):
