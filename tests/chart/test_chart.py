@@ -268,6 +268,19 @@ def test_dashboard_config_map_carries_the_dashboard_for_the_grafana_sidecar(
     )
 
 
+def test_chart_refuses_kubernetes_older_than_1_27(values_dir: Path) -> None:
+    """Moving a Job repins the template of a suspended Job: Kubernetes 1.27 and later."""
+    with pytest.raises(RenderError, match="kubeVersion"):
+        render(values_dir=values_dir, extra_args=["--kube-version", "1.26.9"])
+    render(values_dir=values_dir, extra_args=["--kube-version", "1.27.0"])
+
+
+def test_a_null_policy_spec_renders_an_empty_object(values_dir: Path) -> None:
+    """`spec: null` drops the chart's default spec (Helm merges `{}` with it instead)."""
+    values = {"defaultScalingPolicy": {"enabled": True, "spec": None}}
+    assert render(values, values_dir=values_dir).one("ScalingPolicy")["spec"] == {}
+
+
 def test_values_hold_no_secrets() -> None:
     """AWS credentials come from IRSA (serviceAccount.annotations), never from values."""
     text = (CHART_DIR / "values.yaml").read_text().lower()
