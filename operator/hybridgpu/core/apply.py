@@ -16,7 +16,7 @@ from hybridgpu.models.actions import (
     ReleaseNode,
     ScaleUp,
 )
-from hybridgpu.models.snapshot import ClusterSnapshot, GPUPod, JobState, NodeState, PoolState
+from hybridgpu.models.snapshot import ClusterSnapshot, GPUPod, JobState
 
 
 def apply_plan(snapshot: ClusterSnapshot, plan: Plan, now: float) -> ClusterSnapshot:
@@ -73,6 +73,3 @@ def apply_plan(snapshot: ClusterSnapshot, plan: Plan, now: float) -> ClusterSnap
         pods=tuple(pods),
         jobs=tuple(jobs),
     )
-
-
-__all__ = ["NodeState", "PoolState", "apply_plan"]
