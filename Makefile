@@ -25,8 +25,10 @@ venv install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/hybridgpu simulate
 
+## make crds: regenerate crds/ from the models and copy them into the chart
 crds: $(STAMP)
 	$(BIN)/hybridgpu crds --output crds/
+	cp crds/*.yaml helm/hybridgpu-operator/crds/
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench
