@@ -188,6 +188,14 @@ def test_job_state_reads_move_intent_and_skips_finished_jobs() -> None:
     assert (job.gpus_per_pod, job.parallelism, job.pool) == (2, 2, "core")
     assert job.move is not None and (job.move.to_pool, job.move.step) == ("spot", "suspend")
     assert job_state(make_job(done=True)) is None
+    assert not job.pinned_by_operator
+
+
+def test_a_pin_is_the_operators_only_while_the_template_still_has_it() -> None:
+    ours = job_state(make_job(annotations={"hybridgpu.io/pinned-to": "core"}))
+    changed_by_owner = job_state(make_job(annotations={"hybridgpu.io/pinned-to": "spot"}))
+    assert ours is not None and ours.pinned_by_operator
+    assert changed_by_owner is not None and not changed_by_owner.pinned_by_operator
 
 
 def test_node_belongs_to_pool_by_label_or_selector() -> None:

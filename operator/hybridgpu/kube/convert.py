@@ -13,6 +13,7 @@ from hybridgpu.kube.names import (
     GPU_RESOURCE,
     INTERRUPTION_ANNOTATION,
     MOVE_ANNOTATION,
+    PINNED_ANNOTATION,
     POOL_LABEL,
     RELEASING_ANNOTATION,
 )
@@ -192,6 +193,7 @@ def job_state(job: Obj) -> JobState | None:
         return None
     meta = _meta(job)
     status = job.get("status") or {}
+    pool = (pod_spec.get("nodeSelector") or {}).get(POOL_LABEL)
     return JobState(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
@@ -199,9 +201,11 @@ def job_state(job: Obj) -> JobState | None:
         gpus_per_pod=gpus,
         parallelism=int(spec.get("parallelism") or 1),
         suspended=bool(spec.get("suspend")),
-        pool=(pod_spec.get("nodeSelector") or {}).get(POOL_LABEL),
+        pool=pool,
         started_at=epoch_of(status.get("startTime")),
         move=parse_move(annotations_of(job).get(MOVE_ANNOTATION)),
+        # The pin is ours (so we may move the Job again) only while it is the one we set.
+        pinned_by_operator=pool is not None and annotations_of(job).get(PINNED_ANNOTATION) == pool,
     )
 
 
