@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from hybridgpu.core.tco import inputs_from_spec, plan_capacity, plan_status
 from hybridgpu.errors import UserError
+from hybridgpu.inputs import describe_validation_error
 from hybridgpu.models.base import Condition, parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec
 from hybridgpu.models.crd import GROUP, VERSION
@@ -100,9 +101,7 @@ def compute_status(
     try:
         spec = CapacityPlanSpec.model_validate(dict(spec_body))
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "spec"
-        return failed("spec", "InvalidSpec", f"spec.{where}: {first['msg']}")
+        return failed("spec", "InvalidSpec", describe_validation_error(err, "spec."))
     try:
         history, jobs = _read_history(spec, now)
     except UserError as err:
