@@ -483,8 +483,10 @@ def replay_jobs(
     - a critical/standard job that does not fit evicts preemptible jobs from the owned node
       where that frees enough with the fewest GPUs (the most recently started first); they
       finish on spot after the restart overhead;
-    - otherwise it runs in the cloud until it ends (it does not come back when owned GPUs
-      free up): preemptible on spot (reruns after interruptions), the rest on demand.
+    - otherwise it runs in the cloud: preemptible on spot (reruns after interruptions), the
+      rest on demand; a preemptible job comes back (after the restart overhead) once an
+      owned node has sat idle for ``idle_release_hours``, as the operator's consolidation
+      does, checked whenever a job arrives.
 
     Cloud GPUs are billed from launch (``node_startup_hours`` before the job can start) to
     ``idle_release_hours`` after their last job, and reused by jobs arriving meanwhile.
@@ -497,6 +499,9 @@ def replay_jobs(
         for name in ("elastic", "spot")
     }
     owned = _OwnedNodes(owned_node_gpus)
+    sizes = list(owned_node_gpus)
+    idle_since: list[float | None] = [float("-inf")] * len(sizes)
+    settle_after = cloud.idle_release_hours * 3600.0
     owned_seconds = 0.0
     running: dict[int, _Running] = {}
     launches: dict[int, list[float]] = {}
@@ -512,19 +517,50 @@ def replay_jobs(
         launches[key] = launched
         heapq.heappush(finishes, (ends, key))
 
-    def to_core(job: JobDemand, node: int, now: float) -> None:
+    def to_core(job: JobDemand, node: int, now: float, seconds: float | None = None) -> None:
         key = next(seq)
         owned.add(node, -job.gpus)
-        running[key] = _Running(job, "core", now, now + job.duration_seconds, node)
+        idle_since[node] = None
+        ends = now + (job.duration_seconds if seconds is None else seconds)
+        running[key] = _Running(job, "core", now, ends, node)
         if job.preemptible:
             owned.preemptible[node][key] = None
-        heapq.heappush(finishes, (now + job.duration_seconds, key))
+        heapq.heappush(finishes, (ends, key))
 
     def leave_core(key: int, run: _Running, now: float) -> None:
         nonlocal owned_seconds
         owned.add(run.node, run.job.gpus)
+        if owned.free[run.node] == sizes[run.node]:
+            idle_since[run.node] = now
         owned.preemptible[run.node].pop(key, None)
         owned_seconds += (now - run.started) * run.job.gpus
+
+    def return_to_core(now: float) -> None:
+        """Preemptible cloud jobs move to owned nodes idle for ``idle_release_hours``."""
+        settled = [
+            n
+            for n, since in enumerate(idle_since)
+            if since is not None and since + settle_after <= now
+        ]
+        if not settled:
+            return
+        movers = sorted(
+            (
+                k
+                for k, r in running.items()
+                if r.tier != "core" and r.job.preemptible and r.started <= now
+            ),
+            key=lambda k: (-running[k].job.gpus, k),
+        )
+        for key in movers:
+            run = running[key]
+            node = next((n for n in settled if owned.free[n] >= run.job.gpus), None)
+            if node is None:
+                continue
+            del running[key]
+            tiers[run.tier].give_back(launches.pop(key), now)
+            left = (run.ends - now) / (rerun if run.tier == "spot" else 1.0)
+            to_core(run.job, node, now, left + restart)
 
     def make_room(job: JobDemand) -> tuple[int, list[int]] | None:
         best: tuple[int, int, list[int]] | None = None
@@ -553,6 +589,7 @@ def replay_jobs(
                 leave_core(key, run, at)
             else:
                 tiers[run.tier].give_back(launches.pop(key), at)
+        return_to_core(now)
         node = owned.best_fit(job.gpus)
         if node is not None:
             to_core(job, node, now)
