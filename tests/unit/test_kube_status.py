@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from hybridgpu.handlers.cli import format_explain
 from hybridgpu.kube.status import condition, merge_conditions, policy_status, pool_status
 from hybridgpu.models.actions import Blocked, Plan, ScaleUp
 from hybridgpu.models.pool import GPUPoolSpec
@@ -15,6 +14,7 @@ from hybridgpu.models.snapshot import (
     NodeState,
     PoolState,
 )
+from hybridgpu.operator_cli import format_explain
 
 pytestmark = pytest.mark.unit
 
