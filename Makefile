@@ -27,7 +27,7 @@ run: $(STAMP)
 
 ## make crds: regenerate crds/ from the models and copy them into the chart
 crds: $(STAMP)
-	$(BIN)/hybridgpu crds --output crds/
+	$(BIN)/hybridgpu crds --output crds/ --reference docs/crd-reference.md
 	cp crds/*.yaml helm/hybridgpu-operator/crds/
 
 lint: $(STAMP)

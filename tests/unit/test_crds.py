@@ -59,3 +59,12 @@ def test_gpupool_crd_has_the_columns_short_name_and_rules() -> None:
     assert "capexPerNode" in messages
     prices = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["pricing"]
     assert prices["properties"]["perNodeHour"]["exclusiveMinimum"] is True
+
+
+def test_crd_reference_doc_is_generated_from_the_models() -> None:
+    from hybridgpu.models.crd import reference_markdown
+
+    doc = (ROOT / "docs" / "crd-reference.md").read_text()
+    assert doc == reference_markdown(), "run `make crds`"
+    assert "| `spec.minNodes` |" in doc
+    assert "minNodes must not exceed maxNodes" in doc
