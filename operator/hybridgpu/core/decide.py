@@ -93,6 +93,8 @@ class _PoolLedger:
     """Nodes that exist, by free GPUs."""
     future: list[dict[str, None]]
     """Nodes on their way (provisioning, or planned this tick), by free GPUs."""
+    idle_for_seconds: float
+    """The pool's scaleDown.idleFor, parsed once per tick."""
     new_nodes: int = 0
     released: int = 0
     scale_reasons: dict[str, int] = field(default_factory=dict)
@@ -133,6 +135,7 @@ class _Decider:
                 provisioning=pool.provisioning_nodes,
                 buckets=[{} for _ in range(pool.spec.gpu.per_node + 1)],
                 future=[{} for _ in range(pool.spec.gpu.per_node + 1)],
+                idle_for_seconds=parse_duration_seconds(pool.spec.scale_down.idle_for),
             )
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
@@ -681,7 +684,7 @@ class _Decider:
             (p for p in self.pools.values() if p.tier == CORE), key=lambda p: (p.gpu_price, p.name)
         )
         for ledger in cores:
-            settled = self.now - parse_duration_seconds(ledger.state.spec.scale_down.idle_for)
+            settled = self.now - ledger.idle_for_seconds
             idle = [
                 name
                 for name in ledger.buckets[ledger.per_node]
@@ -770,7 +773,7 @@ class _Decider:
                 continue
             if node.idle_since is None:
                 continue
-            if self.now - node.idle_since < parse_duration_seconds(spec.scale_down.idle_for):
+            if self.now - node.idle_since < ledger.idle_for_seconds:
                 continue
             pods = self.pods_on.get(node.name, [])
             if pods and not self._drainable(node, pods, spec.scale_down.idle_utilization_percent):
