@@ -1,7 +1,7 @@
 """What the cluster should look like once a plan has been carried out (pure).
 
-Used to check that deciding again on the result does not undo the plan (no flapping) and to
-report what a dry run would have done.
+The no-flap property (tests/unit/test_decide_properties.py) decides again on the result and
+checks that the second plan does not undo the first.
 """
 
 from __future__ import annotations
