@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from support.controlplane import REPO_ROOT, KubeTest, wait_until
+from support.controlplane import REPO_ROOT, KubeTest, gpu_job, wait_until
 from support.kwok_provider import PROVIDER_PREFIX, kwok_node
 
 GROUP, VERSION = "hybridgpu.io", "v1alpha1"
@@ -391,6 +391,39 @@ def delete_workloads(kube: KubeTest) -> None:
 
 
 __all__ = ["PROVIDER_PREFIX", "SPOT_TAINT", "SPOT_TOLERATION", "Cluster", "Operators"]
+
+
+def core_full_of_preemptible_work(
+    cluster: Cluster, run_duration: str = "6s"
+) -> tuple[str, str, str]:
+    """A core node busy with a running preemptible Job, and an empty spot pool."""
+    policy = cluster.policy()
+    core = cluster.pool("core", tier="core", policy=policy, per_node=4, max_nodes=1)
+    spot = cluster.pool(
+        "spot",
+        tier="spot",
+        policy=policy,
+        per_node=4,
+        max_nodes=2,
+        price=3.0,
+        taints=[SPOT_TAINT],
+        idle_for="30s",
+    )
+    cluster.core_nodes(core, 1, gpus=4)
+    cluster.kube.create_job(
+        gpu_job(
+            "batch",
+            gpus=4,
+            run_duration=run_duration,
+            labels={"hybridgpu.io/criticality": "preemptible"},
+        )
+    )
+    wait_for(
+        lambda: any(p.status.phase == "Running" for p in cluster.job_pods("batch")),
+        30,
+        "preemptible Job running on core",
+    )
+    return policy, core, spot
 
 
 def wait_for(probe: Any, timeout_seconds: float, what: str, interval: float = 0.1) -> Any:

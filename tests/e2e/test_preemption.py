@@ -10,9 +10,9 @@ import time
 import pytest
 
 from conftest import (
-    SPOT_TAINT,
     Cluster,
     Operators,
+    core_full_of_preemptible_work,
     pod_unschedulable,
     record_reaction,
     wait_for,
@@ -27,29 +27,8 @@ MOVE = "hybridgpu.io/move"
 def test_critical_job_preempts_preemptible_job_to_spot(
     cluster: Cluster, operators: Operators
 ) -> None:
-    policy = cluster.policy()
-    core = cluster.pool("core", tier="core", policy=policy, per_node=4, max_nodes=1)
-    spot = cluster.pool(
-        "spot",
-        tier="spot",
-        policy=policy,
-        per_node=4,
-        max_nodes=2,
-        price=3.0,
-        taints=[SPOT_TAINT],
-        idle_for="30s",
-    )
-    core_nodes = set(cluster.core_nodes(core, 1, gpus=4))
-    cluster.kube.create_job(
-        gpu_job(
-            "batch", gpus=4, run_duration="8s", labels={"hybridgpu.io/criticality": "preemptible"}
-        )
-    )
-    wait_for(
-        lambda: any(p.status.phase == "Running" for p in cluster.job_pods("batch")),
-        30,
-        "preemptible Job running on core",
-    )
+    policy, core, spot = core_full_of_preemptible_work(cluster, run_duration="8s")
+    core_nodes = {n.metadata.name for n in cluster.pool_nodes(core)}
     operators.start()
     cluster.wait_ticking(policy)
 

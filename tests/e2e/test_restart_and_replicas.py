@@ -11,41 +11,19 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conftest import SPOT_TAINT, SPOT_TOLERATION, Cluster, Operators, wait_for
+from conftest import (
+    SPOT_TOLERATION,
+    Cluster,
+    Operators,
+    core_full_of_preemptible_work,
+    wait_for,
+)
 from support.controlplane import gpu_job
 
 pytestmark = pytest.mark.e2e
 
 MOVE = "hybridgpu.io/move"
 LEASE = "hybridgpu-operator"
-
-
-def core_full_of_preemptible_work(cluster: Cluster) -> tuple[str, str, str]:
-    """A core node busy with a running preemptible Job, and an empty spot pool."""
-    policy = cluster.policy()
-    core = cluster.pool("core", tier="core", policy=policy, per_node=4, max_nodes=1)
-    spot = cluster.pool(
-        "spot",
-        tier="spot",
-        policy=policy,
-        per_node=4,
-        max_nodes=2,
-        price=3.0,
-        taints=[SPOT_TAINT],
-        idle_for="30s",
-    )
-    cluster.core_nodes(core, 1, gpus=4)
-    cluster.kube.create_job(
-        gpu_job(
-            "batch", gpus=4, run_duration="6s", labels={"hybridgpu.io/criticality": "preemptible"}
-        )
-    )
-    wait_for(
-        lambda: any(p.status.phase == "Running" for p in cluster.job_pods("batch")),
-        30,
-        "preemptible Job running on core",
-    )
-    return policy, core, spot
 
 
 def move_annotation(cluster: Cluster, job: str) -> dict[str, Any] | None:
