@@ -49,27 +49,25 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
     s = hybrid.series
     fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     colors = {"core": "#4c72b0", "elastic": "#dd8452", "spot": "#55a868"}
-    axes[0].stackplot(
-        s["t"],
-        [s[f"gpus_{t}"] for t in colors],
-        labels=list(colors),
-        colors=list(colors.values()),
-        alpha=0.8,
+    panels = (
+        ("gpus", "GPUs", "hybridgpu: capacity per tier and GPU demand"),
+        ("cost", "$ / hour", "hybridgpu: cost rate per tier"),
     )
-    axes[0].plot(s["t"], s["demand_gpus"], color="black", lw=1, label="demand (running + pending)")
-    axes[0].set_ylabel("GPUs")
-    axes[0].set_title("hybridgpu: capacity per tier and GPU demand")
-    axes[0].legend(loc="upper left", fontsize=8)
-    axes[1].stackplot(
-        s["t"],
-        [s[f"cost_{t}"] for t in colors],
-        labels=list(colors),
-        colors=list(colors.values()),
-        alpha=0.8,
-    )
-    axes[1].set_ylabel("$ / hour")
-    axes[1].set_title("hybridgpu: cost rate per tier")
-    axes[1].legend(loc="upper left", fontsize=8)
+    for ax, (key, unit, title) in zip(axes, panels, strict=False):
+        ax.stackplot(
+            s["t"],
+            [s[f"{key}_{t}"] for t in colors],
+            labels=list(colors),
+            colors=list(colors.values()),
+            alpha=0.8,
+        )
+        if key == "gpus":
+            ax.plot(
+                s["t"], s["demand_gpus"], color="black", lw=1, label="demand (running + pending)"
+            )
+        ax.set_ylabel(unit)
+        ax.set_title(title)
+        ax.legend(loc="upper left", fontsize=8)
     for name, r in results.items():
         if not r.series.get("t"):
             continue
