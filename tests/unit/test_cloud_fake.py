@@ -43,9 +43,33 @@ class Clock:
         return self.now
 
 
-def test_both_providers_satisfy_the_protocol() -> None:
-    providers: list[CapacityProvider] = [FakeProvider(), StaticProvider()]
-    assert len(providers) == 2
+def test_both_providers_answer_every_protocol_method() -> None:
+    providers: list[CapacityProvider] = [FakeProvider(), StaticProvider()]  # mypy checks shape
+    spec = elastic_spec()
+    for provider in providers:
+        assert provider.instances("gpu", spec) == []
+        assert provider.target("gpu", spec) == 0
+        assert provider.interruptions() == []
+        assert provider.spot_price_per_node_hour("gpu", spec) is None
+
+
+def test_lagging_lists_show_launches_and_terminations_late_but_the_target_at_once() -> None:
+    clock = Clock()
+    fake = FakeProvider(clock, list_lag_seconds=20)
+    spec = elastic_spec()
+
+    fake.set_target("gpu", spec, 2)
+
+    assert fake.target("gpu", spec) == 2
+    assert fake.instances("gpu", spec) == []  # the list lags the target
+    clock.now += 20
+    listed = fake.instances("gpu", spec)
+    assert len(listed) == 2
+    fake.terminate("gpu", spec, listed[0].instance_id)
+    assert fake.target("gpu", spec) == 1
+    assert len(fake.instances("gpu", spec)) == 2  # still listed: stale
+    clock.now += 20
+    assert [i.instance_id for i in fake.instances("gpu", spec)] == [listed[1].instance_id]
 
 
 def test_scale_up_is_capped_at_max_nodes_and_instances_join_after_the_delay() -> None:

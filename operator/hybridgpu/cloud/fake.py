@@ -6,6 +6,11 @@ maxNodes, a lower target is ignored, ``terminate`` removes exactly the named ins
 lowers the target by one, and repeating a call after a failure never adds capacity twice.
 It records every call (``calls``), fails the next call on request (``next_error``) and
 launches instances after ``provisioning_delay_seconds`` of the injected clock.
+
+Like a real cloud it can be eventually consistent: with ``list_lag_seconds`` an instance
+appears in ``instances()`` only that long after the target was raised, and a terminated
+one stays listed (in its last state) for as long, while ``target()`` is exact at once (an
+Auto Scaling group's desired capacity is; its instance list is not).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class _FakeInstance:
     zone: str
     requested_at: float
     terminated: bool = False
+    terminated_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -50,11 +56,13 @@ class FakeProvider:
         clock: Callable[[], float] = lambda: 0.0,
         *,
         provisioning_delay_seconds: float = 0.0,
+        list_lag_seconds: float = 0.0,
         spot_prices_per_node_hour: dict[str, float] | None = None,
         zone: str = "fake-1a",
     ) -> None:
         self.clock = clock
         self.provisioning_delay_seconds = provisioning_delay_seconds
+        self.list_lag_seconds = list_lag_seconds
         self.spot_prices_per_node_hour: dict[str, float] = dict(spot_prices_per_node_hour or {})
         self.zone = zone
         self.calls: list[ProviderCall] = []
@@ -78,8 +86,11 @@ class FakeProvider:
         self._enter("instances", pool)
         now = self.clock()
         out = []
+        lag = self.list_lag_seconds
         for inst in self._pool(pool).instances:
-            if inst.terminated:
+            if now < inst.requested_at + lag:
+                continue  # launched, but the list does not show it yet
+            if inst.terminated and (inst.terminated_at is None or now >= inst.terminated_at + lag):
                 continue
             ready_at = inst.requested_at + self.provisioning_delay_seconds
             out.append(
@@ -115,6 +126,7 @@ class FakeProvider:
         for inst in state.instances:
             if inst.instance_id == instance_id and not inst.terminated:
                 inst.terminated = True
+                inst.terminated_at = self.clock()
                 state.target = max(state.target - 1, 0)
                 return
         # Already gone (or never ours): terminating again is a no-op, like the AWS adapter.
@@ -143,13 +155,18 @@ class FakeProvider:
         *,
         kind: str = "spot_interruption",
         lead_seconds: float | None = None,
+        provider_id: str | None = None,
     ) -> InterruptionNotice:
-        """Announce that the provider takes ``instance_id`` away (default: in two minutes)."""
+        """Announce that the provider takes ``instance_id`` away (default: in two minutes).
+
+        ``provider_id`` overrides the one the notice names, e.g. "" for a notice whose
+        instance the provider could not place (the AWS adapter when the zone lookup fails).
+        """
         self._serial += 1
         lead = SPOT_NOTICE_SECONDS if lead_seconds is None else lead_seconds
         notice = InterruptionNotice(
             instance_id=instance_id,
-            provider_id=self.provider_id(instance_id),
+            provider_id=self.provider_id(instance_id) if provider_id is None else provider_id,
             deadline=self.clock() + lead,
             kind=kind,
             receipt=f"fake-receipt-{self._serial}",
@@ -162,6 +179,7 @@ class FakeProvider:
         for inst in self._pool(pool).instances:
             if inst.instance_id == instance_id:
                 inst.terminated = True
+                inst.terminated_at = self.clock()
 
     def _pool(self, pool: str) -> _FakePool:
         return self._pools.setdefault(pool, _FakePool())
