@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import codecs
+import math
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from hybridgpu.errors import UserError
+from hybridgpu.models.base import DURATION_PATTERN, POSITIVE_DURATION_PATTERN
 
 
 def read_yaml_documents(path: str | Path, what: str) -> list[Any]:
@@ -16,10 +20,7 @@ def read_yaml_documents(path: str | Path, what: str) -> list[Any]:
     import yaml
 
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"{path}: cannot read {what}: {err.strerror}") from None
+    text = read_text(path, what)
     try:
         return [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as err:
@@ -38,4 +39,75 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
         msg = "unknown field"
     elif first["type"] == "missing":
         msg = "required field is missing"
-    return f"{loc.rstrip('.') or '(top level)'}: {msg}"
+    elif first["type"] == "string_pattern_mismatch":
+        pattern = str((first.get("ctx") or {}).get("pattern", ""))
+        if pattern == POSITIVE_DURATION_PATTERN:
+            msg = f"{first['input']!r} is not a duration > 0; expected e.g. 30s, 5m, 1h30m"
+        elif pattern == DURATION_PATTERN:
+            msg = f"{first['input']!r} is not a duration; expected e.g. 0s, 30s, 5m, 1h30m, 7d"
+    elif first["type"] == "finite_number":
+        msg = f"{first['input']!r} is not a finite number"
+    return " ".join(f"{loc.rstrip('.') or '(top level)'}: {msg}".split())
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The text of a user's file, decoded as UTF-8 (a byte-order mark is dropped); ``what``
+    names the file in errors. Raises UserError for a missing, unreadable or non-UTF-8 file."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise UserError(f"{path}: cannot read {what}: is a directory") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read {what}: {err.strerror}") from None
+    return decode_text(data, path, what)
+
+
+def decode_text(data: bytes, path: str | Path, what: str) -> str:
+    """``data`` as UTF-8 text; UTF-16 and binary files get a line saying what they are."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise UserError(f"{path}: {what} is UTF-16 text; expected UTF-8 (save it as UTF-8)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        kind = "binary data" if b"\x00" in data[:4096] else "not UTF-8 text"
+        raise UserError(
+            f"{path}: {what} is {kind} (byte 0x{data[err.start]:02x} at offset {err.start}); "
+            "expected UTF-8 text"
+        ) from None
+    if "\x00" in text:
+        raise UserError(f"{path}: {what} contains NUL bytes (binary data); expected UTF-8 text")
+    return text
+
+
+def finite(value: float, where: str, *, minimum: float | None = None) -> float:
+    """``value`` when it is a finite number (and >= ``minimum``); else UserError at ``where``."""
+    if not math.isfinite(value):
+        raise UserError(f"{where}: {value} is not a finite number")
+    if minimum is not None and value < minimum:
+        raise UserError(f"{where}: {value:g} is below the minimum of {minimum:g}")
+    return value
+
+
+def _flag_number(text: str, *, minimum: float, inclusive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+        valid = False
+    else:
+        valid = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
+    if not valid:
+        bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {text!r}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0 (inf and nan are rejected)."""
+    return _flag_number(text, minimum=0.0, inclusive=False)
+
+
+def non_negative_number(text: str) -> float:
+    """argparse type: a finite number >= 0 (inf and nan are rejected)."""
+    return _flag_number(text, minimum=0.0, inclusive=True)

@@ -19,6 +19,11 @@ DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
+# A duration with at least one non-zero digit: RE2 (the apiserver's regexp) has no lookahead.
+_PART = r"[0-9]+(\.[0-9]+)?(ms|s|m|h|d)"
+_NONZERO_PART = r"([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)(ms|s|m|h|d)"
+POSITIVE_DURATION_PATTERN = f"^({_PART})*{_NONZERO_PART}({_PART})*$"
+
 Duration = Annotated[
     str,
     Field(
@@ -26,6 +31,14 @@ Duration = Annotated[
         json_schema_extra={"example": "5m"},
     ),
 ]
+PositiveDuration = Annotated[
+    str,
+    Field(
+        pattern=POSITIVE_DURATION_PATTERN,
+        json_schema_extra={"example": "30s"},
+    ),
+]
+"""A duration greater than zero (``0s`` is rejected), e.g. a tick interval."""
 
 
 def parse_duration_seconds(text: str) -> float:
@@ -59,6 +72,8 @@ class SpecModel(BaseModel):
         extra="forbid",
         frozen=True,
         use_enum_values=True,
+        # .inf and .nan in a manifest are never a real price, count or percent.
+        allow_inf_nan=False,
     )
 
     rules: ClassVar[tuple[Rule, ...]] = ()

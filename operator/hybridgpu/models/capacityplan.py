@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hybridgpu.models.base import Condition, Duration, Rule, SpecModel
+from hybridgpu.models.base import Condition, Duration, PositiveDuration, Rule, SpecModel
 
 
 class PrometheusHistory(SpecModel):
@@ -21,8 +21,8 @@ class PrometheusHistory(SpecModel):
         "criticality label (critical, standard, preemptible) are split by it, others count as "
         "standard (set preemptibleShare then).",
     )
-    window: Duration = Field(default="30d", description="How far back to read.")
-    step: Duration = Field(default="5m", description="Resolution of the range query.")
+    window: PositiveDuration = Field(default="30d", description="How far back to read.")
+    step: PositiveDuration = Field(default="5m", description="Resolution of the range query.")
 
 
 class TraceHistory(SpecModel):
@@ -119,7 +119,7 @@ class CapacityPlanSpec(SpecModel):
         le=1,
         description="Share of demand that is preemptible (default: measured from the history).",
     )
-    schedule: Duration = Field(default="24h", description="Recompute this often.")
+    schedule: PositiveDuration = Field(default="24h", description="Recompute this often.")
 
 
 class Recommendation(SpecModel):

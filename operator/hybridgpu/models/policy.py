@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from hybridgpu.models.base import Condition, Duration, Rule, SpecModel
+from hybridgpu.models.base import Condition, Duration, PositiveDuration, Rule, SpecModel
 
 
 class PrometheusSpec(SpecModel):
@@ -22,7 +22,9 @@ class PrometheusSpec(SpecModel):
         description="Metric (or PromQL) of per-GPU utilization in percent; "
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE (a ratio) is also understood.",
     )
-    window: Duration = Field(default="5m", description="Utilization is averaged over this window.")
+    window: PositiveDuration = Field(
+        default="5m", description="Utilization is averaged over this window."
+    )
     stale_after: Duration = Field(
         default="2m", description="A sample older than this is stale: nothing is released on it."
     )
@@ -114,7 +116,9 @@ class ScalingPolicySpec(SpecModel):
     prometheus: PrometheusSpec = Field(
         default_factory=PrometheusSpec, description="Where utilization comes from."
     )
-    interval: Duration = Field(default="30s", description="Time between reconcile ticks.")
+    interval: PositiveDuration = Field(
+        default="30s", description="Time between reconcile ticks (> 0)."
+    )
     pending_grace_period: Duration = Field(
         default="5s",
         description="A GPU pod must be pending this long before it counts as unmet demand.",
