@@ -1,0 +1,190 @@
+"""Admission of workload pods: what the operator's webhook changes or refuses, decided on data.
+
+decide() plans capacity per criticality; the kube-scheduler decides who runs on it. These two
+functions make the scheduler follow the plan: a labelled pod gets its criticality's
+PriorityClass (so pending pods are ordered, and preempted, as decide() orders them), and a
+preemptible pod may only land on core or spot nodes unless the policy allows on-demand for
+it (so elastic nodes bought for critical work are not taken by preemptible pods). A critical
+pod that could only run on spot is refused: spot nodes vanish at two minutes' notice.
+
+Pure: a pod's spec and the rules in, RFC 6902 JSON patch operations or a reason out.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from hybridgpu.models.pool import Taint, Tier
+from hybridgpu.models.snapshot import Criticality
+
+NODE_AFFINITY_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREEMPTIBLE_TIERS = (Tier.CORE.value, Tier.SPOT.value)
+"""Where preemptible pods may run unless the policy allows on-demand (elastic) for them."""
+
+
+class PatchOperation(TypedDict):
+    """One RFC 6902 JSON patch operation on the pod."""
+
+    op: Literal["add"]
+    path: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClassRef:
+    """A PriorityClass as the scheduler will use it."""
+
+    name: str
+    value: int
+    preemption_policy: str = "PreemptLowerPriority"
+    """``Never`` or ``PreemptLowerPriority``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRules:
+    """What admission enforces; the webhook reads it from the cluster."""
+
+    tier_label: str
+    """Node label naming a node's tier (core, elastic, spot)."""
+    pool_label: str
+    """Node label naming a node's GPUPool."""
+    priority_classes: Mapping[Criticality, PriorityClassRef] = field(default_factory=dict)
+    """The class of each criticality that exists in the cluster (absent: pods keep theirs)."""
+    allow_on_demand_for_preemptible: bool = False
+    spot_pools: Mapping[str, Sequence[Taint]] = field(default_factory=dict)
+    """Spot GPUPools by name, with the taints they put on their nodes."""
+
+
+def mutation(
+    criticality: Criticality | None, pod_spec: Mapping[str, Any], rules: AdmissionRules
+) -> list[PatchOperation]:
+    """JSON patch operations that give a pod of ``criticality`` its priority class and, when
+    preemptible, a required node affinity to core and spot nodes. No operations when the pod
+    has no criticality or already has what it needs; a priority class the pod names itself
+    is kept."""
+    if criticality is None:
+        return []
+    ops: list[PatchOperation] = []
+    priority_class = rules.priority_classes.get(criticality)
+    if priority_class is not None and not pod_spec.get("priorityClassName"):
+        # The apiserver's Priority plugin resolved the class before this webhook runs, so
+        # the value and preemption policy are set here too, exactly as the class says.
+        ops += [
+            _add("/spec/priorityClassName", priority_class.name),
+            _add("/spec/priority", priority_class.value),
+            _add("/spec/preemptionPolicy", priority_class.preemption_policy),
+        ]
+    if criticality == Criticality.PREEMPTIBLE and not rules.allow_on_demand_for_preemptible:
+        affinity = _restricted_to_tiers(pod_spec, rules.tier_label, PREEMPTIBLE_TIERS)
+        if affinity is not None:
+            ops.append(_add("/spec/affinity", affinity))
+    return ops
+
+
+def rejection(
+    criticality: Criticality | None, pod_spec: Mapping[str, Any], rules: AdmissionRules
+) -> str | None:
+    """Why a pod must be refused, or None. A critical pod is refused when it tolerates a spot
+    pool's taints and its node selector or required affinity admits only spot nodes."""
+    if criticality != Criticality.CRITICAL:
+        return None
+    spot_pools = _spot_only_pools(pod_spec, rules)
+    if spot_pools is None:
+        return None
+    tolerations = list(pod_spec.get("tolerations") or [])
+    if not any(_tolerates_all(tolerations, rules.spot_pools[p]) for p in spot_pools):
+        return None  # it cannot land on spot either; the scheduler will say so
+    return (
+        "a critical pod may not be restricted to spot nodes (they can be reclaimed at two "
+        "minutes' notice): it tolerates the spot taint and its nodeSelector/affinity admits "
+        "only spot nodes; drop the spot node selector, or label the workload "
+        "hybridgpu.io/criticality=preemptible"
+    )
+
+
+# ------------------------------------------------------------------------------ affinity
+
+
+def _add(path: str, value: Any) -> PatchOperation:
+    return {"op": "add", "path": path, "value": value}
+
+
+def _restricted_to_tiers(
+    pod_spec: Mapping[str, Any], tier_label: str, tiers: Sequence[str]
+) -> dict[str, Any] | None:
+    """The pod's affinity with every required node-selector term also requiring ``tiers``;
+    None when the pod is already held to them."""
+    selected = (pod_spec.get("nodeSelector") or {}).get(tier_label)
+    if selected is not None and selected in tiers:
+        return None
+    affinity: dict[str, Any] = copy.deepcopy(dict(pod_spec.get("affinity") or {}))
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault(NODE_AFFINITY_REQUIRED, {})
+    terms: list[dict[str, Any]] = required.get("nodeSelectorTerms") or [{}]
+    requirement = {"key": tier_label, "operator": "In", "values": list(tiers)}
+    changed = False
+    for term in terms:
+        expressions = term.setdefault("matchExpressions", [])
+        if not any(_within(e, tier_label, tiers) for e in expressions):
+            # Terms are ORed and expressions ANDed: the tier must hold in every term.
+            expressions.append(dict(requirement))
+            changed = True
+    required["nodeSelectorTerms"] = terms
+    return affinity if changed else None
+
+
+def _within(expression: Mapping[str, Any], label: str, values: Sequence[str]) -> bool:
+    """Whether a matchExpression admits only nodes whose ``label`` is one of ``values``."""
+    return (
+        expression.get("key") == label
+        and expression.get("operator") == "In"
+        and bool(expression.get("values"))
+        and set(expression.get("values") or []) <= set(values)
+    )
+
+
+def _spot_only_pools(pod_spec: Mapping[str, Any], rules: AdmissionRules) -> list[str] | None:
+    """The spot pools a pod may land on when its nodeSelector or every required affinity term
+    admits only spot nodes; None when it may land elsewhere."""
+    spot = sorted(rules.spot_pools)
+    selector = pod_spec.get("nodeSelector") or {}
+    if selector.get(rules.tier_label) == Tier.SPOT.value:
+        return spot
+    if selector.get(rules.pool_label) in rules.spot_pools:
+        return [selector[rules.pool_label]]
+    affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (affinity.get(NODE_AFFINITY_REQUIRED) or {}).get("nodeSelectorTerms") or []
+    if not terms:
+        return None
+    pools: set[str] = set()
+    for term in terms:
+        expressions = term.get("matchExpressions") or []
+        if any(_within(e, rules.tier_label, [Tier.SPOT.value]) for e in expressions):
+            pools.update(spot)
+            continue
+        pinned = [e for e in expressions if _within(e, rules.pool_label, spot)]
+        if not pinned:
+            return None  # this term admits some node that is not spot
+        pools.update(pinned[0]["values"])
+    return sorted(pools)
+
+
+def _tolerates_all(tolerations: Sequence[Mapping[str, Any]], taints: Sequence[Taint]) -> bool:
+    return all(any(_tolerates(t, taint) for t in tolerations) for taint in taints)
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+    """Kubernetes' toleration matching (an empty key with Exists tolerates every taint)."""
+    effect = toleration.get("effect")
+    if effect and effect != taint.effect:
+        return False
+    key = toleration.get("key")
+    operator = toleration.get("operator") or "Equal"
+    if not key:
+        return operator == "Exists"
+    if key != taint.key:
+        return False
+    return operator == "Exists" or (toleration.get("value") or "") == (taint.value or "")

@@ -1,0 +1,243 @@
+"""core.admission: the pod changes and refusals of the admission webhook, table-driven.
+
+Each mutation case applies the returned JSON patch to the pod (as the apiserver does) and
+checks the pod that results, so an operation that does not apply fails here.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from hybridgpu.core.admission import AdmissionRules, PriorityClassRef, mutation, rejection
+from hybridgpu.models.pool import Taint
+from hybridgpu.models.snapshot import Criticality
+
+pytestmark = pytest.mark.unit
+
+TIER, POOL = "hybridgpu.io/tier", "hybridgpu.io/pool"
+SPOT_TAINT = Taint(key="hybridgpu.io/spot", value="true", effect="NoSchedule")
+SPOT_TOLERATION = {
+    "key": "hybridgpu.io/spot",
+    "operator": "Equal",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+CLASSES = {
+    Criticality.CRITICAL: PriorityClassRef("hybridgpu-critical", 100000),
+    Criticality.STANDARD: PriorityClassRef("hybridgpu-standard", 0),
+    Criticality.PREEMPTIBLE: PriorityClassRef("hybridgpu-preemptible", -100000, "Never"),
+}
+TO_CORE_OR_SPOT = {"key": TIER, "operator": "In", "values": ["core", "spot"]}
+
+
+def rules(**overrides: Any) -> AdmissionRules:
+    defaults: dict[str, Any] = {
+        "tier_label": TIER,
+        "pool_label": POOL,
+        "priority_classes": CLASSES,
+        "spot_pools": {"spot-a": (SPOT_TAINT,), "spot-b": (SPOT_TAINT,)},
+    }
+    return AdmissionRules(**(defaults | overrides))
+
+
+def required_terms(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+            }
+        }
+    }
+
+
+def pod_spec(**spec: Any) -> dict[str, Any]:
+    # What the apiserver's Priority plugin leaves before mutating webhooks: priority 0.
+    return {"containers": [{"name": "train"}], "priority": 0, **spec}
+
+
+def patched(spec: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
+    pod = {"metadata": {}, "spec": copy.deepcopy(spec)}
+    return dict(jsonpatch.apply_patch(pod, ops)["spec"])
+
+
+# ------------------------------------------------------------------------------ mutation
+
+
+@dataclass
+class MutationCase:
+    criticality: Criticality | None
+    spec: dict[str, Any] = field(default_factory=pod_spec)
+    rules: AdmissionRules = field(default_factory=rules)
+    want_class: tuple[str | None, int, str | None] | None = None
+    """(priorityClassName, priority, preemptionPolicy) after the patch; None: unchanged."""
+    want_affinity: dict[str, Any] | None = None
+    """The pod's affinity after the patch; None: unchanged."""
+
+
+MUTATION_CASES = {
+    "no label: untouched": MutationCase(None),
+    "critical: critical class, any tier": MutationCase(
+        Criticality.CRITICAL, want_class=("hybridgpu-critical", 100000, "PreemptLowerPriority")
+    ),
+    "standard: standard class, any tier": MutationCase(
+        Criticality.STANDARD, want_class=("hybridgpu-standard", 0, "PreemptLowerPriority")
+    ),
+    "preemptible: never-preempting class, core or spot only": MutationCase(
+        Criticality.PREEMPTIBLE,
+        want_class=("hybridgpu-preemptible", -100000, "Never"),
+        want_affinity=required_terms([TO_CORE_OR_SPOT]),
+    ),
+    "preemptible, on-demand allowed: class only": MutationCase(
+        Criticality.PREEMPTIBLE,
+        rules=rules(allow_on_demand_for_preemptible=True),
+        want_class=("hybridgpu-preemptible", -100000, "Never"),
+    ),
+    "a class the pod names itself is kept": MutationCase(
+        Criticality.CRITICAL, spec=pod_spec(priorityClassName="team-gold")
+    ),
+    "class missing from the cluster: no class": MutationCase(
+        Criticality.PREEMPTIBLE,
+        rules=rules(priority_classes={}),
+        want_affinity=required_terms([TO_CORE_OR_SPOT]),
+    ),
+    "preemptible: the tier is ANDed into every existing term": MutationCase(
+        Criticality.PREEMPTIBLE,
+        spec=pod_spec(
+            priorityClassName="x",
+            affinity={
+                **required_terms(
+                    [{"key": "zone", "operator": "In", "values": ["a"]}],
+                    [{"key": "zone", "operator": "In", "values": ["b"]}],
+                ),
+                "podAntiAffinity": {"preferred": "kept"},
+            },
+        ),
+        want_affinity={
+            **required_terms(
+                [{"key": "zone", "operator": "In", "values": ["a"]}, TO_CORE_OR_SPOT],
+                [{"key": "zone", "operator": "In", "values": ["b"]}, TO_CORE_OR_SPOT],
+            ),
+            "podAntiAffinity": {"preferred": "kept"},
+        },
+    ),
+    "preemptible already held to spot by affinity: unchanged": MutationCase(
+        Criticality.PREEMPTIBLE,
+        spec=pod_spec(
+            priorityClassName="x",
+            affinity=required_terms([{"key": TIER, "operator": "In", "values": ["spot"]}]),
+        ),
+    ),
+    "preemptible already held to core by nodeSelector: unchanged": MutationCase(
+        Criticality.PREEMPTIBLE,
+        spec=pod_spec(priorityClassName="x", nodeSelector={TIER: "core"}),
+    ),
+    "preemptible pinned to elastic: the policy still holds it to core or spot": MutationCase(
+        Criticality.PREEMPTIBLE,
+        spec=pod_spec(priorityClassName="x", nodeSelector={TIER: "elastic"}),
+        want_affinity=required_terms([TO_CORE_OR_SPOT]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MUTATION_CASES.values(), ids=MUTATION_CASES.keys())
+def test_mutation(case: MutationCase) -> None:
+    ops = mutation(case.criticality, case.spec, case.rules)
+    after = patched(case.spec, ops)
+    if case.want_class is None:
+        for key in ("priorityClassName", "priority", "preemptionPolicy"):
+            assert after.get(key) == case.spec.get(key), key
+    else:
+        got = (after.get("priorityClassName"), after["priority"], after.get("preemptionPolicy"))
+        assert got == case.want_class
+    if case.want_affinity is None:
+        assert after.get("affinity") == case.spec.get("affinity")
+    else:
+        assert after["affinity"] == case.want_affinity
+    if case.want_class is None and case.want_affinity is None:
+        assert ops == []
+    assert mutation(case.criticality, after, case.rules) == [], "a second pass changes more"
+
+
+# ------------------------------------------------------------------------------ rejection
+
+
+def spot_only(**extra: Any) -> dict[str, Any]:
+    return pod_spec(tolerations=[SPOT_TOLERATION], **extra)
+
+
+REJECTION_CASES: dict[str, tuple[Criticality | None, dict[str, Any], bool]] = {
+    "critical, spot toleration + tier selector": (
+        Criticality.CRITICAL,
+        spot_only(nodeSelector={TIER: "spot"}),
+        True,
+    ),
+    "critical, spot toleration + spot pool selector": (
+        Criticality.CRITICAL,
+        spot_only(nodeSelector={POOL: "spot-a"}),
+        True,
+    ),
+    "critical, spot toleration + affinity to spot pools": (
+        Criticality.CRITICAL,
+        spot_only(affinity=required_terms([{"key": POOL, "operator": "In", "values": ["spot-a"]}])),
+        True,
+    ),
+    "critical, tolerate-everything + tier affinity": (
+        Criticality.CRITICAL,
+        pod_spec(
+            tolerations=[{"operator": "Exists"}],
+            affinity=required_terms([{"key": TIER, "operator": "In", "values": ["spot"]}]),
+        ),
+        True,
+    ),
+    "critical, spot toleration but may also run elsewhere": (
+        Criticality.CRITICAL,
+        spot_only(),
+        False,
+    ),
+    "critical, one affinity term admits elastic": (
+        Criticality.CRITICAL,
+        spot_only(
+            affinity=required_terms(
+                [{"key": TIER, "operator": "In", "values": ["spot"]}],
+                [{"key": TIER, "operator": "In", "values": ["elastic"]}],
+            )
+        ),
+        False,
+    ),
+    "critical, spot selector without the toleration (cannot land there at all)": (
+        Criticality.CRITICAL,
+        pod_spec(nodeSelector={TIER: "spot"}),
+        False,
+    ),
+    "critical, toleration of another taint": (
+        Criticality.CRITICAL,
+        pod_spec(
+            nodeSelector={TIER: "spot"},
+            tolerations=[{"key": "other", "operator": "Exists"}],
+        ),
+        False,
+    ),
+    "preemptible on spot only": (
+        Criticality.PREEMPTIBLE,
+        spot_only(nodeSelector={TIER: "spot"}),
+        False,
+    ),
+    "standard on spot only": (Criticality.STANDARD, spot_only(nodeSelector={TIER: "spot"}), False),
+    "no label": (None, spot_only(nodeSelector={TIER: "spot"}), False),
+}
+
+
+@pytest.mark.parametrize(
+    ("criticality", "spec", "refused"), REJECTION_CASES.values(), ids=REJECTION_CASES.keys()
+)
+def test_rejection(criticality: Criticality | None, spec: dict[str, Any], refused: bool) -> None:
+    reason = rejection(criticality, spec, rules())
+    if refused:
+        assert reason is not None and "spot" in reason
+    else:
+        assert reason is None
