@@ -59,6 +59,13 @@ class PreemptionSpec(SpecModel):
     max_per_tick: int = Field(
         default=10, ge=0, le=10000, description="At most this many moves per tick."
     )
+    allow_on_demand_for_preemptible: bool = Field(
+        default=False,
+        description="Let preemptible pods run on elastic (on-demand) nodes. False: the "
+        "admission webhook holds them to core and spot nodes (node affinity on "
+        "hybridgpu.io/tier), so elastic nodes bought for critical work stay theirs. Read "
+        "from the ScalingPolicy named default.",
+    )
 
 
 class ConsolidationSpec(SpecModel):
