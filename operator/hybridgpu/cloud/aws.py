@@ -542,28 +542,43 @@ class AWSProvider:
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
             return
         zones = self._zones_of(queue_url, [e.instance_id for e in events])
+        if zones is None:
+            # Not held: the message comes back after its visibility timeout and is read again.
+            # A notice without a provider ID could match nodes that have none (owned ones).
+            return
         held = _HeldMessage(queue_url, message["ReceiptHandle"])
         for event in events:
             receipt = f"{message_id}#{event.instance_id}"
             zone = zones.get(event.instance_id)
+            if zone is None:
+                log.info(
+                    "notice for %s: no such instance any more, nothing to drain", event.instance_id
+                )
+                continue
             held.notices[receipt] = InterruptionNotice(
                 instance_id=event.instance_id,
-                provider_id=provider_id(zone, event.instance_id) if zone else "",
+                provider_id=provider_id(zone, event.instance_id),
                 deadline=event.deadline,
                 kind=event.kind,
                 receipt=receipt,
             )
+        if not held.notices:
+            self._sqs(queue_url).delete_message(
+                QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"]
+            )
+            return
         self._held[message_id] = held
 
-    def _zones_of(self, queue_url: str, instance_ids: list[str]) -> dict[str, str]:
+    def _zones_of(self, queue_url: str, instance_ids: list[str]) -> dict[str, str] | None:
+        """Zone of each instance that still exists; None when EC2 could not be asked."""
         region = self._sqs(queue_url).meta.region_name
         try:
             found = self._describe_instances(
                 region, [{"Name": "instance-id", "Values": instance_ids}]
             )
         except (ClientError, BotoCoreError) as exc:
-            log.warning("no zones for %s: %s", instance_ids, exc)
-            return {}
+            log.warning("no zones for %s, reading the notice again later: %s", instance_ids, exc)
+            return None
         return {i["InstanceId"]: i["Placement"]["AvailabilityZone"] for i in found}
 
 

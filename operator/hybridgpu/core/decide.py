@@ -18,7 +18,7 @@ nodes with exactly k free GPUs), so best-fit placement of a pod costs O(GPUs per
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from hybridgpu.core.cost import is_cloud, marginal_gpu_hour_dollars, node_hour_dollars
@@ -190,6 +190,10 @@ class _Decider:
             ledger = self.pools.get(state.pool)
             if ledger is None:
                 continue
+            if state.interruption_deadline is not None and not is_cloud(ledger.tier):
+                # Owned hardware is never interrupted, whatever a notice or annotation says.
+                self.notes.append(f"interruption notice for owned node {state.name} ignored")
+                state = replace(state, interruption_deadline=None)
             self.nodes[state.name] = state
             self.node_pool[state.name] = state.pool
             if state.interruption_deadline is None and not state.releasing:
@@ -252,6 +256,8 @@ class _Decider:
         for node in self.nodes.values():
             if node.interruption_deadline is None:
                 continue
+            if not is_cloud(self.pools[node.pool].tier):
+                continue  # owned hardware is never interrupted (see _build)
             pods = self.pods_on.get(node.name, [])
             if node.cordoned and not pods:
                 continue

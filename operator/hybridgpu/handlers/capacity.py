@@ -11,7 +11,7 @@ from typing import Any
 
 from hybridgpu.cloud.base import CapacityProvider, InterruptionNotice, ProviderError
 from hybridgpu.cloud.static import StaticProvider
-from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.pool import GPUPoolSpec, Tier
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,12 @@ class Providers:
         for provider in self.all_providers():
             try:
                 for notice in provider.interruptions():
+                    if not notice.provider_id:
+                        # Matching it to nodes by "" would match every owned node.
+                        log.warning(
+                            "notice for %s names no provider ID: ignored", notice.instance_id
+                        )
+                        continue
                     self.notices[notice.provider_id] = notice
             except ProviderError as err:
                 log.warning("cannot read interruption notices: %s", err)
@@ -106,10 +112,14 @@ class Providers:
         provider = self.for_spec(spec)
         provider.set_target(pool, spec, min(spec.max_nodes, provider.target(pool, spec) + nodes))
 
-    def terminate(self, pool: str, node: str, provider_id: str | None) -> None:
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
+        """Terminate the instance whose provider ID is exactly ``provider_id``; False (and
+        nothing done) for owned pools and nodes without a provider ID."""
         spec = self.pools.get(pool)
-        if spec is None or provider_id is None:
-            return
+        if spec is None or not provider_id or spec.provider.type == "static":
+            return False
+        if spec.tier == Tier.CORE:
+            return False
         provider = self.for_spec(spec)
         for instance in provider.instances(pool, spec):
             if instance.provider_id == provider_id:
@@ -117,6 +127,7 @@ class Providers:
         notice = self.notices.pop(provider_id, None)
         if notice is not None:
             provider.acknowledge(notice)
+        return True
 
     def known_provider_ids(self, pool: str) -> set[str] | None:
         spec = self.pools.get(pool)

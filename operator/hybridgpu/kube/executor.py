@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hybridgpu.core.cost import is_cloud
 from hybridgpu.kube.cluster import KubeCluster, ObjectRef
 from hybridgpu.kube.convert import (
     annotations_of,
@@ -77,8 +78,11 @@ class PoolCapacity(Protocol):
         """Ask for ``nodes`` more nodes than the pool has now."""
         ...
 
-    def terminate(self, pool: str, node: str, provider_id: str | None) -> None:
-        """Terminate the (drained) instance behind ``node``; acknowledge its notices."""
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
+        """Terminate the (drained) instance behind ``node``; acknowledge its notices.
+
+        False when the pool has no instances to terminate (owned hardware) or the node
+        names no provider ID: then the Node object must stay too."""
         ...
 
     def known_provider_ids(self, pool: str) -> set[str] | None:
@@ -217,6 +221,9 @@ class PlanExecutor:
         elif isinstance(action, ReleaseNode):
             self.release_node(action.pool, action.node, pools, result)
         elif isinstance(action, HandleInterruption):
+            spec = pools.get(action.pool)
+            if spec is None or not is_cloud(spec.tier):
+                raise KubeError(f"refusing to drain owned node {action.node} for an interruption")
             node = next((n for n in snapshot.nodes if n.name == action.node), None)
             deadline = node.interruption_deadline if node else None
             extra = {INTERRUPTION_ANNOTATION: str(deadline)} if deadline is not None else {}
@@ -238,8 +245,12 @@ class PlanExecutor:
 
         Pods of Jobs requeue through the move protocol (an evicted Job pod would count as a
         failure); other owned pods are evicted through the Eviction API (PDBs hold); bare
-        pods are never evicted, so a node with one is kept.
+        pods are never evicted, so a node with one is kept. Nodes of owned (core) pools are
+        never released, whatever the plan says.
         """
+        spec = pools.get(pool)
+        if spec is None or not is_cloud(spec.tier):
+            raise KubeError(f"refusing to release {node}: pool {pool} is not a cloud pool")
         if cordon_as is not None:
             self.cluster.cordon(node, cordon_as, {RELEASING_ANNOTATION: f"{self.clock():.0f}"})
         left = 0
@@ -266,10 +277,12 @@ class PlanExecutor:
         raw = self.cluster.get_node(node)
         provider_id = ((raw or {}).get("spec") or {}).get("providerID")
         try:
-            self.capacity.terminate(pool, node, provider_id)
+            terminated = self.capacity.terminate(pool, node, provider_id)
         except Exception as err:
             result.provider_errors[pool] = str(err)
             raise KubeError(f"terminate {node}: {err}") from err
+        if not terminated:
+            raise KubeError(f"node {node} of pool {pool} has no instance to terminate: kept")
         self.cluster.delete_node(node)
         return True
 
@@ -353,6 +366,9 @@ class PlanExecutor:
         result = Execution()
         for node in snapshot.nodes:
             if node.interruption_deadline is None or not node.cordoned or node.name in busy:
+                continue
+            spec = pools.get(node.pool)
+            if spec is None or not is_cloud(spec.tier):
                 continue
             try:
                 self.release_node(node.pool, node.name, pools, result, cordon_as=None)

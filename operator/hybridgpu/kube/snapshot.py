@@ -100,6 +100,8 @@ def build_snapshot(
         threshold = pools[pool].scale_down.idle_utilization_percent
         since = idle.observe(name, is_idle(gpu_pods_on.get(name, 0), util, threshold), now)
         provider_id = (raw.get("spec") or {}).get("providerID")
+        # Matched to a notice only by an exact, non-empty provider ID: owned nodes have none.
+        deadline = measured.deadline_by_provider_id.get(provider_id) if provider_id else None
         nodes.append(
             node_state(
                 raw,
@@ -107,7 +109,7 @@ def build_snapshot(
                 idle_since=since,
                 utilization_percent=util,
                 utilization_stale=name in measured.stale_nodes,
-                interruption_deadline=measured.deadline_by_provider_id.get(provider_id or ""),
+                interruption_deadline=deadline,
                 xid_errors=measured.xid_errors_by_node.get(name, 0),
             )
         )

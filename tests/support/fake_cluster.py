@@ -1,0 +1,293 @@
+"""An in-memory stand-in for ``kube.cluster.KubeCluster``, for unit tests of whole ticks.
+
+It keeps nodes, pods, Jobs, GPUPools and ScalingPolicies as the dicts the apiserver would
+send, applies the operator's writes to them, and records every write in ``writes`` as
+``(verb, name)`` so a test can ask what the operator did to which object. It is not a
+scheduler: tests bind pods themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hybridgpu.kube.cluster import ClusterObjects, ObjectRef
+from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
+from hybridgpu.kube.errors import NotFound
+from hybridgpu.kube.names import CORDONED_BY_ANNOTATION, JOB_NAME_LABEL, POOL_LABEL
+
+Obj = dict[str, Any]
+
+
+def _merge(into: Obj, patch: Obj) -> None:
+    """RFC 7386 merge patch, in place."""
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def gpu_node(
+    name: str,
+    pool: str,
+    *,
+    gpus: int = 8,
+    provider_id: str | None = None,
+    ready: bool = True,
+    created: float = 0.0,
+    ready_since: float | None = None,
+) -> Obj:
+    """A Node of ``pool`` as the apiserver sends it."""
+    spec: Obj = {}
+    if provider_id is not None:
+        spec["providerID"] = provider_id
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {POOL_LABEL: pool},
+            "annotations": {},
+            "creationTimestamp": rfc3339(created),
+        },
+        "spec": spec,
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastTransitionTime": rfc3339(created if ready_since is None else ready_since),
+                }
+            ],
+        },
+    }
+
+
+def gpu_pod(
+    name: str,
+    *,
+    gpus: int = 8,
+    node: str | None = None,
+    namespace: str = "team",
+    job: str | None = None,
+    unschedulable_since: float = 0.0,
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    """A pod requesting ``gpus``; pending (Unschedulable) unless bound to ``node``."""
+    meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+    if job is not None:
+        meta["ownerReferences"] = [{"kind": "Job", "apiVersion": "batch/v1", "name": job}]
+        meta["labels"][JOB_NAME_LABEL] = job
+    status: Obj = {"phase": "Running" if node else "Pending"}
+    if node is None:
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "lastTransitionTime": rfc3339(unschedulable_since),
+            }
+        ]
+    spec: Obj = {
+        "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def custom_object(name: str, spec: Obj) -> Obj:
+    return {"metadata": {"name": name, "generation": 1}, "spec": spec, "status": {}}
+
+
+class FakeCluster:
+    """The apiserver as ``KubeCluster`` exposes it, in memory."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.jobs: dict[tuple[str, str], Obj] = {}
+        self.pools: dict[str, Obj] = {}
+        self.policies: dict[str, Obj] = {}
+        self.events: list[Obj] = []
+        self.leases: dict[tuple[str, str], Obj] = {}
+        self.writes: list[tuple[str, str]] = []
+
+    # --- test setup ---------------------------------------------------------------------
+    def add_node(self, node: Obj) -> None:
+        self.nodes[node["metadata"]["name"]] = node
+
+    def add_pod(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        self.pods[(meta["namespace"], meta["name"])] = pod
+
+    def add_pool(self, name: str, spec: Obj) -> None:
+        self.pools[name] = custom_object(name, spec)
+
+    def add_policy(self, name: str, spec: Obj) -> None:
+        self.policies[name] = custom_object(name, spec)
+
+    def writes_to(self, name: str) -> list[str]:
+        """Verbs the operator applied to the object called ``name``."""
+        return [verb for verb, target in self.writes if target == name]
+
+    # --- KubeCluster --------------------------------------------------------------------
+    def close(self) -> None:
+        return None
+
+    def list_pools(self) -> list[Obj]:
+        return copy.deepcopy(list(self.pools.values()))
+
+    def list_policies(self) -> list[Obj]:
+        return copy.deepcopy(list(self.policies.values()))
+
+    def get_policy(self, name: str) -> Obj:
+        if name not in self.policies:
+            raise NotFound(f"ScalingPolicy {name} not found", status=404)
+        return copy.deepcopy(self.policies[name])
+
+    def read_objects(self) -> ClusterObjects:
+        pods = [
+            p
+            for p in self.pods.values()
+            if p["status"].get("phase") not in ("Succeeded", "Failed")
+            and pod_spec_gpus(p.get("spec") or {}) > 0
+        ]
+        return ClusterObjects(
+            nodes=copy.deepcopy(list(self.nodes.values())),
+            pods=copy.deepcopy(pods),
+            jobs=copy.deepcopy(list(self.jobs.values())),
+        )
+
+    def pods_on_node(self, node: str) -> list[Obj]:
+        return copy.deepcopy(
+            [
+                p
+                for p in self.pods.values()
+                if (p.get("spec") or {}).get("nodeName") == node
+                and p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+        )
+
+    def pods_of_job(self, namespace: str, job: str) -> list[Obj]:
+        return copy.deepcopy(
+            [
+                p
+                for (ns, _), p in self.pods.items()
+                if ns == namespace
+                and p["metadata"].get("labels", {}).get(JOB_NAME_LABEL) == job
+                and p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+        )
+
+    def get_node(self, name: str) -> Obj | None:
+        node = self.nodes.get(name)
+        return copy.deepcopy(node) if node is not None else None
+
+    def get_job(self, namespace: str, name: str) -> Obj:
+        if (namespace, name) not in self.jobs:
+            raise NotFound(f"Job {namespace}/{name} not found", status=404)
+        return copy.deepcopy(self.jobs[(namespace, name)])
+
+    def cordon(self, node: str, why: str, extra_annotations: dict[str, str] | None = None) -> None:
+        self.writes.append(("cordon", node))
+        annotations = {CORDONED_BY_ANNOTATION: why, **(extra_annotations or {})}
+        self._patch_node(
+            node, {"spec": {"unschedulable": True}, "metadata": {"annotations": annotations}}
+        )
+
+    def uncordon(self, node: str) -> None:
+        self.writes.append(("uncordon", node))
+        self._patch_node(
+            node,
+            {
+                "spec": {"unschedulable": False},
+                "metadata": {"annotations": {CORDONED_BY_ANNOTATION: None}},
+            },
+        )
+
+    def patch_node_metadata(
+        self,
+        node: str,
+        *,
+        labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
+    ) -> None:
+        self.writes.append(("patch_metadata", node))
+        meta: Obj = {}
+        if labels:
+            meta["labels"] = labels
+        if annotations:
+            meta["annotations"] = annotations
+        self._patch_node(node, {"metadata": meta})
+
+    def set_node_taints(self, node: str, taints: list[Obj]) -> None:
+        self.writes.append(("taint", node))
+        self._patch_node(node, {"spec": {"taints": taints}})
+
+    def delete_node(self, node: str) -> None:
+        self.writes.append(("delete", node))
+        self.nodes.pop(node, None)
+
+    def evict(self, namespace: str, pod: str) -> bool:
+        self.writes.append(("evict", f"{namespace}/{pod}"))
+        self.pods.pop((namespace, pod), None)
+        return True
+
+    def patch_job(self, namespace: str, name: str, patch: Obj | list[Obj]) -> Obj:
+        self.writes.append(("patch_job", f"{namespace}/{name}"))
+        job = self.jobs.get((namespace, name))
+        if job is None:
+            raise NotFound(f"Job {namespace}/{name} not found", status=404)
+        if isinstance(patch, dict):
+            _merge(job, patch)
+        return copy.deepcopy(job)
+
+    def clear_job_start_time(self, namespace: str, name: str) -> None:
+        self.patch_job(namespace, name, {"status": {"startTime": None}})
+
+    def patch_status(self, plural: str, name: str, status: Obj) -> None:
+        store = self.pools if plural == "gpupools" else self.policies
+        if name in store:
+            store[name]["status"] = copy.deepcopy(status)
+
+    def post_event(
+        self,
+        ref: ObjectRef,
+        *,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        now: float,
+    ) -> None:
+        self.events.append(
+            {
+                "kind": ref.kind,
+                "name": ref.name,
+                "reason": reason,
+                "message": message,
+                "type": event_type,
+            }
+        )
+
+    def list_events(self, namespace: str | None = None) -> list[Obj]:
+        return list(self.events)
+
+    def read_lease(self, namespace: str, name: str) -> Obj | None:
+        lease = self.leases.get((namespace, name))
+        return copy.deepcopy(lease) if lease is not None else None
+
+    def create_lease(self, namespace: str, body: Obj) -> None:
+        body = copy.deepcopy(body)
+        body["metadata"]["resourceVersion"] = "1"
+        self.leases[(namespace, body["metadata"]["name"])] = body
+
+    def replace_lease(self, namespace: str, name: str, body: Obj) -> None:
+        self.leases[(namespace, name)] = copy.deepcopy(body)
+
+    def _patch_node(self, node: str, patch: Obj) -> None:
+        if node not in self.nodes:
+            raise NotFound(f"node {node} not found", status=404)
+        _merge(self.nodes[node], patch)

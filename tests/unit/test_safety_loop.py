@@ -1,0 +1,252 @@
+"""Whole ticks of the real Reconciler over an in-memory cluster and the fake provider.
+
+Each test replays one control-loop bug of issue 11 the way it happened on a cluster: the
+same sequence of ticks, the same lagging cloud, and asserts what a user would see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.support.fake_cluster import FakeCluster, gpu_node, gpu_pod
+
+from hybridgpu.cloud.fake import FakeProvider
+from hybridgpu.handlers.loop import Reconciler
+from hybridgpu.handlers.options import OperatorOptions
+from hybridgpu.kube.names import RELEASING_ANNOTATION
+from hybridgpu.metrics.exported import ExportedMetrics
+from hybridgpu.models.pool import GPUPoolSpec
+
+pytestmark = pytest.mark.unit
+
+START = 1_700_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def core_pool(policy: str = "default") -> dict[str, Any]:
+    return {
+        "tier": "core",
+        "gpu": {"model": "A100", "perNode": 8},
+        "minNodes": 1,
+        "maxNodes": 2,
+        "provider": {"type": "static"},
+        "pricing": {"capexPerNode": 200000},
+        "policy": policy,
+    }
+
+
+def elastic_pool(policy: str = "default", max_nodes: int = 6) -> dict[str, Any]:
+    return {
+        "tier": "elastic",
+        "gpu": {"model": "A100", "perNode": 8},
+        "minNodes": 0,
+        "maxNodes": max_nodes,
+        "provider": {"type": "fake"},
+        "pricing": {"perNodeHour": 24},
+        "scaleDown": {"idleFor": "10m"},
+        "policy": policy,
+    }
+
+
+def operator(
+    cluster: FakeCluster, clock: Clock, fake_provider: str = "hybridgpu.cloud.fake:FakeProvider"
+) -> Reconciler:
+    options = OperatorOptions(identity="test", fake_provider=fake_provider)
+    return Reconciler(cluster, options, clock=clock, metrics=ExportedMetrics())  # type: ignore[arg-type]
+
+
+def fake_of(reconciler: Reconciler, cluster: FakeCluster, pool: str) -> FakeProvider:
+    spec = GPUPoolSpec.model_validate(cluster.pools[pool]["spec"])
+    found = reconciler.providers.for_spec(spec)
+    assert isinstance(found, FakeProvider)
+    return found
+
+
+def join(
+    cluster: FakeCluster, fake: FakeProvider, pool: str, clock: Clock, *, age: float = 0.0
+) -> list[str]:
+    """Give every listed instance of ``pool`` that has no Node yet a Ready Node, created
+    ``age`` seconds ago."""
+    spec = GPUPoolSpec.model_validate(cluster.pools[pool]["spec"])
+    have = {(n.get("spec") or {}).get("providerID") for n in cluster.nodes.values()}
+    joined = []
+    for instance in fake.instances(pool, spec):
+        if instance.provider_id not in have:
+            name = f"{pool}-{instance.instance_id}"
+            cluster.add_node(
+                gpu_node(name, pool, provider_id=instance.provider_id, created=clock.now - age)
+            )
+            joined.append(name)
+    return joined
+
+
+def condition(cluster: FakeCluster, pool: str, kind: str) -> dict[str, Any]:
+    conditions = cluster.pools[pool]["status"].get("conditions") or []
+    return next(c for c in conditions if c["type"] == kind)
+
+
+# --- bug 1: an interruption notice with no provider ID ------------------------------------
+def test_a_notice_without_provider_id_never_touches_owned_nodes() -> None:
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("core", core_pool())
+    cluster.add_pool("elastic", elastic_pool())
+    cluster.add_node(gpu_node("core-1", "core", created=START - 86400))
+    cluster.add_pod(gpu_pod("busy", node="core-1", job="busy"))
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+    fake.set_target("elastic", spec, 1)
+    (cloud_node,) = join(cluster, fake, "elastic", clock)
+    instance = fake.instances("elastic", spec)[0]
+    # The AWS adapter's zone lookup failed: the notice names the instance but no provider ID.
+    fake.interrupt(instance.instance_id, provider_id="")
+
+    for _ in range(3):
+        reconciler.tick("default")
+        clock.now += 30
+
+    assert cluster.writes_to("core-1") == []
+    assert "core-1" in cluster.nodes
+    assert not cluster.nodes["core-1"]["spec"].get("unschedulable")
+    assert [i.instance_id for i in fake.instances("elastic", spec)] == [instance.instance_id]
+    assert cloud_node in cluster.nodes
+
+
+# --- bug 2: a lagging instance list doubles a scale-up ------------------------------------
+@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+def test_a_scale_up_is_not_repeated_while_the_cloud_lists_no_instance_yet() -> None:
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("elastic", elastic_pool())
+    for i in range(2):
+        cluster.add_pod(gpu_pod(f"train-{i}", job=f"train-{i}", unschedulable_since=START - 120))
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    fake.list_lag_seconds = 60  # an ASG lists new instances once its activity starts
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+
+    reconciler.tick("default")
+    assert fake.target("elastic", spec) == 2
+    clock.now += 5
+    reconciler.tick("default")
+
+    assert fake.target("elastic", spec) == 2
+    status = cluster.pools["elastic"]["status"]
+    assert status["nodes"]["provisioning"] == 2
+
+
+# --- bug 4: two ScalingPolicies forget each other's idle clocks ---------------------------
+@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+def test_idle_nodes_are_released_when_two_policies_tick_in_turn() -> None:
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_policy("other", {})
+    cluster.add_pool("elastic", elastic_pool())
+    cluster.add_pool("elastic-b", elastic_pool(policy="other"))
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    for pool in ("elastic", "elastic-b"):
+        fake.set_target(pool, GPUPoolSpec.model_validate(cluster.pools[pool]["spec"]), 1)
+    (idle_a,) = join(cluster, fake, "elastic", clock, age=3600)
+    (idle_b,) = join(cluster, fake, "elastic-b", clock, age=3600)
+
+    for _ in range(25):  # 12.5 minutes of ticks, alternating; idleFor is 10 minutes
+        reconciler.tick("default")
+        reconciler.tick("other")
+        clock.now += 30
+
+    assert "cordon" in cluster.writes_to(idle_a)
+    assert "cordon" in cluster.writes_to(idle_b)
+
+
+# --- bug 7: a bare pod keeps a node releasing forever --------------------------------------
+@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+def test_a_bare_pod_ends_the_release_of_its_node_instead_of_failing_every_tick() -> None:
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("elastic", elastic_pool())
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    fake.set_target("elastic", GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"]), 1)
+    (name,) = join(cluster, fake, "elastic", clock, age=3600)
+    node = cluster.nodes.pop(name)
+    node["metadata"]["name"] = "gpu-1"
+    node["spec"]["unschedulable"] = True
+    node["metadata"]["annotations"] = {
+        RELEASING_ANNOTATION: str(START - 60),
+        "hybridgpu.io/cordoned-by": "release",
+    }
+    cluster.add_node(node)
+    # Bound just before the cordon: owned by nothing, so it is never evicted.
+    cluster.add_pod(gpu_pod("notebook", node="gpu-1"))
+
+    results = []
+    for _ in range(3):
+        results.append(reconciler.tick("default"))
+        clock.now += 30
+
+    annotations = cluster.nodes["gpu-1"]["metadata"]["annotations"]
+    assert RELEASING_ANNOTATION not in annotations
+    assert not cluster.nodes["gpu-1"]["spec"].get("unschedulable")
+    assert ("notebook" in str(cluster.events)) and "gpu-1" in cluster.nodes
+    assert results[-1].errors == []
+
+
+# --- bug 8: an instance that never becomes a Node -----------------------------------------
+@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+def test_an_instance_that_never_registers_is_replaced_after_the_deadline() -> None:
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("elastic", elastic_pool())
+    cluster.add_pod(gpu_pod("train", job="train", unschedulable_since=START - 120))
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+
+    reconciler.tick("default")
+    (first,) = fake.instances("elastic", spec)
+    for _ in range(16 * 2):  # 16 minutes; the instance never joins
+        clock.now += 30
+        reconciler.tick("default")
+
+    live = [i.instance_id for i in fake.instances("elastic", spec)]
+    assert first.instance_id not in live
+    assert len(live) == 1  # the replacement the pending pod still needs
+    unhealthy = condition(cluster, "elastic", "NodesUnhealthy")
+    assert unhealthy["status"] == "True" and unhealthy["reason"] == "RegistrationTimeout"
+    assert first.instance_id in unhealthy["message"]
+
+
+# --- bug 9: a provider that cannot be built -----------------------------------------------
+@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+def test_a_provider_that_fails_to_load_is_a_pool_condition_not_a_broken_tick() -> None:
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("core", core_pool())
+    cluster.add_pool("elastic", elastic_pool())
+    cluster.add_node(gpu_node("core-1", "core", created=START - 86400))
+    cluster.add_pod(gpu_pod("train", job="train", unschedulable_since=START - 120))
+    reconciler = operator(cluster, clock, fake_provider="no_such_module:Provider")
+
+    result = reconciler.tick("default")
+
+    assert result.plan is not None
+    error = condition(cluster, "elastic", "ProviderError")
+    assert error["status"] == "True" and "no_such_module" in error["message"]
+    assert condition(cluster, "core", "ProviderError")["status"] == "False"
+    assert cluster.policies["default"]["status"]["lastTick"]
