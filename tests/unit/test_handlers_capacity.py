@@ -46,11 +46,10 @@ def test_scale_up_adds_to_the_target_and_never_exceeds_max_nodes() -> None:
     clock = Clock()
     capacity, fake = providers(clock)
     capacity.scale_up("spot", 2)
-    assert capacity.provisioning("spot", set()) == 2
+    assert capacity.provisioning("spot", joined_nodes=0) == 2
     capacity.scale_up("spot", 5)
     assert fake.target("spot", spot()) == 3
-    joined = {i.provider_id for i in fake.instances("spot", spot())[:1]}
-    assert capacity.provisioning("spot", joined) == 2
+    assert capacity.provisioning("spot", joined_nodes=1) == 2
 
 
 def test_terminate_removes_the_nodes_instance_and_acknowledges_its_notice() -> None:

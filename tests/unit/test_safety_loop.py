@@ -123,7 +123,6 @@ def test_a_notice_without_provider_id_never_touches_owned_nodes() -> None:
 
 
 # --- bug 2: a lagging instance list doubles a scale-up ------------------------------------
-@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
 def test_a_scale_up_is_not_repeated_while_the_cloud_lists_no_instance_yet() -> None:
     clock = Clock()
     cluster = FakeCluster()
@@ -147,7 +146,7 @@ def test_a_scale_up_is_not_repeated_while_the_cloud_lists_no_instance_yet() -> N
 
 
 # --- bug 4: two ScalingPolicies forget each other's idle clocks ---------------------------
-@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_idle_nodes_are_released_when_two_policies_tick_in_turn() -> None:
     clock = Clock()
     cluster = FakeCluster()
@@ -172,7 +171,7 @@ def test_idle_nodes_are_released_when_two_policies_tick_in_turn() -> None:
 
 
 # --- bug 7: a bare pod keeps a node releasing forever --------------------------------------
-@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_a_bare_pod_ends_the_release_of_its_node_instead_of_failing_every_tick() -> None:
     clock = Clock()
     cluster = FakeCluster()
@@ -206,7 +205,7 @@ def test_a_bare_pod_ends_the_release_of_its_node_instead_of_failing_every_tick()
 
 
 # --- bug 8: an instance that never becomes a Node -----------------------------------------
-@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_an_instance_that_never_registers_is_replaced_after_the_deadline() -> None:
     clock = Clock()
     cluster = FakeCluster()
@@ -232,7 +231,7 @@ def test_an_instance_that_never_registers_is_replaced_after_the_deadline() -> No
 
 
 # --- bug 9: a provider that cannot be built -----------------------------------------------
-@pytest.mark.xfail(strict=True, reason='issue 11: not fixed yet')
+@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_a_provider_that_fails_to_load_is_a_pool_condition_not_a_broken_tick() -> None:
     clock = Clock()
     cluster = FakeCluster()

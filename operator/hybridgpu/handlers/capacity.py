@@ -90,15 +90,14 @@ class Providers:
                 log.warning("cannot read interruption notices: %s", err)
         return {pid: n.deadline for pid, n in self.notices.items()}
 
-    def provisioning(self, pool: str, node_provider_ids: set[str]) -> int:
-        """Instances launched for ``pool`` that have no Node yet."""
+    def provisioning(self, pool: str, joined_nodes: int) -> int:
+        """Capacity on its way to ``pool``: the provider's target minus the pool's Nodes.
+
+        Never a count of listed instances: a cloud lists a launch late (an Auto Scaling
+        group once its activity starts), and a scale-up computed from the list doubles.
+        """
         spec = self.pools[pool]
-        instances = self.for_spec(spec).instances(pool, spec)
-        return sum(
-            1
-            for i in instances
-            if i.state != "terminating" and i.provider_id not in node_provider_ids
-        )
+        return max(0, self.for_spec(spec).target(pool, spec) - joined_nodes)
 
     def spot_price(self, pool: str) -> float | None:
         spec = self.pools[pool]

@@ -20,7 +20,7 @@ from hybridgpu.core.decide import decide
 from hybridgpu.handlers.capacity import Providers
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.cluster import KubeCluster
-from hybridgpu.kube.convert import IdleTracker, epoch_of
+from hybridgpu.kube.convert import IdleTracker, epoch_of, pool_of_node, pool_selector
 from hybridgpu.kube.errors import KubeError
 from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
@@ -225,16 +225,17 @@ class Reconciler:
         else:
             # No Prometheus configured: idle means "no GPU pods", which is never blind.
             health = MetricsHealth(available=True, reason="no Prometheus configured")
-        provider_ids = {
-            str((n.get("spec") or {}).get("providerID"))
-            for n in nodes
-            if (n.get("spec") or {}).get("providerID")
-        }
+        selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
+        joined: dict[str, int] = {}
+        for raw in nodes:
+            member = pool_of_node(raw, selectors)
+            if member is not None:
+                joined[member] = joined.get(member, 0) + 1
         provisioning: dict[str, int] = {}
         prices: dict[str, float] = {}
         for name in pools:
             try:
-                provisioning[name] = self.providers.provisioning(name, provider_ids)
+                provisioning[name] = self.providers.provisioning(name, joined.get(name, 0))
                 price = self.providers.spot_price(name)
                 if price is not None:
                     prices[name] = price
