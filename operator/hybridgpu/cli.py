@@ -109,7 +109,10 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; the exit code: 0 done, 2 bad input, 1 a bug (one line each)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error already printed
+        return done.code if isinstance(done.code, int) else EXIT_BAD_INPUT
     try:
         return int(args.func(args))
     except UserError as err:

@@ -6,12 +6,12 @@ import argparse
 import codecs
 import math
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from hybridgpu.errors import UserError
-from hybridgpu.models.base import DURATION_PATTERN, POSITIVE_DURATION_PATTERN
+
+if TYPE_CHECKING:  # every command's parser imports this module: no pydantic at import
+    from pydantic import ValidationError
 
 
 def read_yaml_documents(path: str | Path, what: str) -> list[Any]:
@@ -32,6 +32,8 @@ def read_yaml_documents(path: str | Path, what: str) -> list[Any]:
 
 def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
     """The first problem of a pydantic error as ``field.path: message``."""
+    from hybridgpu.models.base import DURATION_PATTERN, POSITIVE_DURATION_PATTERN
+
     first = err.errors()[0]
     loc = prefix + ".".join(str(p) for p in first["loc"])
     msg = str(first["msg"]).removeprefix("Value error, ")

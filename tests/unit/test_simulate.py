@@ -227,8 +227,11 @@ BAD_INPUT = {
         ["--trace", "{badcrit}", "--trace-format", "csv"],
         "field 'criticality' is 'urgent'",
     ),
-    "openb file without its columns": (["--trace", "{badcrit}"], "missing column(s)"),
-    "negative time scale": (["--time-scale", "-1"], "--time-scale must be > 0"),
+    "openb file without its columns": (
+        ["--trace", "{badcrit}", "--trace-format", "openb"],
+        "missing column(s)",
+    ),
+    "negative time scale": (["--time-scale", "-1"], "--time-scale: expected a finite number > 0"),
     "bad qos map": (["--trace", "{badcrit}", "--qos-map", "LS=vip"], "--qos-map"),
 }
 

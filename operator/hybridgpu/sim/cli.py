@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError
+from hybridgpu.inputs import non_negative_number, positive_number
 
 DEFAULT_PNG = "out/simulation.png"
 
@@ -23,34 +26,158 @@ def add_parsers(sub: Any) -> None:
     )
     parser.add_argument("--cluster", help="GPUPool/ScalingPolicy manifests (default: bundled)")
     parser.add_argument("--trace", help="job trace file (default: the synthetic scenario)")
-    parser.add_argument("--trace-format", choices=("openb", "csv"), default="openb")
+    parser.add_argument(
+        "--trace-format",
+        choices=("openb", "csv"),
+        default=None,
+        help="default: detected from the trace's header",
+    )
     parser.add_argument(
         "--time-scale",
-        type=float,
-        default=1.0,
+        type=positive_number,
+        default=None,
         help="divide the trace's times and durations by this factor (default 1)",
+    )
+    parser.add_argument(
+        "--epoch",
+        action="store_true",
+        help="the trace's arrival times are an absolute clock (e.g. Unix epoch seconds): "
+        "start the simulation at the first arrival",
+    )
+    parser.add_argument(
+        "--skip-infeasible",
+        action="store_true",
+        help="leave out (and report) jobs that need more GPUs than any node they may use "
+        "(default: such a job is an error)",
     )
     parser.add_argument("--qos-map", help="openb qos mapping, e.g. LS=standard,BE=preemptible")
     parser.add_argument("--spot-trace", help="measured spot preemption trace (spot-traces JSON)")
     parser.add_argument(
         "--spot-hazard",
-        type=float,
+        type=non_negative_number,
         default=None,
         help="spot interruptions per node-hour when no --spot-trace (default 0.05)",
     )
-    parser.add_argument("--provisioning-delay", type=float, default=120.0, help="seconds (120)")
-    parser.add_argument("--restart-overhead", type=float, default=300.0, help="seconds (300)")
+    parser.add_argument(
+        "--provisioning-delay",
+        type=non_negative_number,
+        default=120.0,
+        help="seconds from launching a cloud node to it running work (default 120)",
+    )
+    parser.add_argument(
+        "--restart-overhead",
+        type=non_negative_number,
+        default=300.0,
+        help="seconds of work a preempted or interrupted job loses (default 300)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="random seed (7)")
-    parser.add_argument("--hours", type=float, default=72.0, help="synthetic scenario length")
+    parser.add_argument(
+        "--hours",
+        type=positive_number,
+        default=None,
+        help="length of the synthetic scenario in hours (default 72; not with --trace)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--png", default=DEFAULT_PNG, help=f"chart path (default {DEFAULT_PNG})")
+    parser.add_argument("--png", default=None, help=f"chart path (default {DEFAULT_PNG})")
     parser.add_argument("--no-png", action="store_true", help="do not write the chart")
     parser.set_defaults(func=run)
 
 
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise UserError(f"{name} must be > 0, got {value}")
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flags that contradict each other or do nothing in this run are an error, not ignored."""
+    from hybridgpu.sim.traces import MAX_SPAN_DAYS
+
+    unused_without_trace = ("--time-scale", "--trace-format", "--qos-map", "--epoch")
+    given = {
+        "--time-scale": args.time_scale is not None,
+        "--trace-format": args.trace_format is not None,
+        "--qos-map": args.qos_map is not None,
+        "--epoch": args.epoch,
+    }
+    if not args.trace:
+        for flag in unused_without_trace:
+            if given[flag]:
+                raise UserError(f"{flag} applies to --trace FILE; without --trace it does nothing")
+    elif args.hours is not None:
+        raise UserError("--hours sets the synthetic scenario's length; a --trace sets its own")
+    if args.qos_map is not None and args.trace_format == "csv":
+        raise UserError("--qos-map maps openb qos values; a csv trace names the criticality")
+    if args.spot_trace and args.spot_hazard is not None:
+        raise UserError(
+            "--spot-hazard and --spot-trace both set spot interruptions: pass one of them"
+        )
+    if args.no_png and args.png is not None:
+        raise UserError("--png and --no-png contradict each other: pass one of them")
+    if args.hours is not None and args.hours > MAX_SPAN_DAYS * 24:
+        raise UserError(
+            f"--hours {args.hours:g}: the simulator covers at most {MAX_SPAN_DAYS * 24:g} hours"
+        )
+
+
+def _check_png(path: str) -> None:
+    """The chart's path is checked before the simulation runs, not after."""
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise UserError(f"--png {path}: the chart is a PNG; expected a file name ending in .png")
+    if out.is_dir():
+        raise UserError(f"--png {path}: is a directory; expected a file name ending in .png")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--png {path}: cannot create {out.parent}: {err.strerror}") from None
+    existed = out.exists()
+    try:
+        with out.open("ab"):
+            pass
+    except OSError as err:
+        raise UserError(f"--png {path}: cannot write: {err.strerror} (or pass --no-png)") from None
+    if not existed:
+        out.unlink()
+
+
+def _trace_jobs(args: argparse.Namespace, pools: Any, notes: list[str]) -> tuple[list[Any], str]:
+    """The jobs to simulate and where they came from, checked: every job fits some node and
+    the simulated span is bounded."""
+    from hybridgpu.sim.config import feasible_jobs
+    from hybridgpu.sim.traces import (
+        check_span,
+        detect_trace_format,
+        load_csv,
+        load_openb,
+        parse_qos_map,
+        starting_at_first_arrival,
+        synthetic,
+    )
+
+    if not args.trace:
+        hours = 72.0 if args.hours is None else args.hours
+        jobs = synthetic(seed=args.seed, hours=hours)
+        return jobs, f"synthetic scenario ({hours:g} h, seed {args.seed})"
+    trace_format = args.trace_format or detect_trace_format(args.trace)
+    scale = 1.0 if args.time_scale is None else args.time_scale
+    if trace_format == "openb":
+        load = load_openb(args.trace, time_scale=scale, qos_map=parse_qos_map(args.qos_map))
+    else:
+        if args.qos_map is not None:
+            raise UserError("--qos-map maps openb qos values; a csv trace names the criticality")
+        load = load_csv(args.trace, time_scale=scale)
+    jobs = starting_at_first_arrival(load.jobs) if args.epoch else load.jobs
+    if load.skipped:
+        notes.append(
+            "skipped: "
+            + ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items()))
+        )
+    source = f"{args.trace} ({trace_format}, time scale {scale:g})"
+    jobs, infeasible = feasible_jobs(jobs, pools, args.trace, skip=args.skip_infeasible)
+    if infeasible:
+        names = ", ".join(b.job.name for b in infeasible[:5])
+        more = f" and {len(infeasible) - 5} more" if len(infeasible) > 5 else ""
+        notes.append(
+            f"skipped {len(infeasible)} job(s) no node can run (--skip-infeasible): "
+            f"{names}{more}; {infeasible[0].reason}"
+        )
+    check_span(jobs, source)
+    return jobs, source
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,13 +185,11 @@ def run(args: argparse.Namespace) -> int:
     from hybridgpu.sim.config import load_cluster
     from hybridgpu.sim.engine import SimSettings
     from hybridgpu.sim.report import table, write_png
-    from hybridgpu.sim.traces import load_csv, load_openb, load_spot_trace, parse_qos_map, synthetic
+    from hybridgpu.sim.traces import load_spot_trace
 
-    _positive("--time-scale", args.time_scale)
-    if args.provisioning_delay < 0 or args.restart_overhead < 0:
-        raise UserError("--provisioning-delay and --restart-overhead must be >= 0")
-    if args.spot_hazard is not None and args.spot_hazard < 0:
-        raise UserError("--spot-hazard must be >= 0")
+    _check_flags(args)
+    if not args.no_png:
+        _check_png(args.png or DEFAULT_PNG)
     if args.cluster:
         config = load_cluster(args.cluster)
     else:
@@ -72,25 +197,7 @@ def run(args: argparse.Namespace) -> int:
         with resources.as_file(bundled) as path:
             config = load_cluster(path)
     notes: list[str] = []
-    if args.trace:
-        if args.trace_format == "openb":
-            load = load_openb(
-                args.trace, time_scale=args.time_scale, qos_map=parse_qos_map(args.qos_map)
-            )
-        else:
-            load = load_csv(args.trace, time_scale=args.time_scale)
-        jobs = load.jobs
-        if load.skipped:
-            notes.append(
-                "skipped: "
-                + ", ".join(
-                    f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items())
-                )
-            )
-        source = f"{args.trace} ({args.trace_format}, time scale {args.time_scale:g})"
-    else:
-        jobs = synthetic(seed=args.seed, hours=args.hours)
-        source = f"synthetic scenario ({args.hours:g} h, seed {args.seed})"
+    jobs, source = _trace_jobs(args, config.pools, notes)
     if not jobs:
         raise UserError(f"{args.trace or 'trace'}: no GPU jobs to simulate")
     spot_trace = load_spot_trace(args.spot_trace) if args.spot_trace else None
@@ -101,14 +208,17 @@ def run(args: argparse.Namespace) -> int:
         spot_trace=spot_trace,
         seed=args.seed,
     )
-    show_progress = not args.json and sys.stderr.isatty()
-    progress = _ProgressBar() if show_progress else None
+    progress: _ProgressBar | _ProgressLines | None = None
+    if not sys.stderr.isatty():
+        progress = _ProgressLines()  # logs and CI: a line now and then on long runs
+    elif not args.json:
+        progress = _ProgressBar()
     try:
         results = compare(config.pools, config.policy.spec, jobs, settings, progress=progress)
     finally:
         if progress is not None:
             progress.close()
-    png = None if args.no_png else write_png(results, args.png)
+    png = None if args.no_png else write_png(results, args.png or DEFAULT_PNG)
     if args.json:
         out = {
             "source": source,
@@ -133,6 +243,31 @@ def run(args: argparse.Namespace) -> int:
     if png is not None:
         print(f"chart: {png}")
     return 0
+
+
+class _ProgressLines:
+    """Progress as plain lines on stderr (not a terminal): silent for the first
+    ``quiet_seconds``, then one line every ``every_seconds`` of wall time."""
+
+    def __init__(self, *, quiet_seconds: float = 10.0, every_seconds: float = 30.0) -> None:
+        self.started = time.monotonic()
+        self.next_line = self.started + quiet_seconds
+        self.every_seconds = every_seconds
+
+    def __call__(self, name: str, fraction: float) -> None:
+        now = time.monotonic()
+        if now < self.next_line:
+            return
+        self.next_line = now + self.every_seconds
+        print(
+            f"hybridgpu simulate: {name} {fraction:.0%} of the trace simulated "
+            f"({now - self.started:,.0f} s elapsed)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        pass
 
 
 class _ProgressBar:

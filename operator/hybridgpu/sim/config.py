@@ -3,6 +3,7 @@ kubectl, so the simulator and the operator read one configuration."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ from pydantic import ValidationError
 
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import describe_validation_error, read_yaml_documents
+from hybridgpu.models.pool import Tier
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
-from hybridgpu.models.snapshot import PoolState
+from hybridgpu.models.snapshot import Criticality, PoolState
+from hybridgpu.sim.traces import TraceJob
 
 _KINDS: dict[str, type[GPUPool] | type[ScalingPolicy]] = {
     "GPUPool": GPUPool,
@@ -38,7 +41,13 @@ def parse_manifest(doc: Any, source: str) -> GPUPool | ScalingPolicy:
     model = _KINDS.get(str(kind))
     if model is None:
         raise UserError(f"{source}: kind {kind!r} is not GPUPool or ScalingPolicy")
-    name = (doc.get("metadata") or {}).get("name", "?")
+    metadata = doc.get("metadata")
+    if not isinstance(metadata, dict):
+        raise UserError(
+            f"{source}: {kind} field 'metadata' is {metadata!r}; expected a mapping with a name, "
+            "e.g. metadata: {name: core}"
+        )
+    name = metadata.get("name", "?")
     try:
         return model.model_validate(doc)
     except ValidationError as err:
@@ -77,3 +86,62 @@ def load_cluster(path: str | Path) -> ClusterConfig:
             )
         )
     return ClusterConfig(pools=tuple(pools), policy=policy)
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """A job no pool it may use can ever run: more GPUs than the largest node."""
+
+    job: TraceJob
+    reason: str
+
+
+def infeasible_jobs(jobs: Sequence[TraceJob], pools: Sequence[PoolState]) -> list[Infeasible]:
+    """Jobs that could never start: each needs more GPUs than any node of the pools it may use
+    (core and elastic; spot too for preemptible jobs), or than any elastic node (the on_demand
+    baseline runs on elastic pools only)."""
+
+    def largest(tiers: set[str]) -> PoolState | None:
+        usable = [p for p in pools if p.spec.tier in tiers and p.spec.max_nodes > 0]
+        return max(usable, key=lambda p: (p.spec.gpu.per_node, p.name), default=None)
+
+    firm = largest({Tier.CORE.value, Tier.ELASTIC.value})
+    any_tier = largest({Tier.CORE.value, Tier.ELASTIC.value, Tier.SPOT.value})
+    elastic = largest({Tier.ELASTIC.value})
+    found: list[Infeasible] = []
+    for job in jobs:
+        best = any_tier if job.criticality == Criticality.PREEMPTIBLE else firm
+        if best is None or job.gpus > best.spec.gpu.per_node:
+            shown = (
+                f"the largest node it may use has {best.spec.gpu.per_node} "
+                f"(pool {best.name}, {best.spec.gpu.model})"
+                if best is not None
+                else "no pool with maxNodes > 0 may run it"
+            )
+            found.append(Infeasible(job, f"needs {job.gpus} GPUs on one node; {shown}"))
+        elif elastic is not None and job.gpus > elastic.spec.gpu.per_node:
+            found.append(
+                Infeasible(
+                    job,
+                    f"needs {job.gpus} GPUs on one node; the largest elastic node has "
+                    f"{elastic.spec.gpu.per_node} (pool {elastic.name}), so the on_demand "
+                    "baseline could never run it",
+                )
+            )
+    return found
+
+
+def feasible_jobs(
+    jobs: Sequence[TraceJob], pools: Sequence[PoolState], source: str, *, skip: bool
+) -> tuple[list[TraceJob], list[Infeasible]]:
+    """``jobs`` without the ones no pool can run, and those; UserError naming the first of
+    them unless ``skip``."""
+    bad = infeasible_jobs(jobs, pools)
+    if bad and not skip:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UserError(
+            f"{source}: job {bad[0].job.name!r} {bad[0].reason}{more}; fix the trace or the "
+            "pools, or pass --skip-infeasible to leave such jobs out"
+        )
+    dropped = {id(b.job) for b in bad}
+    return [j for j in jobs if id(j) not in dropped], bad

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 import json
 import math
 import random
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridgpu.errors import UserError
+from hybridgpu.inputs import decode_text, read_text
 from hybridgpu.models.snapshot import Criticality
 
 DEFAULT_QOS_MAP: dict[str, Criticality] = {
@@ -32,6 +34,8 @@ class TraceJob:
     duration_seconds: float
     gpus: int
     criticality: Criticality
+    checkpoint_seconds: float | None = None
+    """Progress between two checkpoints; None: the simulation's default, 0: never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +73,19 @@ def _number(
         value = float(raw)
     except ValueError:
         raise UserError(f"{path}:{line}: field {field!r} is {raw!r}; expected a number") from None
-    if math.isnan(value) or value < 0:
-        raise UserError(f"{path}:{line}: field {field!r} is {raw!r}; expected a number >= 0")
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"{path}:{line}: field {field!r} is {raw!r}; expected a finite number >= 0")
     return value
 
 
 def _open_csv(path: Path, required: Iterable[str]) -> tuple[csv.DictReader[str], Sequence[str]]:
+    text = read_text(path, "trace")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        handle = path.open(newline="")
-    except OSError as err:
-        raise UserError(f"{path}: cannot read trace: {err.strerror}") from None
-    reader = csv.DictReader(handle)
-    header = reader.fieldnames or []
+        header = [h.strip() for h in reader.fieldnames or []]
+    except csv.Error as err:
+        raise UserError(f"{path}: not a CSV file ({err})") from None
+    reader.fieldnames = header
     missing = [c for c in required if c not in header]
     if missing:
         raise UserError(
@@ -244,19 +249,88 @@ def load_spot_trace(path: str | Path) -> SpotTrace:
     """A preemption trace in the spot-traces JSON format ({"metadata": {"gap_seconds"}, "data"})."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text())
-    except OSError as err:
-        raise UserError(f"{path}: cannot read spot trace: {err.strerror}") from None
+        raw = json.loads(read_text(path, "spot trace"))
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a spot trace (JSON nested too deeply)") from None
     try:
         gap = float(raw["metadata"]["gap_seconds"])
         data = [int(x) for x in raw["data"]]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise UserError(
             f'{path}: expected {{"metadata": {{"gap_seconds": N}}, "data": [0|1, ...]}}'
         ) from None
-    if gap <= 0 or not data:
-        raise UserError(f"{path}: field 'metadata.gap_seconds' must be > 0 and 'data' non-empty")
+    if not (math.isfinite(gap) and gap > 0) or not data:
+        raise UserError(
+            f"{path}: field 'metadata.gap_seconds' must be a finite number > 0 and 'data' non-empty"
+        )
+    if any(x not in (0, 1) for x in data):
+        raise UserError(f"{path}: field 'data' must hold only 0 (running) and 1 (preempted)")
     edges = [i for i in range(1, len(data)) if data[i] == 1 and data[i - 1] == 0]
     return SpotTrace(gap_seconds=gap, edges=edges, length=len(data))
+
+
+# Longest simulated time: the simulator steps through every interval from time 0, so a trace
+# in epoch seconds (1.7e9 s = 54 years) or a tiny --time-scale would run for hours.
+MAX_SPAN_DAYS = 366.0
+# Arrival times beyond this many seconds (about 3 years) are taken for an absolute clock.
+_EPOCH_LIKE_SECONDS = 1e8
+
+
+def detect_trace_format(path: str | Path) -> str:
+    """``openb`` or ``csv``, from the header line of a job trace file."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(65536)
+    except IsADirectoryError:
+        raise UserError(f"{path}: cannot read trace: is a directory") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read trace: {err.strerror}") from None
+    header = {h.strip() for h in decode_text(first, path, "trace").strip().split(",")}
+    if {"arrival_seconds", "duration_seconds"} <= header:
+        return "csv"
+    if {"creation_time", "num_gpu"} <= header:
+        return "openb"
+    raise UserError(
+        f"{path}: cannot tell the trace format from its header; expected name,arrival_seconds,"
+        "duration_seconds,gpus,criticality (csv) or an openb pod list (name,num_gpu,qos,"
+        "creation_time,scheduled_time,deletion_time), or pass --trace-format"
+    )
+
+
+def starting_at_first_arrival(jobs: Sequence[TraceJob]) -> list[TraceJob]:
+    """``jobs`` shifted in time so the first one arrives at 0 (for absolute clocks)."""
+    if not jobs:
+        return []
+    first = min(j.arrival_seconds for j in jobs)
+    return [
+        TraceJob(j.name, j.arrival_seconds - first, j.duration_seconds, j.gpus, j.criticality)
+        for j in jobs
+    ]
+
+
+def check_span(jobs: Sequence[TraceJob], source: str, *, epoch_flag: str = "--epoch") -> None:
+    """UserError when simulating ``jobs`` from time 0 would cover more than MAX_SPAN_DAYS, with a
+    hint when the arrival times look like Unix epoch seconds."""
+    if not jobs:
+        return
+    end = max(j.arrival_seconds + j.duration_seconds for j in jobs)
+    if end <= MAX_SPAN_DAYS * 86400:
+        return
+    first = min(j.arrival_seconds for j in jobs)
+    longest = max(jobs, key=lambda j: j.duration_seconds)
+    if first > _EPOCH_LIKE_SECONDS:
+        hint = (
+            f"the first arrival is at {first:.4g} s, which looks like Unix epoch seconds: pass "
+            f"{epoch_flag} to start at the first arrival, or subtract it from every arrival"
+        )
+    elif longest.duration_seconds > MAX_SPAN_DAYS * 86400 / 2:
+        hint = f"job {longest.name!r} runs {longest.duration_seconds / 86400:,.0f} days"
+    else:
+        hint = "cut the trace, or compress it with a larger --time-scale"
+    raise UserError(
+        f"{source}: the trace spans {end / 86400:,.0f} days from time 0; the simulator covers at "
+        f"most {MAX_SPAN_DAYS:g} days ({hint})"
+    )
