@@ -146,7 +146,6 @@ def test_a_scale_up_is_not_repeated_while_the_cloud_lists_no_instance_yet() -> N
 
 
 # --- bug 4: two ScalingPolicies forget each other's idle clocks ---------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_idle_nodes_are_released_when_two_policies_tick_in_turn() -> None:
     clock = Clock()
     cluster = FakeCluster()

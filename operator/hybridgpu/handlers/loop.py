@@ -84,7 +84,8 @@ class Reconciler:
         self.clock = clock
         self.providers = Providers(options.fake_provider, clock)
         self.executor = PlanExecutor(cluster, self.providers, clock)
-        self.idle = IdleTracker()
+        self.idle_by_policy: dict[str, IdleTracker] = {}
+        """Idle clocks by policy, then node: a policy's snapshot forgets only its own nodes."""
         self.lease = LeaderLease(
             cluster, options.lease_namespace, LEASE_NAME, options.identity, options.lease_seconds
         )
@@ -102,6 +103,7 @@ class Reconciler:
 
     def forget_wake_event(self, policy: str) -> None:
         self._wake.pop(policy, None)
+        self.idle_by_policy.pop(policy, None)
 
     def trigger_all(self) -> None:
         """Wake every policy's loop (pending GPU pods, nodes that came or went)."""
@@ -151,7 +153,12 @@ class Reconciler:
             p["metadata"]["name"] for p in self.cluster.list_policies()
         }
         snapshot = build_snapshot(
-            objects, pools, measured, self.idle, now, unpinned_demand=owns_unpinned
+            objects,
+            pools,
+            measured,
+            self.idle_by_policy.setdefault(policy_name, IdleTracker()),
+            now,
+            unpinned_demand=owns_unpinned,
         )
         plan = decide(snapshot, policy, now)
         result.plan = plan
