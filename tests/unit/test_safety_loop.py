@@ -230,7 +230,6 @@ def test_an_instance_that_never_registers_is_replaced_after_the_deadline() -> No
 
 
 # --- bug 9: a provider that cannot be built -----------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_a_provider_that_fails_to_load_is_a_pool_condition_not_a_broken_tick() -> None:
     clock = Clock()
     cluster = FakeCluster()

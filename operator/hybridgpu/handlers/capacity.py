@@ -72,10 +72,18 @@ class Providers:
             return list(self._by_key.values())
 
     # --------------------------------------------------------- measurements
-    def poll_interruptions(self) -> dict[str, float]:
-        """Deadlines of announced interruptions by provider ID (notices kept until drained)."""
-        for spec in self.pools.values():
-            self.for_spec(spec)
+    def poll_interruptions(self, errors: dict[str, str] | None = None) -> dict[str, float]:
+        """Deadlines of announced interruptions by provider ID (notices kept until drained).
+
+        A pool whose provider cannot be built (a wrong module, bad settings) gets its error
+        in ``errors`` by pool name; the other pools go on.
+        """
+        for name, spec in self.pools.items():
+            try:
+                self.for_spec(spec)
+            except Exception as err:
+                if errors is not None:
+                    errors[name] = f"cannot build the {spec.provider.type} provider: {err}"
         for provider in self.all_providers():
             try:
                 for notice in provider.interruptions():

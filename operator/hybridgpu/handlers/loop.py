@@ -248,7 +248,7 @@ class Reconciler:
                     prices[name] = price
             except Exception as err:  # a failing provider must not stop the other pools
                 errors[name] = str(err)
-        deadlines = self.providers.poll_interruptions()
+        deadlines = self.providers.poll_interruptions(errors)
         _, hours_left = month_hours(now)
         budget = BudgetState(
             spent_this_month_dollars=spent_so_far(body.get("status") or {}, now),
