@@ -50,7 +50,7 @@ def test_pool_status_counts_and_conditions_carry_the_generation() -> None:
     status = pool_status("el", snapshot(), plan, generation=7)
     assert status["nodes"] == {"total": 2, "ready": 2, "cordoned": 1, "provisioning": 1}
     assert status["gpus"] == {"total": 8, "allocated": 3, "idle": 5}
-    assert status["costPerHour"] == 20.0
+    assert status["costPerHour"] == 30.0  # 2 nodes + 1 on its way, billed from launch
     assert status["observedGeneration"] == 7
     assert status["lastScaleTime"] == "1970-01-01T00:16:40Z"
     conds = {c["type"]: c for c in status["conditions"]}

@@ -88,6 +88,8 @@ class _PoolLedger:
     gpu_price: float
     live_nodes: int
     """Nodes that count toward maxNodes: not interrupted, not being released."""
+    billed_nodes: int
+    """Every Node of the pool: a node is paid for until the provider has terminated it."""
     provisioning: int
     buckets: list[dict[str, None]]
     """Nodes that exist, by free GPUs."""
@@ -132,6 +134,7 @@ class _Decider:
                 node_price=price,
                 gpu_price=marginal_gpu_hour_dollars(pool.spec, pool.spot_price_per_node_hour),
                 live_nodes=0,
+                billed_nodes=0,
                 provisioning=pool.provisioning_nodes,
                 buckets=[{} for _ in range(pool.spec.gpu.per_node + 1)],
                 future=[{} for _ in range(pool.spec.gpu.per_node + 1)],
@@ -196,6 +199,7 @@ class _Decider:
                 state = replace(state, interruption_deadline=None)
             self.nodes[state.name] = state
             self.node_pool[state.name] = state.pool
+            ledger.billed_nodes += 1
             if state.interruption_deadline is None and not state.releasing:
                 ledger.live_nodes += 1
             if not self._schedulable(state):
@@ -464,8 +468,10 @@ class _Decider:
         entry.pods += 1
 
     def _cloud_cost_per_hour(self) -> float:
+        """Cloud spend rate, $/h: from launch (provisioning) until terminated (releasing,
+        interrupted and released-this-tick nodes are still billed)."""
         return sum(
-            (p.live_nodes + p.provisioning + p.new_nodes - p.released) * p.node_price
+            (p.billed_nodes + p.provisioning + p.new_nodes) * p.node_price
             for p in self.pools.values()
             if is_cloud(p.tier)
         )

@@ -96,7 +96,8 @@ def pool_status(
         ),
         gpus=GPUCounts(total=total_gpus, allocated=allocated, idle=max(0, total_gpus - allocated)),
         utilization=round(sum(utils) / len(utils), 1) if utils else None,
-        cost_per_hour=round(price * len(nodes), 4),
+        # Billed from launch: instances on their way cost as much as joined nodes.
+        cost_per_hour=round(price * (len(nodes) + pool.provisioning_nodes), 4),
         last_scale_time=rfc3339(plan.decided_at) if scaled else last_scale_time,
         observed_generation=generation,
     ).to_wire()
