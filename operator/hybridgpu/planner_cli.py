@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError
+from hybridgpu.inputs import positive_number
 
 
 def add_parsers(sub: Any) -> None:
@@ -33,12 +34,23 @@ def add_parsers(sub: Any) -> None:
     )
     source.add_argument("--trace", metavar="FILE", help="job trace file")
     source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
-    parser.add_argument("--trace-format", choices=("openb", "csv"), default="openb")
+    parser.add_argument(
+        "--trace-format",
+        choices=("openb", "csv"),
+        default=None,
+        help="default: detected from the trace's header",
+    )
     parser.add_argument(
         "--time-scale",
-        type=float,
+        type=positive_number,
         default=None,
         help="divide the trace's times by this factor (default 1)",
+    )
+    parser.add_argument(
+        "--skip-infeasible",
+        action="store_true",
+        help="leave out (and report) trace jobs needing more GPUs than the largest candidate "
+        "node (default: such a job is an error)",
     )
     parser.add_argument("--qos-map", help="openb qos mapping, e.g. LS=standard,BE=preemptible")
     parser.add_argument("--window", default=None, help="Prometheus: how far back (default 30d)")
@@ -56,8 +68,17 @@ def add_parsers(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _history(args: argparse.Namespace) -> tuple[list[Any], list[Any], Any, str]:
-    """The demand history, its jobs (traces), the spec and where the history came from."""
+def _largest_node(spec: Any) -> tuple[str, int]:
+    best = max(spec.candidates, key=lambda c: c.gpus_per_node)
+    return best.name, best.gpus_per_node
+
+
+def _history(
+    args: argparse.Namespace, skipped: list[str] | None
+) -> tuple[list[Any], list[Any], Any, str]:
+    """The demand history, its jobs (traces), the spec and where the history came from;
+    trace jobs no candidate node can hold are an error, or named in ``skipped`` when it is
+    a list."""
     from hybridgpu.planner_io import (
         history_from_spec_trace,
         load_demand_csv,
@@ -65,6 +86,7 @@ def _history(args: argparse.Namespace) -> tuple[list[Any], list[Any], Any, str]:
         load_trace,
         prometheus_history,
     )
+    from hybridgpu.sim.traces import detect_trace_format
 
     if args.history:
         spec = load_plan_spec(
@@ -73,14 +95,20 @@ def _history(args: argparse.Namespace) -> tuple[list[Any], list[Any], Any, str]:
         return load_demand_csv(args.history), [], spec, f"{args.history} (demand)"
     if args.trace:
         scale = 1.0 if args.time_scale is None else args.time_scale
+        trace_format = args.trace_format or detect_trace_format(args.trace)
         spec = load_plan_spec(
             args.config,
-            history={"trace": {"path": args.trace, "format": args.trace_format}},
+            history={"trace": {"path": args.trace, "format": trace_format}},
         )
         samples, jobs = load_trace(
-            args.trace, args.trace_format, time_scale=scale, qos_map=args.qos_map
+            args.trace,
+            trace_format,
+            time_scale=scale,
+            qos_map=args.qos_map,
+            largest_node=_largest_node(spec),
+            skipped=skipped,
         )
-        return samples, jobs, spec, f"{args.trace} ({args.trace_format}, time scale {scale:g})"
+        return samples, jobs, spec, f"{args.trace} ({trace_format}, time scale {scale:g})"
     if args.prometheus:
         spec = load_plan_spec(args.config, history={"prometheus": {"url": args.prometheus}})
         prom = spec.history.prometheus
@@ -99,7 +127,9 @@ def _history(args: argparse.Namespace) -> tuple[list[Any], list[Any], Any, str]:
     if spec.history.trace is not None:
         trace = spec.history.trace
         base = Path(args.config).resolve().parent
-        samples, jobs = history_from_spec_trace(trace, base)
+        samples, jobs = history_from_spec_trace(
+            trace, base, largest_node=_largest_node(spec), skipped=skipped
+        )
         return samples, jobs, spec, f"{trace.path} ({trace.format})"
     prom = spec.history.prometheus
     assert prom is not None
@@ -121,9 +151,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--window, --step and --query need --prometheus URL")
     if args.time_scale is not None and not args.trace:
         raise UserError("--time-scale needs --trace FILE")
-    if args.time_scale is not None and not args.time_scale > 0:
-        raise UserError(f"--time-scale must be > 0, got {args.time_scale}")
-    samples, jobs, spec, source = _history(args)
+    if (args.trace_format or args.qos_map or args.skip_infeasible) and not args.trace:
+        raise UserError("--trace-format, --qos-map and --skip-infeasible need --trace FILE")
+    if args.png is not None:
+        _check_png(args.png)
+    skipped: list[str] | None = [] if args.skip_infeasible else None
+    samples, jobs, spec, source = _history(args, skipped)
     try:
         inputs = inputs_from_spec(spec, samples, jobs)
     except ValueError as err:
@@ -143,21 +176,37 @@ def run(args: argparse.Namespace) -> int:
             "monthlyCostAllOnDemand": round(result.monthly(result.all_on_demand_dollars), 2),
             "monthlyCostCurrentFleet": round(result.monthly(result.current.total_dollars), 2),
             "currentNodes": {t.name: t.current_nodes for t in inputs.node_types},
-            "notes": _notes(inputs),
+            "notes": _notes(inputs, skipped),
         }
         if png is not None:
             out["png"] = str(png)
         print(json.dumps(out, indent=2))
         return 0
-    print(_text_report(result, source))
+    print(_text_report(result, source, skipped))
     if png is not None:
         print(f"chart: {png}")
     return 0
 
 
-def _notes(inputs: Any) -> list[str]:
+def _check_png(path: str) -> None:
+    """The chart's name is checked before the plan runs, not after."""
+    if Path(path).suffix.lower() != ".png":
+        raise UserError(f"--png {path}: the chart is a PNG; expected a file name ending in .png")
+    if Path(path).is_dir():
+        raise UserError(f"--png {path}: is a directory; expected a file name ending in .png")
+
+
+def _notes(inputs: Any, skipped: list[str] | None = None) -> list[str]:
     """What the user should know about how the inputs were used."""
     notes = []
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (
+            f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        )
+        notes.append(
+            f"skipped {len(skipped)} job(s) larger than any candidate node "
+            f"(--skip-infeasible): {shown}"
+        )
     if inputs.jobs and inputs.preemptible_share is not None:
         notes.append(
             "preemptibleShare is not applied to a job trace: each job's own criticality is used"
@@ -169,7 +218,7 @@ def _money(dollars: float) -> str:
     return f"${dollars:,.0f}"
 
 
-def _text_report(result: Any, source: str) -> str:
+def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> str:
     from hybridgpu.core.tco import break_even_utilizations
 
     inputs = result.inputs
@@ -220,7 +269,7 @@ def _text_report(result: Any, source: str) -> str:
             f"  {case.parameter:<20} {case.change:>9} {case.total_nodes:>12} "
             f"{_money(case.monthly_dollars):>14}"
         )
-    lines += [f"note: {note}" for note in _notes(inputs)]
+    lines += [f"note: {note}" for note in _notes(inputs, skipped)]
     return "\n".join(lines)
 
 

@@ -20,14 +20,23 @@ CRITICALITIES = ("critical", "standard", "preemptible")
 # Prometheus refuses range queries of more than 11,000 points per series.
 _MAX_POINTS_PER_QUERY = 10_000
 PROMETHEUS_TIMEOUT_SECONDS = 30.0
+# More GPUs in use than any cluster holds is a unit mix-up (or 1e300), not demand to plan for.
+MAX_GPUS_IN_USE = 10_000_000
 
 
 def _parse_time(path: Path, line: int, raw: str) -> float:
     text = raw.strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise UserError(
+                f"{path}:{line}: field 'time' is {raw!r}; expected a finite number of seconds "
+                "or an ISO 8601 time"
+            )
+        return seconds
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -43,8 +52,11 @@ def _parse_gpus(path: Path, line: int, field: str, raw: str | None) -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not value >= 0 or math.isinf(value):
-        raise UserError(f"{path}:{line}: field {field!r} is {raw!r}; expected GPUs in use, >= 0")
+    if not 0 <= value <= MAX_GPUS_IN_USE:
+        raise UserError(
+            f"{path}:{line}: field {field!r} is {raw!r}; expected GPUs in use, "
+            f">= 0 and <= {MAX_GPUS_IN_USE:,}"
+        )
     return value
 
 
@@ -56,11 +68,10 @@ def load_demand_csv(path: str | Path) -> list[DemandSample]:
     ``time`` is seconds or ISO 8601. A row holds until the next time; the last row for the
     median step between rows.
     """
+    from hybridgpu.inputs import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"{path}: cannot read demand history: {err.strerror}") from None
+    text = read_text(path, "demand history")
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in reader.fieldnames or []]
     reader.fieldnames = header
@@ -110,12 +121,21 @@ def load_trace(
     *,
     time_scale: float = 1.0,
     qos_map: str | None = None,
+    largest_node: tuple[str, int] | None = None,
+    skipped: list[str] | None = None,
 ) -> tuple[list[DemandSample], list[JobDemand]]:
     """Demand of a job trace (each job holds its GPUs from arrival for its duration) and its
-    jobs; a ``demand`` CSV has no jobs."""
+    jobs; a ``demand`` CSV has no jobs. ``trace_format`` ``auto`` reads it from the header.
+
+    With ``largest_node`` (candidate name, GPUs per node), a job needing more GPUs than that
+    node is an error naming both, or, when ``skipped`` is a list, left out and named there.
+    """
     if trace_format == "demand":
         return load_demand_csv(path), []
-    from hybridgpu.sim.traces import load_csv, load_openb, parse_qos_map
+    from hybridgpu.sim.traces import detect_trace_format, load_csv, load_openb, parse_qos_map
+
+    if trace_format == "auto":
+        trace_format = detect_trace_format(path)
 
     if not time_scale > 0:
         raise UserError(f"time scale must be > 0, got {time_scale}")
@@ -124,8 +144,22 @@ def load_trace(
     elif trace_format == "csv":
         load = load_csv(path, time_scale=time_scale)
     else:
-        raise UserError(f"trace format {trace_format!r}: expected openb, csv or demand")
-    jobs = jobs_of_trace(load.jobs)
+        raise UserError(f"trace format {trace_format!r}: expected openb, csv, demand or auto")
+    trace_jobs = load.jobs
+    if largest_node is not None:
+        name, per_node = largest_node
+        too_big = [j for j in trace_jobs if j.gpus > per_node]
+        if too_big and skipped is None:
+            more = f" (and {len(too_big) - 1} more)" if len(too_big) > 1 else ""
+            raise UserError(
+                f"{path}: job {too_big[0].name!r} needs {too_big[0].gpus} GPUs on one node{more}; "
+                f"the largest candidate node ({name}) has {per_node}: add a larger candidate, "
+                "or pass --skip-infeasible to leave such jobs out"
+            )
+        if too_big and skipped is not None:
+            skipped.extend(j.name for j in too_big)
+            trace_jobs = [j for j in trace_jobs if j.gpus <= per_node]
+    jobs = jobs_of_trace(trace_jobs)
     if not jobs:
         raise UserError(f"{path}: no GPU jobs in the trace")
     return history_from_jobs(jobs), jobs
@@ -151,13 +185,19 @@ def history_from_jobs(jobs: Sequence[JobDemand]) -> list[DemandSample]:
 
 
 def history_from_spec_trace(
-    trace: TraceHistory, base: Path | None = None
+    trace: TraceHistory,
+    base: Path | None = None,
+    *,
+    largest_node: tuple[str, int] | None = None,
+    skipped: list[str] | None = None,
 ) -> tuple[list[DemandSample], list[JobDemand]]:
     """The demand (and jobs) of a CapacityPlan's trace source; relative paths from ``base``."""
     path = Path(trace.path)
     if base is not None and not path.is_absolute():
         path = base / path
-    return load_trace(path, trace.format, time_scale=trace.time_scale)
+    return load_trace(
+        path, trace.format, time_scale=trace.time_scale, largest_node=largest_node, skipped=skipped
+    )
 
 
 def prometheus_history(
@@ -233,7 +273,16 @@ def load_plan_spec(path: str | Path, *, history: dict[str, Any] | None = None) -
     if history is not None and "history" not in doc:
         doc = {**doc, "history": history}
     try:
-        return CapacityPlanSpec.model_validate(doc)
+        spec = CapacityPlanSpec.model_validate(doc)
     except ValidationError as err:
         field, _, msg = describe_validation_error(err, prefix).partition(": ")
         raise UserError(f"{path}: field '{field}': {msg}") from None
+    names = [c.name for c in spec.candidates]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        # Two entries of one name would count today's fleet twice.
+        raise UserError(
+            f"{path}: field '{prefix}candidates': name {dupes[0]!r} is used twice; expected one "
+            "entry per node type"
+        )
+    return spec
