@@ -170,7 +170,6 @@ def test_idle_nodes_are_released_when_two_policies_tick_in_turn() -> None:
 
 
 # --- bug 7: a bare pod keeps a node releasing forever --------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_a_bare_pod_ends_the_release_of_its_node_instead_of_failing_every_tick() -> None:
     clock = Clock()
     cluster = FakeCluster()

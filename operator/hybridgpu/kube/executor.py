@@ -33,6 +33,7 @@ from hybridgpu.kube.moves import (
     start_patch,
 )
 from hybridgpu.kube.names import (
+    CORDONED_BY_ANNOTATION,
     GROUP,
     INTERRUPTION_ANNOTATION,
     MOVE_ANNOTATION,
@@ -251,10 +252,20 @@ class PlanExecutor:
         spec = pools.get(pool)
         if spec is None or not is_cloud(spec.tier):
             raise KubeError(f"refusing to release {node}: pool {pool} is not a cloud pool")
+        pods = self.cluster.pods_on_node(node)
         if cordon_as is not None:
+            bare = [
+                p
+                for p in pods
+                if is_bare(p) and not (p.get("metadata") or {}).get("deletionTimestamp")
+            ]
+            if bare:
+                # A bare pod is never evicted: give the node back instead of waiting forever.
+                self._keep_for_bare_pod(node, bare[0], result)
+                return False
             self.cluster.cordon(node, cordon_as, {RELEASING_ANNOTATION: f"{self.clock():.0f}"})
         left = 0
-        for pod in self.cluster.pods_on_node(node):
+        for pod in pods:
             meta = pod.get("metadata") or {}
             if is_daemonset_pod(pod):
                 continue
@@ -285,6 +296,24 @@ class PlanExecutor:
             raise KubeError(f"node {node} of pool {pool} has no instance to terminate: kept")
         self.cluster.delete_node(node)
         return True
+
+    def _keep_for_bare_pod(self, node: str, pod: dict[str, Any], result: Execution) -> None:
+        """End the release of ``node``: drop the releasing mark, and the cordon when it was
+        the release's own (a cordon for GPU errors or by a person stays)."""
+        raw = self.cluster.get_node(node) or {}
+        notes = annotations_of(raw)
+        if notes.get(CORDONED_BY_ANNOTATION) == "release":
+            self.cluster.uncordon(node)
+        if RELEASING_ANNOTATION in notes:
+            self.cluster.patch_node_metadata(node, annotations={RELEASING_ANNOTATION: None})
+        meta = pod.get("metadata") or {}
+        self._event(
+            result,
+            node_ref(node),
+            "ReleaseCancelled",
+            f"bare pod {meta.get('namespace')}/{meta.get('name')} runs on {node} and is never "
+            "evicted: the node is kept",
+        )
 
     # ----------------------------------------------------------------- moves
     def start_move(
