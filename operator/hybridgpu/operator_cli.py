@@ -7,17 +7,27 @@ for them.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
 import sys
+import tempfile
 from typing import Any
 
 from hybridgpu.errors import UserError
+from hybridgpu.inputs import positive_number, read_text
 
 
 def add_parsers(sub: Any) -> None:
     """Register `run` and `explain`."""
-    run = sub.add_parser("run", help="run the operator against the current cluster")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or $KUBECONFIG)")
+    run = sub.add_parser(
+        "run",
+        help="run the operator against the current cluster",
+        description="Run the operator (kopf) against a cluster. The cluster comes from "
+        "--kubeconfig, else the in-cluster service account, else $KUBECONFIG, else "
+        "~/.kube/config; with none usable it says which paths it tried and exits 2.",
+    )
+    _add_cluster_flags(run)
     run.add_argument(
         "--liveness",
         default="http://127.0.0.1:8080/healthz",
@@ -32,7 +42,10 @@ def add_parsers(sub: Any) -> None:
         help="namespace of the leader Lease (default: $POD_NAMESPACE, else default)",
     )
     run.add_argument(
-        "--lease-seconds", type=float, default=15.0, help="leader lease duration (default 15)"
+        "--lease-seconds",
+        type=positive_number,
+        default=15.0,
+        help="seconds a leader lease lasts without renewal (default 15)",
     )
     run.add_argument(
         "--peering",
@@ -57,19 +70,98 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     run.set_defaults(func=_run)
 
-    explain = sub.add_parser("explain", help="print the last plan and its reasons")
-    explain.add_argument("policy", nargs="?", default="default", help="ScalingPolicy name")
-    explain.add_argument("--kubeconfig", help="kubeconfig file")
+    explain = sub.add_parser(
+        "explain",
+        help="print the last plan and its reasons",
+        description="Print the last plan a running operator made for a ScalingPolicy, with "
+        "the reason of every action, read from the policy's status.",
+    )
+    explain.add_argument(
+        "policy", nargs="?", default="default", help="ScalingPolicy name (default: default)"
+    )
+    _add_cluster_flags(explain)
     explain.add_argument("--json", action="store_true", help="print the status as JSON")
     explain.set_defaults(func=_explain)
+
+
+def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig file (default: in-cluster, else $KUBECONFIG, else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", help="kubeconfig context to use (default: the file's current-context)"
+    )
+
+
+_SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def use_cluster_config(kubeconfig: str | None, context: str | None) -> str | None:
+    """Check that a usable cluster configuration exists and point the kubernetes client at it,
+    before kopf or the client load anything (the client reads $KUBECONFIG at import).
+
+    Returns the kubeconfig path list (``a:b``) to use, or None for in-cluster config. Raises
+    UserError naming every path tried when none is usable.
+    """
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
+        _SERVICE_ACCOUNT_TOKEN
+    )
+    if kubeconfig:
+        paths = [p for p in kubeconfig.split(os.pathsep) if p]
+        missing = [p for p in paths if not os.path.isfile(os.path.expanduser(p))]
+        if missing:
+            raise UserError(f"--kubeconfig {missing[0]}: no such file")
+        tried = f"--kubeconfig {kubeconfig}"
+    elif in_cluster and not context:
+        return None
+    else:
+        env = os.environ.get("KUBECONFIG", "")
+        candidates = [p for p in env.split(os.pathsep) if p] or ["~/.kube/config"]
+        paths = [p for p in candidates if os.path.isfile(os.path.expanduser(p))]
+        if not paths:
+            where = f"$KUBECONFIG ({env})" if env else "~/.kube/config"
+            raise UserError(
+                f"no Kubernetes configuration: tried {where} and the in-cluster service account "
+                f"({_SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig FILE"
+            )
+        tried = ", ".join(paths)
+    for path in paths:
+        read_text(os.path.expanduser(path), "kubeconfig")  # one line for binary or UTF-16 files
+    joined = os.pathsep.join(paths)
+    os.environ["KUBECONFIG"] = joined
+    from kubernetes import client, config
+    from kubernetes.config import kube_config
+
+    # Already imported (tests, or another command earlier): its default was read back then.
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = joined
+    try:
+        config.load_kube_config(
+            config_file=joined, context=context, client_configuration=client.Configuration()
+        )
+    except Exception as err:  # the client raises ConfigException, yaml and OS errors alike
+        detail = " ".join(str(err).split()) or type(err).__name__
+        raise UserError(f"{tried}: not a usable kubeconfig: {detail}") from None
+    if context:
+        # kopf logs in with the file's current-context; the client merges the files of
+        # $KUBECONFIG and the last current-context wins, so a one-line file picks the context.
+        handle, override = tempfile.mkstemp(prefix="hybridgpu-context-", suffix=".yaml")
+        with os.fdopen(handle, "w") as out:
+            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": context}, out)
+        atexit.register(os.unlink, override)
+        joined = os.pathsep.join([*paths, override])
+        os.environ["KUBECONFIG"] = joined
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = joined
+    return joined
 
 
 def _run(args: argparse.Namespace) -> int:
     import faulthandler
     import logging
-    import os
     import signal
 
+    kubeconfig = use_cluster_config(args.kubeconfig, args.context)
     import kopf
 
     import hybridgpu.handlers  # noqa: F401 - registers the handlers
@@ -77,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
 
     env = OperatorOptions.from_env()
     options = OperatorOptions(
-        kubeconfig=args.kubeconfig or env.kubeconfig,
+        kubeconfig=kubeconfig,
         identity=args.identity or env.identity,
         lease_namespace=args.lease_namespace or env.lease_namespace,
         lease_seconds=args.lease_seconds,
@@ -88,8 +180,6 @@ def _run(args: argparse.Namespace) -> int:
     )
     # `kill -USR1 <pid>` prints every thread's stack: how to see what a stuck tick waits on.
     faulthandler.register(signal.SIGUSR1)
-    if options.kubeconfig:
-        os.environ["KUBECONFIG"] = options.kubeconfig  # kopf's own login reads it
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -109,8 +199,9 @@ def _explain(args: argparse.Namespace) -> int:
     from hybridgpu.kube.cluster import KubeCluster, load_api_client
     from hybridgpu.kube.errors import KubeError, NotFound
 
+    kubeconfig = use_cluster_config(args.kubeconfig, args.context)
     try:
-        cluster = KubeCluster(load_api_client(args.kubeconfig))
+        cluster = KubeCluster(load_api_client(kubeconfig))
     except Exception as err:
         raise UserError(f"cannot reach the cluster: {err}") from err
     try:
