@@ -203,7 +203,6 @@ def test_a_bare_pod_ends_the_release_of_its_node_instead_of_failing_every_tick()
 
 
 # --- bug 8: an instance that never becomes a Node -----------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: not fixed yet")
 def test_an_instance_that_never_registers_is_replaced_after_the_deadline() -> None:
     clock = Clock()
     cluster = FakeCluster()

@@ -15,6 +15,11 @@ from hybridgpu.models.pool import GPUPoolSpec, Tier
 
 log = logging.getLogger(__name__)
 
+REGISTRATION_DEADLINE_SECONDS = 900.0
+"""An instance with no Node this long after launch is replaced (Karpenter's default too)."""
+REPORT_REPLACED_SECONDS = 3600.0
+"""How long a replaced instance keeps its pool's NodesUnhealthy condition True."""
+
 
 def load_factory(path: str) -> Callable[..., Any]:
     """The object named by ``module:attribute``."""
@@ -34,6 +39,8 @@ class Providers:
         self.pools: dict[str, GPUPoolSpec] = {}
         self.notices: dict[str, InterruptionNotice] = {}
         """Open notices by provider ID."""
+        self.replaced: dict[str, dict[str, float]] = {}
+        """Instances replaced for never registering, by pool, then instance ID: when."""
 
     def set_pools(self, pools: Mapping[str, GPUPoolSpec]) -> None:
         self.pools = dict(pools)
@@ -106,6 +113,46 @@ class Providers:
         """
         spec = self.pools[pool]
         return max(0, self.for_spec(spec).target(pool, spec) - joined_nodes)
+
+    def replace_unregistered(
+        self, pool: str, node_provider_ids: set[str], now: float, *, dry_run: bool = False
+    ) -> list[str]:
+        """Terminate ``pool``'s instances that have had no Node for the registration
+        deadline (the pending pods' scale-up then launches new ones); returns one line per
+        instance replaced within the last hour, for the pool's NodesUnhealthy condition."""
+        spec = self.pools[pool]
+        if spec.provider.type == "static" or spec.tier == Tier.CORE:
+            return []
+        provider = self.for_spec(spec)
+        replaced = self.replaced.setdefault(pool, {})
+        for instance in provider.instances(pool, spec):
+            late = now - instance.launched_at > REGISTRATION_DEADLINE_SECONDS
+            if (
+                instance.state == "terminating"
+                or instance.launched_at <= 0  # launch time unknown: never guess
+                or not late
+                or instance.provider_id in node_provider_ids
+            ):
+                continue
+            if dry_run:
+                log.info("dry run: %s of %s never registered, not replaced", instance, pool)
+                continue
+            log.warning(
+                "pool %s: instance %s has no Node %.0f min after launch: replacing it",
+                pool,
+                instance.instance_id,
+                (now - instance.launched_at) / 60,
+            )
+            provider.terminate(pool, spec, instance.instance_id)
+            replaced[instance.instance_id] = now
+        for instance_id, at in list(replaced.items()):
+            if now - at > REPORT_REPLACED_SECONDS:
+                del replaced[instance_id]
+        return [
+            f"instance {iid} never became a Node within "
+            f"{REGISTRATION_DEADLINE_SECONDS / 60:.0f} min: terminated and replaced"
+            for iid in sorted(replaced)
+        ]
 
     def spot_price(self, pool: str) -> float | None:
         spec = self.pools[pool]

@@ -147,7 +147,9 @@ class Reconciler:
         ):
             objects = self.cluster.read_objects()  # a move finished: see its new pods
 
-        measured, provider_errors = self._measure(policy, pools, objects.nodes, body, now)
+        measured, provider_errors, unhealthy = self._measure(
+            policy, pools, objects.nodes, body, now
+        )
         # Unpinned pods are the "default" policy's demand, or everyone's when there is none.
         owns_unpinned = policy_name == DEFAULT_POLICY or DEFAULT_POLICY not in {
             p["metadata"]["name"] for p in self.cluster.list_policies()
@@ -179,7 +181,16 @@ class Reconciler:
                 result.errors.append(str(err))
 
         self._report(
-            policy_name, body, policy, plan, snapshot, pools, bodies, measured, provider_errors
+            policy_name,
+            body,
+            policy,
+            plan,
+            snapshot,
+            pools,
+            bodies,
+            measured,
+            provider_errors,
+            unhealthy,
         )
         if plan.actions or plan.blocked:
             log.info("tick %s: %s", policy_name, "; ".join(plan.explain()))
@@ -213,8 +224,9 @@ class Reconciler:
         nodes: list[dict[str, Any]],
         body: dict[str, Any],
         now: float,
-    ) -> tuple[Measurements, dict[str, str]]:
+    ) -> tuple[Measurements, dict[str, str], dict[str, list[str]]]:
         errors: dict[str, str] = {}
+        unhealthy: dict[str, list[str]] = {}
         utilization: dict[str, float] = {}
         stale: set[str] = set()
         xid: dict[str, int] = {}
@@ -234,14 +246,20 @@ class Reconciler:
             health = MetricsHealth(available=True, reason="no Prometheus configured")
         selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
         joined: dict[str, int] = {}
+        provider_ids: set[str] = set()
         for raw in nodes:
             member = pool_of_node(raw, selectors)
             if member is not None:
                 joined[member] = joined.get(member, 0) + 1
+            if (raw.get("spec") or {}).get("providerID"):
+                provider_ids.add(str(raw["spec"]["providerID"]))
         provisioning: dict[str, int] = {}
         prices: dict[str, float] = {}
         for name in pools:
             try:
+                unhealthy[name] = self.providers.replace_unregistered(
+                    name, provider_ids, now, dry_run=policy.dry_run
+                )
                 provisioning[name] = self.providers.provisioning(name, joined.get(name, 0))
                 price = self.providers.spot_price(name)
                 if price is not None:
@@ -266,6 +284,7 @@ class Reconciler:
                 budget=budget,
             ),
             errors,
+            unhealthy,
         )
 
     def _report(
@@ -279,6 +298,7 @@ class Reconciler:
         bodies: dict[str, Any],
         measured: Measurements,
         provider_errors: dict[str, str],
+        unhealthy: dict[str, list[str]],
     ) -> None:
         status = body.get("status") or {}
         self.cluster.patch_status(
@@ -306,6 +326,7 @@ class Reconciler:
                     generation=bodies[name]["metadata"].get("generation"),
                     old_conditions=old.get("conditions") or [],
                     provider_error=provider_errors.get(name),
+                    unregistered=unhealthy.get(name, []),
                     last_scale_time=old.get("lastScaleTime"),
                 ),
             )

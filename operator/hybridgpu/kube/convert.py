@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hybridgpu.kube.names import (
+    CORDONED_BY_ANNOTATION,
     CRITICALITY_LABEL,
     GPU_RESOURCE,
     INTERRUPTION_ANNOTATION,
@@ -272,7 +273,22 @@ def node_state(
         interruption_deadline=deadline,
         xid_errors=xid_errors,
         provider_id=(node.get("spec") or {}).get("providerID") or None,
+        cordoned_by=notes.get(CORDONED_BY_ANNOTATION) or None,
+        not_ready_since=not_ready_since(node),
     )
+
+
+def not_ready_since(node: Obj) -> float | None:
+    """When the node's Ready condition last left True (None while Ready); a node with no
+    Ready condition yet counts from its creation."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            if cond.get("status") == "True":
+                return None
+            return epoch_of(cond.get("lastTransitionTime")) or epoch_of(
+                _meta(node).get("creationTimestamp")
+            )
+    return epoch_of(_meta(node).get("creationTimestamp"))
 
 
 class IdleTracker:

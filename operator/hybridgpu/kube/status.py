@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hybridgpu.core.cost import node_hour_dollars
@@ -11,7 +11,9 @@ from hybridgpu.models.actions import Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.base import Condition
 from hybridgpu.models.policy import BudgetStatus, ScalingPolicyStatus
 from hybridgpu.models.pool import GPUCounts, GPUPoolStatus, NodeCounts
-from hybridgpu.models.snapshot import ClusterSnapshot
+from hybridgpu.models.snapshot import ClusterSnapshot, NodeState
+
+CORDONED_FOR_XID = "xid-errors"
 
 MAX_PLAN_LINES = 50
 
@@ -49,9 +51,13 @@ def pool_status(
     generation: int | None,
     old_conditions: Iterable[Mapping[str, Any]] = (),
     provider_error: str | None = None,
+    unregistered: Sequence[str] = (),
     last_scale_time: str | None = None,
 ) -> dict[str, Any]:
-    """The status of pool ``name`` after a tick, as a wire dict."""
+    """The status of pool ``name`` after a tick, as a wire dict.
+
+    ``unregistered``: one line per instance replaced because it never became a Node.
+    """
     pool = next(p for p in snapshot.pools if p.name == name)
     nodes = [n for n in snapshot.nodes if n.pool == name]
     node_names = {n.name for n in nodes}
@@ -85,6 +91,7 @@ def pool_status(
             provider_error or "the provider answers",
             generation,
         ),
+        nodes_unhealthy(nodes, unregistered, generation),
     ]
     scaled = any(isinstance(a, ScaleUp | ReleaseNode) and a.pool == name for a in plan.actions)
     status = GPUPoolStatus(
@@ -103,6 +110,36 @@ def pool_status(
     ).to_wire()
     status["conditions"] = merge_conditions(old_conditions, conditions, plan.decided_at)
     return status
+
+
+def nodes_unhealthy(
+    nodes: Sequence[NodeState], unregistered: Sequence[str], generation: int | None
+) -> Condition:
+    """NodesUnhealthy: capacity paid for that does not serve work (instances that never
+    registered, NotReady nodes, nodes cordoned for GPU errors or by a person)."""
+    not_ready = sorted(n.name for n in nodes if not n.ready)
+    gpu_errors = sorted(
+        n.name for n in nodes if n.xid_errors > 0 or n.cordoned_by == CORDONED_FOR_XID
+    )
+    by_person = sorted(
+        n.name
+        for n in nodes
+        if n.cordoned
+        and not n.releasing
+        and n.interruption_deadline is None
+        and n.cordoned_by is None
+    )
+    found = [
+        ("RegistrationTimeout", list(unregistered)),
+        ("NotReady", [f"{n} is NotReady" for n in not_ready]),
+        ("GPUErrors", [f"{n} reports GPU XID errors" for n in gpu_errors]),
+        ("CordonedByUser", [f"{n} was cordoned by someone else: left alone" for n in by_person]),
+    ]
+    reasons = [(reason, lines) for reason, lines in found if lines]
+    if not reasons:
+        return condition("NodesUnhealthy", False, "Healthy", "every node serves work", generation)
+    message = "; ".join(line for _, lines in reasons for line in lines)
+    return condition("NodesUnhealthy", True, reasons[0][0], message, generation)
 
 
 def policy_status(

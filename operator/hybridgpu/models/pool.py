@@ -274,7 +274,7 @@ class GPUPoolStatus(SpecModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, ScalingBlocked, BudgetLimited, ProviderError.",
+        description="Ready, ScalingBlocked, BudgetLimited, ProviderError, NodesUnhealthy.",
     )
     last_scale_time: str | None = Field(default=None, description="Last scale-up or release.")
     observed_generation: int | None = Field(

@@ -68,6 +68,11 @@ class NodeState:
     """Set when the provider announced this (spot) node will be taken away, at that time."""
     xid_errors: int = 0
     provider_id: str | None = None
+    cordoned_by: str | None = None
+    """Why the operator cordoned it (release, interruption, xid-errors); None when it did
+    not (a cordon by a person is left alone)."""
+    not_ready_since: float | None = None
+    """When its Ready condition last turned False or Unknown; None while Ready."""
 
 
 @dataclass(frozen=True, slots=True)
