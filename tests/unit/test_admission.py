@@ -12,8 +12,11 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from tests.support import builders
 
 from hybridgpu.core.admission import AdmissionRules, PriorityClassRef, mutation, rejection
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import ScaleUp
 from hybridgpu.models.pool import Taint
 from hybridgpu.models.snapshot import Criticality
 
@@ -241,3 +244,54 @@ def test_rejection(criticality: Criticality | None, spec: dict[str, Any], refuse
         assert reason is not None and "spot" in reason
     else:
         assert reason is None
+
+
+# ------------------------------------------------------------------------------ decide agrees
+
+
+def _scale_ups(plan: Any) -> dict[str, int]:
+    return {a.pool: a.nodes for a in plan.actions if isinstance(a, ScaleUp)}
+
+
+DECIDE_CASES = {
+    # (pools, allow on-demand for preemptible, want scale-ups, want blocked pools)
+    "free elastic node, spot pool: scale spot, the pod may not use elastic": (
+        ["elastic-free", "spot"],
+        False,
+        {"spot": 1},
+        set(),
+    ),
+    "free elastic node, on-demand allowed: it lands there, nothing to buy": (
+        ["elastic-free", "spot"],
+        True,
+        {},
+        set(),
+    ),
+    "no spot pool: blocked rather than elastic": (["elastic"], False, {}, {"-"}),
+    "no spot pool, on-demand allowed: scale elastic": (["elastic"], True, {"elastic": 1}, set()),
+}
+
+
+@pytest.mark.parametrize(
+    ("pools", "allow", "want_scale", "want_blocked"),
+    DECIDE_CASES.values(),
+    ids=DECIDE_CASES.keys(),
+)
+def test_decide_plans_preemptible_work_where_admission_lets_it_run(
+    pools: list[str], allow: bool, want_scale: dict[str, int], want_blocked: set[str]
+) -> None:
+    """decide() must not count on capacity the webhook keeps preemptible pods off: a pod
+    planned onto a free elastic node would stay Pending with nothing bought for it."""
+    states = [builders.pool("elastic", "elastic")]
+    nodes = []
+    if "elastic-free" in pools:
+        nodes.append(builders.node("e1", "elastic"))
+    if "spot" in pools:
+        states.append(builders.pool("spot", "spot"))
+    plan = decide(
+        builders.snapshot(states, nodes, [builders.pending("sweep", 8, "preemptible")]),
+        builders.policy(preemption={"allowOnDemandForPreemptible": allow}),
+        builders.NOW,
+    )
+    assert _scale_ups(plan) == want_scale
+    assert {b.pool for b in plan.blocked} == want_blocked

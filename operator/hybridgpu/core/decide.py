@@ -315,6 +315,10 @@ class _Decider:
                 )
         self.pending.extend(self.requeued)
 
+    @property
+    def _on_demand_for_preemptible(self) -> bool:
+        return self.policy.preemption.allow_on_demand_for_preemptible
+
     def _free_order(self, demand: _Demand) -> list[_PoolLedger]:
         """Pools whose free capacity the pod may use, cheapest marginal GPU first."""
         key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus)
@@ -329,7 +333,8 @@ class _Decider:
             return [pinned] if pinned is not None and pinned.per_node >= demand.gpus else []
         tiers = {CORE, ELASTIC}
         if demand.criticality == PREEMPTIBLE:
-            tiers.add(SPOT)
+            # Admission holds preemptible pods to core and spot unless the policy allows more.
+            tiers = {CORE, SPOT} | ({ELASTIC} if self._on_demand_for_preemptible else set())
         eligible = [p for p in self.pools.values() if p.tier in tiers and p.per_node >= demand.gpus]
         return sorted(eligible, key=lambda p: (p.gpu_price, p.name))
 
@@ -350,7 +355,7 @@ class _Decider:
         candidates = [
             p for p in self.pools.values() if p.tier == want and p.per_node >= demand.gpus
         ]
-        if not candidates and want == SPOT:
+        if not candidates and want == SPOT and self._on_demand_for_preemptible:
             candidates = [
                 p for p in self.pools.values() if p.tier == "elastic" and p.per_node >= demand.gpus
             ]
