@@ -60,6 +60,13 @@ PREEMPTION_SEARCH_NODES = 64
 # A node that is not Ready yet counts as capacity on its way for this long after it appears.
 JOINING_GRACE_SECONDS = 600.0
 
+# A cloud node NotReady this long is replaced (drain, terminate, the scale-up follows).
+NOT_READY_GRACE_SECONDS = 900.0
+# More than this share of a pool NotReady at once looks like a partition, not broken
+# machines: none of them is replaced (Karpenter's node repair stops at 20%).
+NOT_READY_MAX_SHARE = 0.5
+CORDONED_FOR_XID = "xid-errors"
+
 
 @dataclass(slots=True)
 class _Demand:
@@ -161,6 +168,8 @@ class _Decider:
         self._preempt_failed_at: int | None = None
         """Smallest pod size for which no core node could be freed: larger ones fail too."""
         self.pending_gpus: dict[str, int] = {c.value: 0 for c in Criticality}
+        self.unhealthy: dict[str, str] = {}
+        """Cloud nodes to replace this tick, by name: why (they no longer hold maxNodes)."""
 
     # ---------------------------------------------------------------- ledger
     def _build(self) -> None:
@@ -207,9 +216,51 @@ class _Decider:
             free = max(0, min(state.gpus, ledger.per_node) - allocated.get(state.name, 0))
             self.node_free[state.name] = free
             ledger.buckets[free][state.name] = None
+        self._find_unhealthy()
         for ledger in self.pools.values():
             for i in range(ledger.provisioning):
                 self._add_node(ledger, f"{ledger.name}/provisioning-{i}")
+
+    def _find_unhealthy(self) -> None:
+        """Cloud nodes that are paid for and cannot serve: NotReady past the grace period,
+        or cordoned for GPU errors. A person's cordon is left alone."""
+        not_ready: dict[str, list[NodeState]] = {}
+        in_pool: dict[str, int] = {}
+        budget = self.policy.disruption.max_nodes_per_tick
+        for node in self.nodes.values():
+            ledger = self.pools[node.pool]
+            in_pool[node.pool] = in_pool.get(node.pool, 0) + 1
+            if not is_cloud(ledger.tier) or node.releasing or node.interruption_deadline:
+                continue
+            if node.cordoned and node.cordoned_by == CORDONED_FOR_XID:
+                self.unhealthy[node.name] = (
+                    f"{ledger.tier} node {node.name} was cordoned for GPU XID errors: drain, "
+                    "terminate and replace it"
+                )
+            elif (
+                not node.ready
+                and node.not_ready_since is not None
+                and self.now - node.not_ready_since >= NOT_READY_GRACE_SECONDS
+            ):
+                not_ready.setdefault(node.pool, []).append(node)
+        for pool, broken in sorted(not_ready.items()):
+            if len(broken) > 1 and len(broken) > NOT_READY_MAX_SHARE * in_pool[pool]:
+                self.notes.append(
+                    f"{len(broken)} of {in_pool[pool]} nodes of {pool} are NotReady: looks like "
+                    "a partition, none is replaced"
+                )
+                continue
+            for node in broken:
+                assert node.not_ready_since is not None
+                self.unhealthy[node.name] = (
+                    f"{self.pools[pool].tier} node {node.name} NotReady for "
+                    f"{(self.now - node.not_ready_since) / 60:.0f} min: drain, terminate and "
+                    "replace it"
+                )
+        for name in sorted(self.unhealthy)[budget:]:
+            del self.unhealthy[name]  # the disruption budget holds for repairs too
+        for name in self.unhealthy:
+            self.pools[self.nodes[name].pool].live_nodes -= 1
 
     def _schedulable(self, node: NodeState) -> bool:
         if node.cordoned or node.releasing or node.interruption_deadline is not None:
@@ -843,6 +894,10 @@ class _Decider:
             return False
         return all(self._movable(p.job) is not None for p in pods)
 
+    def _replace_unhealthy(self) -> None:
+        for name, reason in sorted(self.unhealthy.items()):
+            self.actions.append(ReleaseNode(pool=self.nodes[name].pool, node=name, reason=reason))
+
     # ----------------------------------------------------------- 5. GPU health
     def _gpu_health(self) -> None:
         for node in self.nodes.values():
@@ -868,6 +923,7 @@ class _Decider:
         self._consolidate()
         self._emit_scale_ups()
         self._release_idle()
+        self._replace_unhealthy()
         self._gpu_health()
         blocked = tuple(
             Blocked(

@@ -18,6 +18,7 @@ from hybridgpu.kube.convert import (
     annotations_of,
     is_bare,
     is_daemonset_pod,
+    node_is_ready,
     owner_job,
     pool_of_node,
     pool_selector,
@@ -264,14 +265,17 @@ class PlanExecutor:
                 self._keep_for_bare_pod(node, bare[0], result)
                 return False
             self.cluster.cordon(node, cordon_as, {RELEASING_ANNOTATION: f"{self.clock():.0f}"})
+        # On a NotReady node no kubelet confirms a deletion: the Node's removal does.
+        unreachable = not node_is_ready(self.cluster.get_node(node) or {})
         left = 0
         for pod in pods:
             meta = pod.get("metadata") or {}
             if is_daemonset_pod(pod):
                 continue
-            left += 1
             if meta.get("deletionTimestamp"):
+                left += 0 if unreachable else 1
                 continue
+            left += 1
             job = owner_job(pod)
             if job is not None:
                 namespace, name = job.split("/", 1)
