@@ -11,7 +11,7 @@ import pytest
 
 from hybridgpu.cli import main
 from hybridgpu.models.snapshot import Criticality
-from hybridgpu.sim.compare import compare, lower_bound
+from hybridgpu.sim.compare import WaitSLO, compare, fluid_bound
 from hybridgpu.sim.config import load_cluster
 from hybridgpu.sim.engine import SimSettings, Simulation, percentile
 from hybridgpu.sim.traces import TraceJob, load_openb, load_spot_trace, synthetic
@@ -100,14 +100,18 @@ def test_json_output_has_every_policy_and_field(files, tmp_path) -> None:
     out = json.loads(proc.stdout)
     assert set(out["policies"]) == {
         "hybridgpu",
+        "autoscaler_spot",
         "on_demand",
         "reactive",
         "owned_only",
-        "lower_bound",
+        "fluid_bound",
     }
     for result in out["policies"].values():
         for key in (
             "total_cost_dollars",
+            "cloud_cost_dollars",
+            "meets_slo",
+            "max_lateness_seconds",
             "cost_by_tier_dollars",
             "gpu_hours",
             "wait_seconds",
@@ -125,8 +129,9 @@ def test_json_output_has_every_policy_and_field(files, tmp_path) -> None:
     assert out["policies"]["on_demand"]["cost_by_tier_dollars"]["core"] == 0
     assert (tmp_path / "chart.png").stat().st_size > 10_000
     assert hybrid["total_cost_dollars"] < out["policies"]["on_demand"]["total_cost_dollars"]
+    assert hybrid["meets_slo"]
     assert (
-        out["policies"]["lower_bound"]["total_cost_dollars"] <= hybrid["total_cost_dollars"] + 1e-6
+        out["policies"]["fluid_bound"]["total_cost_dollars"] <= hybrid["total_cost_dollars"] + 1e-6
     )
 
 
@@ -151,19 +156,26 @@ def test_the_default_scenario_is_deterministic_and_beats_on_demand() -> None:
     assert {k: v.to_json() for k, v in first.items()} == {k: v.to_json() for k, v in second.items()}
     assert first["hybridgpu"].total_cost_dollars < first["on_demand"].total_cost_dollars
     assert first["hybridgpu"].unfinished_jobs == 0
-    assert first["lower_bound"].total_cost_dollars <= first["hybridgpu"].total_cost_dollars
+    assert first["fluid_bound"].total_cost_dollars <= first["hybridgpu"].total_cost_dollars
 
 
-def test_lower_bound_prices_demand_above_core_at_its_cheapest_eligible_price(files) -> None:
+def test_fluid_bound_prices_demand_above_core_at_its_cheapest_eligible_price(files) -> None:
     config = load_cluster(files[0])
     jobs = [
         TraceJob("a", 0, 3600, 8, Criticality.CRITICAL),  # fills core
         TraceJob("b", 0, 3600, 8, Criticality.STANDARD),  # above core: on-demand
         TraceJob("c", 0, 3600, 8, Criticality.PREEMPTIBLE),  # above core: spot
     ]
-    bound = lower_bound(config.pools, jobs, 3600)
+    # No slack: nothing can wait for the owned node to free up.
+    bound = fluid_bound(config.pools, jobs, 3600, WaitSLO(0, 0))
     assert bound.cost_by_tier_dollars["elastic"] == pytest.approx(32)
     assert bound.cost_by_tier_dollars["spot"] == pytest.approx(10)
+    # With 15 minutes of slack the owned node runs 10 of the 16 firm GPU-hours by 1.25 h: 6
+    # go on demand ($4/GPU-h). With an hour of slack the preemptible job (due at 2 h) gets
+    # the owned node from 1.25 h: 6 of its 8 GPU-hours; 2 go to spot ($1.25/GPU-h).
+    relaxed = fluid_bound(config.pools, jobs, 3600, WaitSLO(900, 3600))
+    assert relaxed.cost_by_tier_dollars["elastic"] == pytest.approx(6 * 4)
+    assert relaxed.cost_by_tier_dollars["spot"] == pytest.approx(2 * 1.25)
 
 
 def test_percentile() -> None:
@@ -273,6 +285,6 @@ def test_work_is_conserved_when_nothing_is_moved(files) -> None:
         update={"preemption": config.policy.spec.preemption.model_copy(update={"enabled": False})}
     )
     result = Simulation("r", config.pools, policy, jobs, SimSettings()).run()
-    work = sum(v for k, v in result.gpu_hours.items() if k != "billed")
+    work = result.work_gpu_hours
     assert work == pytest.approx(sum(j.gpus * j.duration_seconds for j in jobs) / 3600)
     assert result.preemptions == 0

@@ -40,6 +40,10 @@ from hybridgpu.models.snapshot import (
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
 INTERRUPTION_NOTICE_SECONDS = 120.0
+# Physics defaults; docs/concepts.md ("Physics of the simulator") gives the public sources.
+DEFAULT_BOOT_SECONDS = 300.0
+DEFAULT_CHECKPOINT_SECONDS = 1800.0
+DEFAULT_BILLING_MINIMUM_SECONDS = 60.0
 # Every this many seconds the cost/capacity time series gets a sample (for the PNG).
 SERIES_STEP_SECONDS = 600.0
 # With nothing new happening, the simulated operator still looks this often (consolidation
@@ -51,10 +55,16 @@ HEARTBEAT_SECONDS = 600.0
 class SimSettings:
     """The fake world's physics."""
 
-    provisioning_delay_seconds: float = 120.0
-    """Launch to Ready for a cloud node."""
+    provisioning_delay_seconds: float = DEFAULT_BOOT_SECONDS
+    """Launch to Ready for a cloud GPU node, image pull included (docs/concepts.md#physics)."""
     restart_overhead_seconds: float = 300.0
-    """Work a job redoes after a move or an interruption (start-up + since its checkpoint)."""
+    """Start-up time a job spends again on every restart before it makes progress."""
+    checkpoint_interval_seconds: float = DEFAULT_CHECKPOINT_SECONDS
+    """A job checkpoints after every this much progress, unless the trace says otherwise;
+    work since its last checkpoint is lost on a move or an interruption. 0 = never: a
+    restarted job starts from zero."""
+    billing_minimum_seconds: float = DEFAULT_BILLING_MINIMUM_SECONDS
+    """A cloud node is billed from launch to removal, at least this long."""
     spot_hazard_per_hour: float = 0.0
     """Interruptions per spot node-hour, when no spot trace is given."""
     spot_trace: SpotTrace | None = None
@@ -82,8 +92,14 @@ class _Node:
 class _Job:
     index: int
     trace: TraceJob
-    remaining: float
     pending_since: float
+    progress: float = 0.0
+    """Seconds of the job's work saved in its last checkpoint."""
+    run_overhead: float = 0.0
+    """Start-up seconds the current (or next) run spends before it makes progress."""
+    lost_seconds: float = 0.0
+    """Run time thrown away: work since the last checkpoint and restart start-ups."""
+    finished_at: float | None = None
     pool: str | None = None
     node: str | None = None
     run_started: float | None = None
@@ -101,7 +117,8 @@ class PolicyResult:
     total_cost_dollars: float
     cost_by_tier_dollars: dict[str, float]
     gpu_hours: dict[str, float]
-    """GPU-hours of work run, by tier, and billed GPU-hours ("billed")."""
+    """GPU-hours run, by tier (lost work included), billed GPU-hours ("billed") and GPU-hours
+    thrown away by moves and interruptions ("lost")."""
     wait_seconds: dict[str, dict[str, float]]
     preemptions: int
     spot_interruptions: int
@@ -112,10 +129,28 @@ class PolicyResult:
     ticks: int = 0
     end_seconds: float = 0.0
     series: dict[str, list[float]] = field(default_factory=dict)
+    max_lateness_seconds: dict[str, float] = field(default_factory=dict)
+    """Per criticality, the most any job finished after arrival + duration (inf when one
+    never finished): what the fluid bound's SLO is checked against."""
+
+    @property
+    def work_gpu_hours(self) -> float:
+        """GPU-hours run on every tier, lost work included."""
+        return sum(self.gpu_hours.get(t.value, 0.0) for t in Tier)
+
+    @property
+    def cloud_cost_dollars(self) -> float:
+        """The part of the bill the operator controls: elastic and spot spend, dollars."""
+        return sum(v for k, v in self.cost_by_tier_dollars.items() if k != Tier.CORE.value)
 
     def to_json(self) -> dict[str, object]:
         return {
             "total_cost_dollars": round(self.total_cost_dollars, 2),
+            "cloud_cost_dollars": round(self.cloud_cost_dollars, 2),
+            "max_lateness_seconds": {
+                c: None if math.isinf(v) else round(v, 1)
+                for c, v in self.max_lateness_seconds.items()
+            },
             "cost_by_tier_dollars": {k: round(v, 2) for k, v in self.cost_by_tier_dollars.items()},
             "gpu_hours": {k: round(v, 1) for k, v in self.gpu_hours.items()},
             "wait_seconds": {
@@ -308,11 +343,12 @@ class Simulation:
         if job.first_started is None:
             job.first_started = self.now
         job.run_id += 1
-        self._push(self.now + job.remaining, "finish", (job.index, job.run_id))
+        left = job.run_overhead + job.trace.duration_seconds - job.progress
+        self._push(self.now + left, "finish", (job.index, job.run_id))
 
     def _stop(self, job: _Job, *, requeue: bool, pool: str | None = None) -> None:
-        """Take a running job off its node; requeued jobs keep their checkpointed progress
-        and redo the restart overhead."""
+        """Take a running job off its node. A requeued job keeps the progress of its last
+        checkpoint, loses the rest, and spends the restart overhead again when it restarts."""
         node = self.nodes[job.node] if job.node else None
         if node is not None:
             node.free += job.trace.gpus
@@ -321,18 +357,34 @@ class Simulation:
                 node.idle_since = self.now
             ran = self.now - job.run_started if job.run_started is not None else 0.0
             self.work_by_tier[node.tier] += ran * job.trace.gpus / 3600
-            job.remaining = max(job.remaining - ran, 0.0)
+            if requeue:
+                reached = job.progress + max(ran - job.run_overhead, 0.0)
+                saved = self._checkpointed(job, reached)
+                job.lost_seconds += ran - (saved - job.progress)
+                job.progress = saved
+            else:
+                job.lost_seconds += min(ran, job.run_overhead)
         self.running.discard(job.index)
         job.node = None
         job.run_started = None
         job.run_id += 1
         if requeue:
-            job.remaining += self.settings.restart_overhead_seconds
+            job.run_overhead = self.settings.restart_overhead_seconds
             job.pending_since = self.now
             job.pool = pool
             self.pending.add(job.index)
         else:
             job.done = True
+            job.finished_at = self.now
+
+    def _checkpointed(self, job: _Job, reached: float) -> float:
+        """The progress saved by the job's last checkpoint at or before ``reached``."""
+        every = job.trace.checkpoint_seconds
+        if every is None:
+            every = self.settings.checkpoint_interval_seconds
+        if every <= 0:
+            return 0.0
+        return min(math.floor(reached / every) * every, job.trace.duration_seconds)
 
     # ------------------------------------------------------------- operator
     def _snapshot(self) -> ClusterSnapshot:
@@ -490,7 +542,7 @@ class Simulation:
     def run(self) -> PolicyResult:
         self._add_core_nodes()
         for index, tj in enumerate(self.trace):
-            self.jobs.append(_Job(index, tj, tj.duration_seconds, tj.arrival_seconds))
+            self.jobs.append(_Job(index, tj, tj.arrival_seconds))
             self._push(tj.arrival_seconds, "arrive", index)
         trace_end = max((j.arrival_seconds + j.duration_seconds for j in self.trace), default=1.0)
         next_tick = 0.0
@@ -505,10 +557,14 @@ class Simulation:
             if not self.operator_can_act:
                 due = math.inf
             else:
-                due = next_tick if dirty else max(next_tick, self._on_grid(wake))
+                # The operator's timer fires on its grid; after a quiet spell the next tick is
+                # the first grid point from now, never one in the past.
+                due = max(self._on_grid(max(next_tick, self.now if dirty else wake)), self.now)
             t = min(next_event, due, next_sample)
             if t == math.inf or t > self.horizon:
                 break
+            if t < self.now:
+                raise AssertionError(f"simulated clock ran backwards: {t} < {self.now}")
             self.now = t
             if t == next_sample:
                 self._sample()
@@ -529,7 +585,10 @@ class Simulation:
         return self._result()
 
     def _on_grid(self, at: float) -> float:
-        return math.ceil(at / self.interval) * self.interval if at != math.inf else math.inf
+        if at == math.inf:
+            return math.inf
+        # A hair of tolerance: t + interval must not round up to the grid point after it.
+        return math.ceil(at / self.interval - 1e-9) * self.interval
 
     def _handle(self, kind: str, payload: object) -> int:
         """Process one event; returns 1 when a job finished."""
@@ -566,9 +625,13 @@ class Simulation:
         end = self.now
         cost: dict[str, float] = {t.value: 0.0 for t in Tier}
         billed = 0.0
+        minimum = self.settings.billing_minimum_seconds
         for node in list(self.nodes.values()) + self.removed:
             stop = node.removed_at if node.removed_at is not None else end
-            hours = max(stop - node.launched_at, 0.0) / 3600
+            seconds = max(stop - node.launched_at, 0.0)
+            if is_cloud(node.tier):
+                seconds = max(seconds, minimum)
+            hours = seconds / 3600
             cost[node.tier] += hours * node.price
             billed += hours * node.gpus
         for index in list(self.running):
@@ -584,6 +647,13 @@ class Simulation:
         unfinished = sum(1 for j in self.jobs if not j.done)
         gpu_hours = {k: v for k, v in self.work_by_tier.items()}
         gpu_hours["billed"] = billed
+        gpu_hours["lost"] = sum(j.lost_seconds * j.trace.gpus for j in self.jobs) / 3600
+        # How late each class finished against arriving and running at once (inf: never).
+        lateness: dict[str, float] = {c.value: 0.0 for c in Criticality}
+        for j in self.jobs:
+            finished = math.inf if j.finished_at is None else j.finished_at
+            late = finished - j.trace.arrival_seconds - j.trace.duration_seconds
+            lateness[j.trace.criticality] = max(lateness[j.trace.criticality], late)
         return PolicyResult(
             name=self.name,
             total_cost_dollars=sum(cost.values()),
@@ -601,4 +671,5 @@ class Simulation:
             ticks=self.ticks,
             end_seconds=end,
             series=self.series,
+            max_lateness_seconds=lateness,
         )

@@ -2,37 +2,94 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+from hybridgpu.sim.compare import BOUND, HEADLINE_PEER, WaitSLO
 from hybridgpu.sim.engine import PolicyResult
 
 
-def table(results: dict[str, PolicyResult]) -> str:
-    """A fixed-width table, one row per policy, costs in dollars and waits in seconds."""
-    base = results.get("on_demand")
+def _duration(seconds: float) -> str:
+    """Seconds as a person reads them: 45s, 12m, 3.5h, 2.1d."""
+    if math.isinf(seconds):
+        return "never"
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _ratio(value: float, base: float | None) -> str:
+    if not base:
+        return "-"
+    return f"{value / base:.2f}x"
+
+
+LEGEND = (
+    "cloud $ = elastic + spot spend (the part the operator controls); x peer = against "
+    "autoscaler_spot (core + on-demand + spot, no moves: a Karpenter user's spot NodePool); "
+    "x bound = against fluid_bound; lost GPU-h = work redone after moves and interruptions; "
+    "waits p50/p95 per class (crit, std, pre); preempt = jobs moved; spot int = spot "
+    "interruptions; unfin = jobs not finished; SLO = every job within the wait SLO the bound "
+    "assumes."
+)
+
+
+def table(results: dict[str, PolicyResult], slo: WaitSLO | None = None) -> str:
+    """A fixed-width table, one row per policy: spend (total and cloud) next to the headline
+    peer and the bound, work, waits and disruptions."""
+    slo = slo or WaitSLO()
+    peer = results.get(HEADLINE_PEER) or results.get("on_demand")
+    bound = results.get(BOUND)
     head = (
-        f"{'policy':<12} {'total $':>11} {'vs on-dem':>9} {'core $':>10} {'elastic $':>10} "
-        f"{'spot $':>9} {'work GPU-h':>10} {'crit p50/p95 s':>15} {'std p95 s':>9} "
-        f"{'pre p95 s':>9} {'preempt':>7} {'spot int':>8} {'unfin':>5}"
+        f"{'policy':<15} {'total $':>9} {'x peer':>6} {'cloud $':>9} {'x peer':>6} "
+        f"{'x bound':>7} {'core $':>8} {'elastic $':>9} {'spot $':>8} {'work GPU-h':>10} "
+        f"{'lost':>6} {'crit p50/p95':>13} {'std p95':>7} {'pre p95':>7} {'preempt':>7} "
+        f"{'spot int':>8} {'unfin':>5} {'SLO':>3}"
     )
     lines = [head, "-" * len(head)]
     for name, r in results.items():
         c = r.cost_by_tier_dollars
-        ratio = (
-            r.total_cost_dollars / base.total_cost_dollars
-            if base and base.total_cost_dollars
-            else 0
-        )
-        work = sum(v for k, v in r.gpu_hours.items() if k != "billed")
         w = r.wait_seconds
+        crit = f"{_duration(w['critical']['p50'])}/{_duration(w['critical']['p95'])}"
+        meets = "yes" if name == BOUND or slo.met_by(r) else "no"
         lines.append(
-            f"{name:<12} {r.total_cost_dollars:>11,.0f} {ratio:>8.2f}x {c.get('core', 0):>10,.0f} "
-            f"{c.get('elastic', 0):>10,.0f} {c.get('spot', 0):>9,.0f} {work:>10,.0f} "
-            f"{w['critical']['p50']:>7,.0f}/{w['critical']['p95']:<7,.0f} "
-            f"{w['standard']['p95']:>9,.0f} {w['preemptible']['p95']:>9,.0f} "
-            f"{r.preemptions:>7} {r.spot_interruptions:>8} {r.unfinished_jobs:>5}"
+            f"{name:<15} {r.total_cost_dollars:>9,.0f} "
+            f"{_ratio(r.total_cost_dollars, peer.total_cost_dollars if peer else None):>6} "
+            f"{r.cloud_cost_dollars:>9,.0f} "
+            f"{_ratio(r.cloud_cost_dollars, peer.cloud_cost_dollars if peer else None):>6} "
+            f"{_ratio(r.cloud_cost_dollars, bound.cloud_cost_dollars if bound else None):>7} "
+            f"{c.get('core', 0):>8,.0f} {c.get('elastic', 0):>9,.0f} {c.get('spot', 0):>8,.0f} "
+            f"{r.work_gpu_hours:>10,.0f} {r.gpu_hours.get('lost', 0.0):>6,.0f} {crit:>13} "
+            f"{_duration(w['standard']['p95']):>7} {_duration(w['preemptible']['p95']):>7} "
+            f"{r.preemptions:>7} {r.spot_interruptions:>8} {r.unfinished_jobs:>5} {meets:>3}"
         )
     return "\n".join(lines)
+
+
+def headline(results: dict[str, PolicyResult]) -> str:
+    """One sentence: hybridgpu against the peer a user would pick and against the bound,
+    total and cloud spend."""
+    h = results["hybridgpu"]
+    peer_name = HEADLINE_PEER if HEADLINE_PEER in results else "on_demand"
+    peer = results[peer_name]
+    parts = [
+        f"hybridgpu: total ${h.total_cost_dollars:,.0f}, "
+        f"{_ratio(h.total_cost_dollars, peer.total_cost_dollars)} {peer_name}'s "
+        f"${peer.total_cost_dollars:,.0f}; cloud spend ${h.cloud_cost_dollars:,.0f}, "
+        f"{_ratio(h.cloud_cost_dollars, peer.cloud_cost_dollars)} {peer_name}'s "
+        f"${peer.cloud_cost_dollars:,.0f}"
+    ]
+    bound = results.get(BOUND)
+    if bound is not None:
+        parts.append(
+            f"{_ratio(h.cloud_cost_dollars, bound.cloud_cost_dollars)} the {BOUND}'s "
+            f"${bound.cloud_cost_dollars:,.0f}"
+        )
+    return " and ".join(parts) + "."
 
 
 def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
