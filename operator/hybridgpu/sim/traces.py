@@ -25,6 +25,10 @@ DEFAULT_QOS_MAP: dict[str, Criticality] = {
 }
 
 
+# A job asking for more GPUs than this is a unit mix-up (or 1e300), not a job.
+MAX_GPUS_PER_JOB = 100_000
+
+
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     """One GPU job of a trace: it arrives, waits for GPUs, then runs ``duration_seconds``."""
@@ -117,6 +121,11 @@ def load_openb(
     for line, row in enumerate(reader, start=2):
         gpus = _number(path, line, "num_gpu", row["num_gpu"])
         assert gpus is not None
+        if gpus > MAX_GPUS_PER_JOB:
+            raise UserError(
+                f"{path}:{line}: field 'num_gpu' is {row['num_gpu']!r}; expected at most "
+                f"{MAX_GPUS_PER_JOB:,} GPUs"
+            )
         if gpus == 0:
             skipped["no_gpu"] = skipped.get("no_gpu", 0) + 1
             continue
@@ -162,9 +171,10 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
         duration = _number(path, line, "duration_seconds", row["duration_seconds"])
         gpus = _number(path, line, "gpus", row["gpus"])
         assert arrival is not None and duration is not None and gpus is not None
-        if gpus < 1 or gpus != int(gpus):
+        if gpus < 1 or gpus != int(gpus) or gpus > MAX_GPUS_PER_JOB:
             raise UserError(
-                f"{path}:{line}: field 'gpus' is {row['gpus']!r}; expected a whole number >= 1"
+                f"{path}:{line}: field 'gpus' is {row['gpus']!r}; expected a whole number from 1 "
+                f"to {MAX_GPUS_PER_JOB:,}"
             )
         crit = (row["criticality"] or "").strip()
         if crit not in allowed:

@@ -1,0 +1,502 @@
+"""Bad input across every command keeps the README's promise: one line on stderr naming the
+file, the field and what is expected, exit code 2, no traceback, no hang. Legitimate inputs
+that used to be mistaken for bad ones (a byte-order mark, epoch seconds with --epoch) give a
+correct result.
+
+Cases run in-process through ``hybridgpu.cli.main`` where that is safe, and as a subprocess
+with a time limit where a regression would hang (unbounded simulated time) or where the
+command touches process-wide state (``run``/``explain`` set $KUBECONFIG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hybridgpu.cli import main
+
+pytestmark = pytest.mark.unit
+
+CASE_TIMEOUT_SECONDS = 10
+
+CLUSTER = """\
+apiVersion: hybridgpu.io/v1alpha1
+kind: GPUPool
+metadata: {name: core}
+spec:
+  tier: core
+  gpu: {model: A100, perNode: 8}
+  maxNodes: 1
+  pricing: {capexPerNode: 100000, powerWattsPerNode: 4000}
+---
+apiVersion: hybridgpu.io/v1alpha1
+kind: GPUPool
+metadata: {name: elastic}
+spec:
+  tier: elastic
+  gpu: {model: A100, perNode: 8}
+  maxNodes: 2
+  provider: {type: fake}
+  pricing: {perNodeHour: 32}
+---
+apiVersion: hybridgpu.io/v1alpha1
+kind: ScalingPolicy
+metadata: {name: default}
+spec: {interval: 30s}
+"""
+HEADER = "name,arrival_seconds,duration_seconds,gpus,criticality\n"
+TRACE = HEADER + "a,0,3600,2,standard\nb,600,1800,1,preemptible\n"
+OPENB_HEADER = "name,num_gpu,qos,creation_time,scheduled_time,deletion_time\n"
+OPENB = OPENB_HEADER + "p1,1,LS,0,10,3610\np2,2,BE,100,100,1900\n"
+PLAN = """\
+horizonMonths: 12
+candidates:
+  - name: 8x
+    gpusPerNode: 8
+    capexPerNode: 280000
+    powerWattsPerNode: 1000
+    currentNodes: 1
+cloud:
+  onDemandPerGpuHour: 3.0
+  spotPerGpuHour: 1.0
+"""
+DEMAND = "time,critical,standard,preemptible\n0,8,0,0\n3600,16,0,4\n7200,8,0,0\n"
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: ctx, context: {cluster: c, user: u}}]
+current-context: ctx
+"""
+LATIN1 = "name: caf\xe9\n".encode("latin-1")
+UTF16 = CLUSTER.encode("utf-16")
+JUNK = bytes(range(256)) * 4
+
+
+def _files(root: Path) -> dict[str, Path]:
+    """Every input file a case names, written once: ``{name}`` in a case's argv."""
+    texts: dict[str, str | bytes] = {
+        "cluster": CLUSTER,
+        "latin1": LATIN1,
+        "utf16": UTF16,
+        "junk": JUNK,
+        "empty": "",
+        "metadata_list": CLUSTER.replace("metadata: {name: core}", "metadata: [x]", 1),
+        "interval0": CLUSTER.replace("interval: 30s", "interval: 0s"),
+        "price_inf": CLUSTER.replace("perNodeHour: 32", "perNodeHour: .inf"),
+        "price_nan": CLUSTER.replace("perNodeHour: 32", "perNodeHour: .nan"),
+        "capex_inf": CLUSTER.replace("capexPerNode: 100000", "capexPerNode: .inf"),
+        "list_doc": "- a\n- b\n",
+        "bad_yaml": "kind: GPUPool\nspec: [unclosed\n",
+        "kind_unknown": CLUSTER.replace("kind: GPUPool", "kind: GPUPol", 1),
+        "per_node_word": CLUSTER.replace("perNode: 8}", "perNode: eight}", 1),
+        "dup_pools": CLUSTER.replace("metadata: {name: elastic}", "metadata: {name: core}"),
+        "no_elastic": CLUSTER.split("---")[0],
+        "grace_word": CLUSTER.replace("interval: 30s", "interval: soon"),
+        "trace": TRACE,
+        "trace_bom": "\ufeff" + TRACE,
+        "trace_latin1": TRACE.replace("a,0", "caf\xe9,0").encode("latin-1"),
+        "trace_utf16": TRACE.encode("utf-16"),
+        "trace_junk": JUNK,
+        "trace_dur_inf": TRACE + "c,900,inf,1,standard\n",
+        "trace_arr_nan": TRACE + "c,nan,60,1,standard\n",
+        "trace_gpus_inf": TRACE + "c,900,60,inf,standard\n",
+        "trace_gpus_1e300": TRACE + "c,900,60,1e300,standard\n",
+        "trace_gpus_frac": TRACE + "c,900,60,1.5,standard\n",
+        "trace_arr_neg": TRACE + "c,-5,60,1,standard\n",
+        "trace_header": "job,start,end\nx,0,1\n",
+        "trace_empty": "",
+        "trace_no_jobs": HEADER,
+        "trace_epoch": HEADER + "a,1700000000,3600,1,standard\nb,1700000600,60,2,critical\n",
+        "trace_huge_job": TRACE + "giant,900,3600,1000,standard\n",
+        "trace_crit": TRACE + "c,900,60,1,urgent\n",
+        "trace_long": TRACE + "c,900,100000000,1,standard\n",
+        "openb": OPENB,
+        "openb_inf": OPENB + "p3,inf,LS,0,10,20\n",
+        "openb_bom": "\ufeff" + OPENB,
+        "spot_not_json": "{gap_seconds: 3",
+        "spot_nan": '{"metadata": {"gap_seconds": NaN}, "data": [0, 1]}',
+        "spot_data2": '{"metadata": {"gap_seconds": 60}, "data": [0, 2]}',
+        "spot_utf16": '{"metadata": {"gap_seconds": 60}, "data": [0, 1]}'.encode("utf-16"),
+        "spot_list": "[1, 2]",
+        "plan": PLAN,
+        "plan_latin1": PLAN.replace("name: 8x", "name: 8x-caf\xe9").encode("latin-1"),
+        "plan_dup": PLAN.replace(
+            "cloud:", PLAN[PLAN.index("  - name") : PLAN.index("cloud:")] + "cloud:"
+        ),
+        "plan_spec_list": "apiVersion: hybridgpu.io/v1alpha1\nkind: CapacityPlan\nspec: [x]\n",
+        "plan_schedule0": PLAN + "schedule: 0s\n",
+        "plan_capex_inf": PLAN.replace("capexPerNode: 280000", "capexPerNode: .inf"),
+        "plan_price_nan": PLAN.replace("spotPerGpuHour: 1.0", "spotPerGpuHour: .nan"),
+        "plan_kind": "kind: GPUPool\nspec: {}\n",
+        "demand": DEMAND,
+        "demand_bom": "\ufeff" + DEMAND,
+        "demand_1e300": DEMAND + "9000,1e300,0,0\n",
+        "demand_time_nan": DEMAND + "nan,1,0,0\n",
+        "demand_time_inf": DEMAND + "inf,1,0,0\n",
+        "demand_utf16": DEMAND.encode("utf-16"),
+        "demand_header": "when,gpus\n0,1\n",
+        "kubeconfig": KUBECONFIG,
+        "kube_garbage": "clusters: [unclosed\n",
+        "kube_latin1": KUBECONFIG.replace("name: u,", "name: caf\xe9,").encode("latin-1"),
+        "kube_no_context": KUBECONFIG.replace("current-context: ctx\n", ""),
+        "a_file": "not a directory\n",
+    }
+    paths: dict[str, Path] = {}
+    for name, content in texts.items():
+        path = root / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        paths[name] = path
+    (root / "a_dir").mkdir()
+    paths["a_dir"] = root / "a_dir"
+    (root / "chart.png").mkdir()
+    paths["png_dir"] = root / "chart.png"
+    (root / "emptyhome").mkdir()
+    paths["emptyhome"] = root / "emptyhome"
+    return paths
+
+
+@dataclass(frozen=True)
+class Case:
+    """One command line; ``{name}`` stands for a file of ``_files``."""
+
+    argv: tuple[str, ...]
+    message: str
+    """Expected in the one stderr line (exit 2), or in stdout when ``code`` is 0."""
+    code: int = 2
+    subprocess: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def sim(*args: str, **kw: object) -> Case:
+    message = str(kw.pop("message"))
+    return Case(("simulate", "--no-png", *args), message, **kw)  # type: ignore[arg-type]
+
+
+def plan(*args: str, **kw: object) -> Case:
+    message = str(kw.pop("message"))
+    return Case(("plan", *args), message, **kw)  # type: ignore[arg-type]
+
+
+def kube(*args: str, message: str, env: dict[str, str] | None = None) -> Case:
+    return Case(tuple(args), message, subprocess=True, env=env or {})
+
+
+CASES: dict[str, Case] = {
+    # --- simulate: the cluster file
+    "cluster Latin-1": sim("--cluster", "{latin1}", message="not UTF-8 text"),
+    "cluster UTF-16": sim("--cluster", "{utf16}", message="UTF-16"),
+    "cluster binary junk": sim("--cluster", "{junk}", message="expected UTF-8 text"),
+    "cluster is a directory": sim("--cluster", "{a_dir}", message="is a directory"),
+    "cluster missing": sim("--cluster", "/nonexistent.yaml", message="cannot read cluster file"),
+    "cluster empty": sim("--cluster", "{empty}", message="no GPUPool found"),
+    "cluster metadata a list": sim(
+        "--cluster", "{metadata_list}", message="field 'metadata' is ['x']"
+    ),
+    "policy interval 0s": sim(
+        "--cluster", "{interval0}", message="spec.interval: '0s' is not a duration > 0"
+    ),
+    "policy interval a word": sim("--cluster", "{grace_word}", message="is not a duration"),
+    "price .inf": sim("--cluster", "{price_inf}", message="perNodeHour: inf is not a finite"),
+    "price .nan": sim("--cluster", "{price_nan}", message="perNodeHour: nan is not a finite"),
+    "capex .inf": sim("--cluster", "{capex_inf}", message="capexPerNode"),
+    "cluster a YAML list": sim("--cluster", "{list_doc}", message="expected a Kubernetes object"),
+    "cluster not YAML": sim("--cluster", "{bad_yaml}", message="not valid YAML"),
+    "cluster unknown kind": sim("--cluster", "{kind_unknown}", message="is not GPUPool"),
+    "perNode a word": sim("--cluster", "{per_node_word}", message="spec.gpu.perNode"),
+    "pool named twice": sim("--cluster", "{dup_pools}", message="used twice"),
+    "no elastic pool": sim("--cluster", "{no_elastic}", message="needs an elastic pool"),
+    # --- simulate: the trace
+    "trace Latin-1": sim("--trace", "{trace_latin1}", message="not UTF-8 text"),
+    "trace UTF-16": sim("--trace", "{trace_utf16}", message="UTF-16"),
+    "trace binary junk": sim("--trace", "{trace_junk}", message="expected UTF-8 text"),
+    "trace missing": sim("--trace", "/nonexistent.csv", message="cannot read trace"),
+    "trace is a directory": sim("--trace", "{a_dir}", message="is a directory"),
+    "duration inf": sim(
+        "--trace", "{trace_dur_inf}", message="'duration_seconds' is 'inf'", subprocess=True
+    ),
+    "arrival nan": sim("--trace", "{trace_arr_nan}", message="'arrival_seconds' is 'nan'"),
+    "gpus inf": sim("--trace", "{trace_gpus_inf}", message="'gpus' is 'inf'"),
+    "gpus 1e300": sim(
+        "--trace", "{trace_gpus_1e300}", message="expected a whole number from 1 to 100,000"
+    ),
+    "gpus fractional": sim("--trace", "{trace_gpus_frac}", message="expected a whole number"),
+    "arrival negative": sim("--trace", "{trace_arr_neg}", message="expected a finite number >= 0"),
+    "trace header unknown": sim("--trace", "{trace_header}", message="cannot tell the trace"),
+    "trace empty": sim("--trace", "{trace_empty}", message="cannot tell the trace format"),
+    "trace without jobs": sim("--trace", "{trace_no_jobs}", message="no GPU jobs"),
+    "criticality unknown": sim("--trace", "{trace_crit}", message="'criticality' is 'urgent'"),
+    "epoch seconds": sim(
+        "--trace", "{trace_epoch}", message="looks like Unix epoch seconds", subprocess=True
+    ),
+    "job runs for years": sim("--trace", "{trace_long}", message="runs 1,157 days"),
+    "job larger than every node": sim(
+        "--trace", "{trace_huge_job}", message="job 'giant' needs 1000 GPUs on one node"
+    ),
+    "time scale 1e-6": sim(
+        "--trace", "{trace}", "--time-scale", "1e-6", message="at most 366 days", subprocess=True
+    ),
+    "openb num_gpu inf": sim("--trace", "{openb_inf}", message="'num_gpu' is 'inf'"),
+    "openb qos map for csv": sim(
+        "--trace", "{trace}", "--qos-map", "LS=standard", message="--qos-map maps openb"
+    ),
+    "openb qos map bad value": sim("--trace", "{openb}", "--qos-map", "LS=vip", message="LS=vip"),
+    "wrong explicit format": sim(
+        "--trace", "{trace}", "--trace-format", "openb", message="missing column(s)"
+    ),
+    # --- simulate: flags
+    "time scale 0": sim("--trace", "{trace}", "--time-scale", "0", message="--time-scale"),
+    "time scale nan": sim("--trace", "{trace}", "--time-scale", "nan", message="got 'nan'"),
+    "time scale without trace": sim("--time-scale", "2", message="applies to --trace"),
+    "trace format without trace": sim("--trace-format", "csv", message="applies to --trace"),
+    "epoch without trace": sim("--epoch", message="applies to --trace"),
+    "hours nan": sim("--hours", "nan", message="--hours", subprocess=True),
+    "hours inf": sim("--hours", "inf", message="--hours"),
+    "hours a billion": sim("--hours", "1e9", message="at most 8784 hours"),
+    "hours with a trace": sim("--trace", "{trace}", "--hours", "5", message="--hours"),
+    "spot hazard nan": sim("--spot-hazard", "nan", message="--spot-hazard"),
+    "spot hazard negative": sim("--spot-hazard", "-1", message="--spot-hazard"),
+    "spot hazard and spot trace": sim(
+        "--spot-hazard", "0.1", "--spot-trace", "{spot_data2}", message="pass one of them"
+    ),
+    "restart overhead nan": sim("--restart-overhead", "nan", message="--restart-overhead"),
+    "provisioning delay inf": sim("--provisioning-delay", "inf", message="--provisioning-delay"),
+    "seed a word": sim("--seed", "x", message="--seed"),
+    "unknown flag": sim("--bogus", message="unrecognized arguments: --bogus"),
+    "spot trace not JSON": sim("--spot-trace", "{spot_not_json}", message="not JSON"),
+    "spot trace gap NaN": sim("--spot-trace", "{spot_nan}", message="gap_seconds"),
+    "spot trace data 2": sim("--spot-trace", "{spot_data2}", message="only 0"),
+    "spot trace UTF-16": sim("--spot-trace", "{spot_utf16}", message="UTF-16"),
+    "spot trace a list": sim("--spot-trace", "{spot_list}", message="expected {"),
+    "png not a png": Case(("simulate", "--png", "{a_dir}/chart.jpg"), "ending in .png"),
+    "png under a file": Case(("simulate", "--png", "{a_file}/chart.png"), "cannot create"),
+    "png is a directory": Case(("simulate", "--png", "{png_dir}"), "is a directory"),
+    "png and no-png": sim("--png", "x.png", message="contradict"),
+    # --- simulate: legitimate inputs, right results
+    "trace with a BOM": sim("--trace", "{trace_bom}", message="2 jobs", code=0),
+    "openb detected": sim("--trace", "{openb_bom}", message="(openb, time scale 1)", code=0),
+    "epoch seconds with --epoch": sim(
+        "--trace", "{trace_epoch}", "--epoch", message="2 jobs", code=0
+    ),
+    "skip an infeasible job": sim(
+        "--trace", "{trace_huge_job}", "--skip-infeasible", message="skipped 1 job(s)", code=0
+    ),
+    # --- plan
+    "plan config Latin-1": plan(
+        "--config", "{plan_latin1}", "--history", "{demand}", message="not UTF-8"
+    ),
+    "plan spec a list": plan("--config", "{plan_spec_list}", message="field 'spec'"),
+    "plan candidate named twice": plan(
+        "--config", "{plan_dup}", "--history", "{demand}", message="name '8x' is used twice"
+    ),
+    "plan schedule 0s": plan(
+        "--config", "{plan_schedule0}", "--history", "{demand}", message="duration > 0"
+    ),
+    "plan capex .inf": plan(
+        "--config", "{plan_capex_inf}", "--history", "{demand}", message="not a finite number"
+    ),
+    "plan price .nan": plan(
+        "--config", "{plan_price_nan}", "--history", "{demand}", message="not a finite number"
+    ),
+    "plan wrong kind": plan("--config", "{plan_kind}", message="expected CapacityPlan"),
+    "plan demand 1e300": plan(
+        "--config", "{plan}", "--history", "{demand_1e300}", message="is '1e300'"
+    ),
+    "plan demand time nan": plan(
+        "--config", "{plan}", "--history", "{demand_time_nan}", message="'time' is 'nan'"
+    ),
+    "plan demand time inf": plan(
+        "--config", "{plan}", "--history", "{demand_time_inf}", message="'time' is 'inf'"
+    ),
+    "plan demand UTF-16": plan(
+        "--config", "{plan}", "--history", "{demand_utf16}", message="UTF-16"
+    ),
+    "plan demand header": plan(
+        "--config", "{plan}", "--history", "{demand_header}", message="header is when,gpus"
+    ),
+    "plan job larger than every node": plan(
+        "--config", "{plan}", "--trace", "{trace_huge_job}", message="largest candidate node (8x)"
+    ),
+    "plan time scale without trace": plan(
+        "--config", "{plan}", "--history", "{demand}", "--time-scale", "2", message="--trace"
+    ),
+    "plan time scale inf": plan(
+        "--config", "{plan}", "--trace", "{trace}", "--time-scale", "inf", message="got 'inf'"
+    ),
+    "plan png not a png": plan(
+        "--config", "{plan}", "--history", "{demand}", "--png", "x.svg", message="ending in .png"
+    ),
+    "plan history missing": plan(
+        "--config", "{plan}", "--history", "/nonexistent.csv", message="cannot read demand"
+    ),
+    "plan demand with a BOM": plan(
+        "--config", "{plan}", "--history", "{demand_bom}", message="saving vs", code=0
+    ),
+    "plan skip infeasible": plan(
+        "--config",
+        "{plan}",
+        "--trace",
+        "{trace_huge_job}",
+        "--skip-infeasible",
+        message="skipped 1 job(s) larger than any candidate node",
+        code=0,
+    ),
+    # --- crds
+    "crds onto a file": Case(("crds", "-o", "{a_file}"), "is a file"),
+    "crds under a file": Case(("crds", "-o", "{a_file}/crds"), "cannot create the directory"),
+    "crds reference a directory": Case(
+        ("crds", "-o", "{a_dir}/crds", "--reference", "{a_dir}"), "is a directory"
+    ),
+    # --- run and explain: all fail before connecting
+    "run without any config": kube("run", message="no Kubernetes configuration: tried"),
+    "run kubeconfig missing": kube("run", "--kubeconfig", "/nope/kc", message="no such file"),
+    "run kubeconfig garbage": kube(
+        "run", "--kubeconfig", "{kube_garbage}", message="not a usable kubeconfig"
+    ),
+    "run kubeconfig binary": kube("run", "--kubeconfig", "{junk}", message="expected UTF-8"),
+    "run unknown context": kube(
+        "run", "--kubeconfig", "{kubeconfig}", "--context", "nope", message="nope"
+    ),
+    "run lease seconds nan": kube("run", "--lease-seconds", "nan", message="--lease-seconds"),
+    "run metrics port a word": kube("run", "--metrics-port", "x", message="--metrics-port"),
+    "explain without any config": kube("explain", message="no Kubernetes configuration"),
+    "explain $KUBECONFIG missing": kube(
+        "explain", message="$KUBECONFIG (/nope/config)", env={"KUBECONFIG": "/nope/config"}
+    ),
+    "explain kubeconfig Latin-1": kube(
+        "explain", "--kubeconfig", "{kube_latin1}", message="not UTF-8 text"
+    ),
+    "explain kubeconfig without context": kube(
+        "explain", "--kubeconfig", "{kube_no_context}", message="not a usable kubeconfig"
+    ),
+    # --- the command line itself
+    "no command": Case((), "required: command"),
+    "unknown command": Case(("simulat",), "invalid choice"),
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _files(tmp_path_factory.mktemp("inputs"))
+
+
+def _argv(case: Case, files: dict[str, Path]) -> list[str]:
+    out = []
+    for arg in case.argv:
+        for name, path in files.items():
+            arg = arg.replace("{" + name + "}", str(path))
+        out.append(arg)
+    return out
+
+
+def _subprocess_env(files: dict[str, Path], extra: dict[str, str]) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    env["HOME"] = str(files["emptyhome"])  # no ~/.kube/config to fall back on
+    env.update(extra)
+    return env
+
+
+def _run(case: Case, files: dict[str, Path], capsys: pytest.CaptureFixture[str], cwd: Path):
+    argv = _argv(case, files)
+    if case.subprocess:
+        done = subprocess.run(
+            [sys.executable, "-m", "hybridgpu.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=CASE_TIMEOUT_SECONDS,
+            env=_subprocess_env(files, case.env),
+            cwd=cwd,
+            check=False,
+        )
+        return done.returncode, done.stdout, done.stderr
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_malformed_input_is_one_line_and_exit_2(
+    case: Case,
+    files: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a default out/simulation.png lands here
+    code, out, err = _run(case, files, capsys, tmp_path)
+    assert "Traceback" not in err
+    if case.code == 0:
+        assert code == 0, err
+        assert case.message in out
+        assert err == ""
+        return
+    assert code == case.code, (out, err)
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert case.message in lines[0]
+    assert not (tmp_path / "out" / "simulation.png").exists()  # nothing ran before the error
+
+
+def test_the_table_covers_every_command_with_60_cases() -> None:
+    commands = {case.argv[0] for case in CASES.values() if case.argv}
+    assert commands >= {"simulate", "plan", "crds", "run", "explain"}
+    assert sum(1 for c in CASES.values() if c.code == 2) >= 60
+
+
+def test_crds_into_a_new_directory_writes_every_file(tmp_path: Path, capsys) -> None:
+    assert main(["crds", "-o", str(tmp_path / "crds")]) == 0
+    assert len(list((tmp_path / "crds").glob("*.yaml"))) == 3
+    assert capsys.readouterr().err == ""
+
+
+def test_an_unexpected_error_is_one_line_and_exit_1(monkeypatch, capsys) -> None:
+    import hybridgpu.planner_cli
+
+    def broken(args: object) -> int:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(hybridgpu.planner_cli, "run", broken)
+    assert main(["plan", "--config", "x"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert "RuntimeError: boom" in err[0] and "run with --debug for the traceback" in err[0]
+    with pytest.raises(RuntimeError):
+        main(["plan", "--config", "x", "--debug"])
+
+
+def test_version(capsys) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("hybridgpu ")
+
+
+def test_json_into_a_closed_pipe_exits_quietly(files: dict[str, Path], tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hybridgpu.cli", "simulate", "--no-png", "--json", "--hours", "6"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # `| head -c 0`: the reader is gone before the JSON is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
+
+
+def test_skip_infeasible_reports_in_json(files: dict[str, Path], capsys) -> None:
+    argv = ["simulate", "--no-png", "--json", "--trace", str(files["trace_huge_job"])]
+    assert main([*argv, "--skip-infeasible"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["jobs"] == 2  # the 1000-GPU job is not simulated
