@@ -500,3 +500,17 @@ def test_skip_infeasible_reports_in_json(files: dict[str, Path], capsys) -> None
     assert main([*argv, "--skip-infeasible"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["jobs"] == 2  # the 1000-GPU job is not simulated
+
+
+def test_long_runs_print_progress_lines_when_stderr_is_not_a_terminal(capsys) -> None:
+    from hybridgpu.sim.cli import _ProgressLines
+
+    quiet = _ProgressLines(quiet_seconds=3600, every_seconds=3600)
+    quiet("hybridgpu", 0.5)
+    assert capsys.readouterr().err == ""  # a short run stays silent
+    chatty = _ProgressLines(quiet_seconds=0, every_seconds=0)
+    chatty("hybridgpu", 0.25)
+    chatty("on_demand", 0.5)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("hybridgpu simulate: hybridgpu 25% of the trace simulated")
+    assert lines[1].startswith("hybridgpu simulate: on_demand 50%")
