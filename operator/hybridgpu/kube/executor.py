@@ -40,6 +40,7 @@ from hybridgpu.kube.names import (
     MOVE_ANNOTATION,
     POOL_LABEL,
     RELEASING_ANNOTATION,
+    TIER_LABEL,
     VERSION,
 )
 from hybridgpu.models.actions import (
@@ -66,8 +67,8 @@ EVENT_REASONS = {
     "cordon_unhealthy": "CordonUnhealthy",
 }
 EVENT_REPEAT_SECONDS = 60.0
-"""The same Event (object, reason, message) is bumped at most this often: ticks triggered by
-pod churn would otherwise write one per tick."""
+"""The same state Event (blocked, metrics unavailable) is bumped at most this often: ticks
+triggered by pod churn would otherwise write one per tick. Actions are always recorded."""
 ORPHAN_NODE_GRACE_SECONDS = 60.0
 """A node whose instance the provider does not know is deleted only after this long (it may
 just have been created and the provider's list may lag)."""
@@ -159,6 +160,7 @@ class PlanExecutor:
                 self._ref_of(action),
                 EVENT_REASONS[action.kind.value],
                 prefix + action.reason,
+                action=True,
             )
         for blocked in plan.blocked:
             reason = "BudgetExceeded" if blocked.cause.startswith("budget") else "ScalingBlocked"
@@ -189,10 +191,15 @@ class PlanExecutor:
         reason: str,
         message: str,
         event_type: str = "Normal",
+        *,
+        action: bool = False,
     ) -> None:
         now = self.clock()
         key = (ref.kind, ref.name, reason, message)
-        if now - self._posted.get(key, float("-inf")) < EVENT_REPEAT_SECONDS:
+        # An action done again is news: the same Event again bumps the existing one's count
+        # (post_event), so the second scale-up of a burst is seen. A state that persists
+        # (blocked, blind) is repeated at most once per EVENT_REPEAT_SECONDS.
+        if not action and now - self._posted.get(key, float("-inf")) < EVENT_REPEAT_SECONDS:
             return
         if len(self._posted) > 10_000:
             self._posted = {k: t for k, t in self._posted.items() if now - t < EVENT_REPEAT_SECONDS}
@@ -420,9 +427,9 @@ class PlanExecutor:
             spec = pools[pool]
             name = str((raw.get("metadata") or {}).get("name"))
             labels = (raw.get("metadata") or {}).get("labels") or {}
-            missing: dict[str, str | None] = {
-                k: v for k, v in spec.labels.items() if labels.get(k) != v
-            }
+            # The tier label is what admission holds preemptible pods to (core or spot).
+            wanted = {**spec.labels, TIER_LABEL: str(spec.tier)}
+            missing: dict[str, str | None] = {k: v for k, v in wanted.items() if labels.get(k) != v}
             try:
                 if missing:
                     self.cluster.patch_node_metadata(name, labels=missing)

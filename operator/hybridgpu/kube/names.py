@@ -9,6 +9,8 @@ SCALINGPOLICIES = "scalingpolicies"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_LABEL = "hybridgpu.io/pool"
+TIER_LABEL = "hybridgpu.io/tier"
+"""On a Node: its pool's tier (core, elastic, spot); admission holds preemptible pods by it."""
 CRITICALITY_LABEL = "hybridgpu.io/criticality"
 FINALIZER = "hybridgpu.io/finalizer"
 
