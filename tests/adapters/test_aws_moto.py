@@ -211,6 +211,28 @@ def test_spot_fleet_launches_tagged_instances_and_terminates_the_named_one(aws: 
     }
 
 
+def test_a_fleet_pool_scaled_up_again_after_scaling_to_zero_launches_again(
+    faulty_aws: FaultProxy,
+) -> None:
+    # Issue 11 bug 3: the ClientToken was derived from (cluster, pool, target, live
+    # instances), so 0->2, back to 0, then 0->2 sent the same token and EC2 answered with
+    # the first launch's response: nothing launched.
+    make_template(faulty_aws.endpoint_url)
+    cloud = provider(faulty_aws.endpoint_url)
+    spec = spot_spec(max_nodes=5)
+
+    cloud.set_target("spot", spec, 2)
+    first = [i.instance_id for i in cloud.instances("spot", spec)]
+    for instance_id in first:
+        cloud.terminate("spot", spec, instance_id)
+    assert cloud.target("spot", spec) == 0
+    cloud.set_target("spot", spec, 2)
+
+    again = [i.instance_id for i in cloud.instances("spot", spec) if i.state != "terminating"]
+    assert len(again) == 2 and not set(again) & set(first)
+    assert len(faulty_aws.fleet_tokens) == 2
+
+
 def test_spot_price_is_read_from_aws_and_cached(faulty_aws: FaultProxy) -> None:
     make_template(faulty_aws.upstream)
     clock = Clock()
@@ -329,27 +351,70 @@ def test_interruption_messages_become_notices_deleted_only_when_acknowledged(aws
     assert cloud.interruptions() == []
 
 
+def real_instance(endpoint: str) -> tuple[str, str]:
+    """A running moto instance: its ID and zone."""
+    made = client(endpoint, "ec2").run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)
+    inst = made["Instances"][0]
+    return inst["InstanceId"], inst["Placement"]["AvailabilityZone"]
+
+
 def test_a_restarted_operator_sees_unacknowledged_notices_again(aws: str) -> None:
+    sqs = client(aws, "sqs")
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    instance_id, zone = real_instance(aws)
+    body = event("EC2 Spot Instance Interruption Warning", {"instance-id": instance_id})
+    sqs.send_message(QueueUrl=url, MessageBody=body)
+
+    first = provider(aws, interruption_queue_urls=(url,), visibility_timeout_seconds=1)
+    assert [n.instance_id for n in first.interruptions()] == [instance_id]
+    assert first.interruptions()[0].provider_id == f"aws:///{zone}/{instance_id}"
+
+    time.sleep(1.5)
+    restarted = provider(aws, interruption_queue_urls=(url,))
+    assert [n.instance_id for n in restarted.interruptions()] == [instance_id]
+
+
+def test_a_notice_whose_zone_cannot_be_read_names_no_node_and_comes_back(
+    faulty_aws: FaultProxy,
+) -> None:
+    # Issue 11 bug 1: the notice got provider ID "" and matched every owned node.
+    sqs = client(faulty_aws.upstream, "sqs")
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    instance_id, zone = real_instance(faulty_aws.upstream)
+    body = event("EC2 Spot Instance Interruption Warning", {"instance-id": instance_id})
+    sqs.send_message(QueueUrl=url, MessageBody=body)
+    cloud = provider(
+        faulty_aws.endpoint_url,
+        interruption_queue_urls=(url,),
+        visibility_timeout_seconds=1,
+        max_attempts=1,
+    )
+    faulty_aws.fail("DescribeInstances", UNAVAILABLE, times=1)
+
+    assert cloud.interruptions() == []  # not placed: not handed out with an empty ID
+    time.sleep(1.5)
+    (notice,) = cloud.interruptions()
+    assert notice.provider_id == f"aws:///{zone}/{instance_id}"
+
+
+def test_a_notice_for_an_instance_that_is_gone_is_dropped(aws: str) -> None:
     sqs = client(aws, "sqs")
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
     body = event("EC2 Spot Instance Interruption Warning", {"instance-id": "i-0abc"})
     sqs.send_message(QueueUrl=url, MessageBody=body)
 
-    first = provider(aws, interruption_queue_urls=(url,), visibility_timeout_seconds=1)
-    assert [n.instance_id for n in first.interruptions()] == ["i-0abc"]
-    assert first.interruptions()[0].provider_id == ""  # unknown instance: no zone
-
-    time.sleep(1.5)
-    restarted = provider(aws, interruption_queue_urls=(url,))
-    assert [n.instance_id for n in restarted.interruptions()] == ["i-0abc"]
+    cloud = provider(aws, interruption_queue_urls=(url,))
+    assert cloud.interruptions() == []
+    assert queue_depth(aws, url) == 0
 
 
 def test_a_failed_delete_is_retried_when_the_message_comes_back(faulty_aws: FaultProxy) -> None:
     sqs = client(faulty_aws.upstream, "sqs")
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    instance_id, _ = real_instance(faulty_aws.upstream)
     sqs.send_message(
         QueueUrl=url,
-        MessageBody=event("EC2 Spot Instance Interruption Warning", {"instance-id": "i-0abc"}),
+        MessageBody=event("EC2 Spot Instance Interruption Warning", {"instance-id": instance_id}),
     )
     cloud = provider(
         faulty_aws.endpoint_url,

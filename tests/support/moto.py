@@ -152,6 +152,10 @@ class FaultProxy:
     """Requests forwarded to moto, by API action."""
     injected: Counter[str] = field(default_factory=Counter)
     """Faults injected, by API action."""
+    fleet_tokens: dict[str, tuple[int, list[tuple[str, str]], bytes]] = field(default_factory=dict)
+    """CreateFleet responses by ClientToken: EC2 answers a token it saw (for at least 24 h,
+    even after the instances ended) with the first response and launches nothing; moto
+    does not, so the proxy does."""
     endpoint_url: str = ""
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -188,6 +192,15 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 action, version = _action_of(self.headers.get("X-Amz-Target"), body, self.path)
                 mode = proxy._take_fault(action)
+                token = ""
+                if action == "CreateFleet":
+                    fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+                    token = fields.get("ClientToken", [""])[0]
+                    with proxy._lock:
+                        remembered = proxy.fleet_tokens.get(token) if token else None
+                    if remembered is not None and mode is None:
+                        self._reply(*remembered)
+                        return
                 if mode == DROP_BEFORE:
                     self._drop()
                     return
@@ -197,9 +210,14 @@ class FaultProxy:
                 status, headers, payload = self._forward(body)
                 with proxy._lock:
                     proxy.reached_moto[action] += 1
+                    if token and status == 200:
+                        proxy.fleet_tokens[token] = (status, headers, payload)
                 if mode == DROP_AFTER:
                     self._drop()
                     return
+                self._reply(status, headers, payload)
+
+            def _reply(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
                 self.send_response(status)
                 for name, value in headers:
                     if name.lower() not in _HOP_BY_HOP:

@@ -22,11 +22,11 @@
 from __future__ import annotations
 
 import email.utils
-import hashlib
 import json
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -158,6 +158,8 @@ class AWSProvider:
         self._queues: list[str] = list(interruption_queue_urls)
         self._held: dict[str, _HeldMessage] = {}
         self._prices: dict[tuple[str, tuple[str, ...]], _CachedPrice] = {}
+        self._fleet_intents: dict[str, tuple[tuple[int, tuple[str, ...]], str]] = {}
+        """Open fleet launch per pool: (target, live instances) and its ClientToken."""
 
     # --- CapacityProvider -------------------------------------------------------------
 
@@ -436,17 +438,41 @@ class AWSProvider:
         missing = wanted - len(live)
         if missing <= 0:
             return
-        # The same request (pool, target, the instances it starts from) gets the same token,
-        # so EC2 itself also refuses to run it twice.
-        token = hashlib.sha256(json.dumps([self.cluster, pool, wanted, live]).encode()).hexdigest()[
-            :64
-        ]
+        # One token per intent (this target from these instances), reused only by its own
+        # retries: EC2 answers a token it saw (for 24 h+) with the old response, so a token
+        # derived from the request would make a later 0->2 launch nothing.
+        intent = (wanted, tuple(live))
+        open_intent = self._fleet_intents.get(pool)
+        if open_intent is None or open_intent[0] != intent:
+            open_intent = (intent, uuid.uuid4().hex)
+            self._fleet_intents[pool] = open_intent
+        token = open_intent[1]
+        try:
+            response = self._create_fleet(pool, spec, aws, token, missing)
+        except ClientError as exc:
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            if status < 500:  # EC2 answered: the intent is over; 5xx may have acted
+                self._fleet_intents.pop(pool, None)
+            raise
+        self._fleet_intents.pop(pool, None)  # answered: a later launch is a new intent
+        launched = sum(len(i.get("InstanceIds", [])) for i in response.get("Instances", []))
+        if launched == 0 and response.get("Errors"):
+            first = response["Errors"][0]
+            raise ProviderError(
+                f"EC2 Fleet launched nothing for pool {pool}: {first.get('ErrorCode')}: "
+                f"{first.get('ErrorMessage')}",
+                retryable=True,
+            )
+
+    def _create_fleet(
+        self, pool: str, spec: GPUPoolSpec, aws: AWSProviderSpec, token: str, missing: int
+    ) -> dict[str, Any]:
         spot = spec.tier == Tier.SPOT
         tags = [
             {"Key": POOL_TAG, "Value": pool},
             {"Key": CLUSTER_TAG, "Value": self.cluster},
         ]
-        response = self._client("ec2", aws.region, write=True).create_fleet(
+        response: dict[str, Any] = self._client("ec2", aws.region, write=True).create_fleet(
             ClientToken=token,
             Type="instant",
             TargetCapacitySpecification={
@@ -469,14 +495,7 @@ class AWSProvider:
                 {"ResourceType": "fleet", "Tags": tags},
             ],
         )
-        launched = sum(len(i.get("InstanceIds", [])) for i in response.get("Instances", []))
-        if launched == 0 and response.get("Errors"):
-            first = response["Errors"][0]
-            raise ProviderError(
-                f"EC2 Fleet launched nothing for pool {pool}: {first.get('ErrorCode')}: "
-                f"{first.get('ErrorMessage')}",
-                retryable=True,
-            )
+        return response
 
     def _instance_types(self, aws: AWSProviderSpec) -> set[str]:
         if aws.instance_types:
