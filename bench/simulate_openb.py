@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from hybridgpu.sim.compare import compare  # noqa: E402
+from hybridgpu.sim.compare import WaitSLO, compare  # noqa: E402
 from hybridgpu.sim.config import load_cluster  # noqa: E402
 from hybridgpu.sim.engine import SimSettings  # noqa: E402
 from hybridgpu.sim.traces import load_openb, load_spot_trace  # noqa: E402
@@ -47,20 +48,31 @@ def main() -> int:
     start = time.perf_counter()
     results = compare(config.pools, config.policy.spec, jobs, settings)
     wall = time.perf_counter() - start
-    cost = {name: r.total_cost_dollars for name, r in results.items()}
     hybrid = results["hybridgpu"]
-    crit_p95 = hybrid.wait_seconds["critical"]["p95"]
-    reactive_p95 = results["reactive"].wait_seconds["critical"]["p95"]
+    peer = results["autoscaler_spot"]
+    bound = results["fluid_bound"]
+    slo = WaitSLO()
+
+    def ratio(a: float, b: float) -> float | None:
+        return round(a / b, 3) if b else None
+
     out = {
         "jobs": len(jobs),
         "wall_seconds": round(wall, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "ratios": {
-            "hybridgpu_over_on_demand": round(cost["hybridgpu"] / cost["on_demand"], 3),
-            "hybridgpu_over_reactive": round(cost["hybridgpu"] / cost["reactive"], 3),
-            "hybridgpu_over_lower_bound": round(cost["hybridgpu"] / cost["lower_bound"], 3),
-            "lower_bound_over_reactive": round(cost["lower_bound"] / cost["reactive"], 3),
+            "total_over_autoscaler_spot": ratio(hybrid.total_cost_dollars, peer.total_cost_dollars),
+            "cloud_over_autoscaler_spot": ratio(hybrid.cloud_cost_dollars, peer.cloud_cost_dollars),
+            "total_over_fluid_bound": ratio(hybrid.total_cost_dollars, bound.total_cost_dollars),
+            "cloud_over_fluid_bound": ratio(hybrid.cloud_cost_dollars, bound.cloud_cost_dollars),
+            "total_over_on_demand": ratio(
+                hybrid.total_cost_dollars, results["on_demand"].total_cost_dollars
+            ),
         },
-        "critical_p95_wait_seconds": {"hybridgpu": crit_p95, "reactive": reactive_p95},
+        "meets_slo": {name: name == "fluid_bound" or slo.met_by(r) for name, r in results.items()},
+        "critical_p95_wait_seconds": {
+            name: r.wait_seconds["critical"]["p95"] for name, r in results.items()
+        },
         "unfinished_jobs": hybrid.unfinished_jobs,
         "policies": {name: r.to_json() for name, r in results.items()},
     }

@@ -225,3 +225,22 @@ def test_owned_only_meets_no_slo_when_it_queues() -> None:
     assert results["owned_only"].cloud_cost_dollars < results[BOUND].cloud_cost_dollars
     assert not WaitSLO().met_by(results["owned_only"])
     assert math.isfinite(results["owned_only"].max_lateness_seconds["standard"])
+
+
+def test_a_csv_trace_sets_each_jobs_checkpoint_interval(tmp_path: Path, capsys) -> None:
+    from hybridgpu.cli import main
+    from hybridgpu.sim.traces import load_csv
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "name,arrival_seconds,duration_seconds,gpus,criticality,checkpoint_interval_seconds\n"
+        "a,0,3600,1,preemptible,600\n"
+        "b,0,3600,1,preemptible,0\n"
+        "c,0,3600,1,preemptible,\n"
+    )
+    assert [j.checkpoint_seconds for j in load_csv(trace).jobs] == [600, 0, None]
+    trace.write_text(trace.read_text().replace(",600\n", ",soon\n"))
+    assert main(["simulate", "--no-png", "--trace", str(trace)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "field 'checkpoint_interval_seconds' is 'soon'" in err

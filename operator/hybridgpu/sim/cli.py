@@ -12,11 +12,12 @@ from typing import Any
 
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import non_negative_number, positive_number
-from hybridgpu.sim.compare import BOUND, WaitSLO
-from hybridgpu.sim.engine import (
+from hybridgpu.sim.defaults import (
     DEFAULT_BILLING_MINIMUM_SECONDS,
     DEFAULT_BOOT_SECONDS,
     DEFAULT_CHECKPOINT_SECONDS,
+    DEFAULT_FIRM_SLO_SECONDS,
+    DEFAULT_PREEMPTIBLE_SLO_SECONDS,
 )
 
 DEFAULT_PNG = "out/simulation.png"
@@ -28,7 +29,8 @@ def add_parsers(sub: Any) -> None:
         help="compare hybridgpu against baselines on a job trace",
         description="Run the operator's decide() over a job trace in a discrete-event "
         "simulation and compare its cost and job waits with baselines (on_demand, reactive, "
-        "owned_only, autoscaler_spot) and a fluid bound. Without arguments: the bundled synthetic scenario.",
+        "owned_only, autoscaler_spot) and a fluid bound. Without arguments: the bundled "
+        "synthetic scenario.",
     )
     parser.add_argument("--cluster", help="GPUPool/ScalingPolicy manifests (default: bundled)")
     parser.add_argument("--trace", help="job trace file (default: the synthetic scenario)")
@@ -96,15 +98,15 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument(
         "--firm-slo",
         type=non_negative_number,
-        default=WaitSLO.firm_seconds,
+        default=DEFAULT_FIRM_SLO_SECONDS,
         help="seconds a critical or standard job may finish later than arrival + duration; "
-        f"the fluid bound holds for schedules that meet it (default {WaitSLO.firm_seconds:g})",
+        f"the fluid bound holds for schedules that meet it (default {DEFAULT_FIRM_SLO_SECONDS:g})",
     )
     parser.add_argument(
         "--preemptible-slo",
         type=non_negative_number,
-        default=WaitSLO.preemptible_seconds,
-        help=f"the same for preemptible jobs (default {WaitSLO.preemptible_seconds:g})",
+        default=DEFAULT_PREEMPTIBLE_SLO_SECONDS,
+        help=f"the same for preemptible jobs (default {DEFAULT_PREEMPTIBLE_SLO_SECONDS:g})",
     )
     parser.add_argument("--seed", type=int, default=7, help="random seed (7)")
     parser.add_argument(
@@ -217,7 +219,7 @@ def _trace_jobs(args: argparse.Namespace, pools: Any, notes: list[str]) -> tuple
 
 
 def run(args: argparse.Namespace) -> int:
-    from hybridgpu.sim.compare import compare
+    from hybridgpu.sim.compare import BOUND, WaitSLO, compare
     from hybridgpu.sim.config import load_cluster
     from hybridgpu.sim.engine import SimSettings
     from hybridgpu.sim.report import LEGEND, headline, table, write_png

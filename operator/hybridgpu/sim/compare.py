@@ -27,6 +27,7 @@ from hybridgpu.errors import UserError
 from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import Tier
 from hybridgpu.models.snapshot import Criticality, PoolState
+from hybridgpu.sim.defaults import DEFAULT_FIRM_SLO_SECONDS, DEFAULT_PREEMPTIBLE_SLO_SECONDS
 from hybridgpu.sim.engine import PolicyResult, SimSettings, Simulation
 from hybridgpu.sim.traces import TraceJob
 
@@ -43,10 +44,9 @@ class WaitSLO:
     only, with its queue) can cost less than the bound by making work wait.
     """
 
-    firm_seconds: float = 900.0
-    """Critical and standard jobs: room for a cloud node's boot and a tick or two."""
-    preemptible_seconds: float = 4 * 3600.0
-    """Preemptible jobs: hours, as a batch queue promises."""
+    firm_seconds: float = DEFAULT_FIRM_SLO_SECONDS
+    """Critical and standard jobs."""
+    preemptible_seconds: float = DEFAULT_PREEMPTIBLE_SLO_SECONDS
 
     def late_seconds(self, criticality: str) -> float:
         return (
@@ -63,10 +63,15 @@ class WaitSLO:
         )
 
 
-def _without_moves(policy: ScalingPolicySpec) -> ScalingPolicySpec:
+def _without_moves(policy: ScalingPolicySpec, *, on_demand_for_all: bool) -> ScalingPolicySpec:
+    """The policy with no preemption and no consolidation; ``on_demand_for_all`` lets
+    preemptible work onto on-demand nodes (a cluster without spot runs it there)."""
+    allow = on_demand_for_all or policy.preemption.allow_on_demand_for_preemptible
     return policy.model_copy(
         update={
-            "preemption": policy.preemption.model_copy(update={"enabled": False}),
+            "preemption": policy.preemption.model_copy(
+                update={"enabled": False, "allow_on_demand_for_preemptible": allow}
+            ),
             "consolidation": policy.consolidation.model_copy(update={"enabled": False}),
         }
     )
@@ -202,16 +207,17 @@ def compare(
     slo = slo or WaitSLO()
     if not _tier(pools, Tier.ELASTIC):
         raise UserError("the cluster needs an elastic pool: the on_demand baseline runs on it")
-    steady = _without_moves(policy)
+    # Without spot pools, preemptible work runs on on-demand nodes like any other.
+    no_spot = _without_moves(policy, on_demand_for_all=True)
     runs: dict[str, tuple[list[PoolState], ScalingPolicySpec]] = {
         "hybridgpu": (list(pools), policy)
     }
     if _tier(pools, Tier.SPOT):
-        runs[HEADLINE_PEER] = (list(pools), steady)
-    runs["reactive"] = (_tier(pools, Tier.CORE, Tier.ELASTIC), steady)
-    runs["on_demand"] = (_tier(pools, Tier.ELASTIC), steady)
+        runs[HEADLINE_PEER] = (list(pools), _without_moves(policy, on_demand_for_all=False))
+    runs["reactive"] = (_tier(pools, Tier.CORE, Tier.ELASTIC), no_spot)
+    runs["on_demand"] = (_tier(pools, Tier.ELASTIC), no_spot)
     if _tier(pools, Tier.CORE):
-        runs["owned_only"] = (_tier(pools, Tier.CORE), steady)
+        runs["owned_only"] = (_tier(pools, Tier.CORE), no_spot)
     results: dict[str, PolicyResult] = {}
     for name, (run_pools, run_policy) in runs.items():
         step = (lambda f, n=name: progress(n, f)) if progress else None

@@ -37,13 +37,14 @@ from hybridgpu.models.snapshot import (
     NodeState,
     PoolState,
 )
+from hybridgpu.sim.defaults import (
+    DEFAULT_BILLING_MINIMUM_SECONDS,
+    DEFAULT_BOOT_SECONDS,
+    DEFAULT_CHECKPOINT_SECONDS,
+)
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
 INTERRUPTION_NOTICE_SECONDS = 120.0
-# Physics defaults; docs/concepts.md ("Physics of the simulator") gives the public sources.
-DEFAULT_BOOT_SECONDS = 300.0
-DEFAULT_CHECKPOINT_SECONDS = 1800.0
-DEFAULT_BILLING_MINIMUM_SECONDS = 60.0
 # Every this many seconds the cost/capacity time series gets a sample (for the PNG).
 SERIES_STEP_SECONDS = 600.0
 # With nothing new happening, the simulated operator still looks this often (consolidation
@@ -291,7 +292,11 @@ class Simulation:
         tiers = [Tier.CORE.value]
         if job.trace.criticality == Criticality.PREEMPTIBLE:
             tiers.append(Tier.SPOT.value)
-        tiers.append(Tier.ELASTIC.value)
+            # Admission keeps preemptible pods off on-demand nodes unless the policy allows it.
+            if self.policy.preemption.allow_on_demand_for_preemptible:
+                tiers.append(Tier.ELASTIC.value)
+        else:
+            tiers.append(Tier.ELASTIC.value)
         order = {t: i for i, t in enumerate(tiers)}
         names = [n for n, p in self.pools.items() if p.spec.tier in order]
         return sorted(names, key=lambda n: (order[self.pools[n].spec.tier], n))

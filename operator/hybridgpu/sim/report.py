@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from hybridgpu.sim.compare import BOUND, HEADLINE_PEER, WaitSLO
-from hybridgpu.sim.engine import PolicyResult
+from hybridgpu.sim.engine import SERIES_STEP_SECONDS, PolicyResult
 
 
 def _duration(seconds: float) -> str:
@@ -94,7 +94,7 @@ def headline(results: dict[str, PolicyResult]) -> str:
 
 def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
     """Capacity per tier against demand, and cost rate per tier, over time (hybridgpu), plus
-    the cumulative cost of every simulated policy."""
+    the cumulative cloud spend of every simulated policy against the bound's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,20 +125,37 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
         ax.set_ylabel(unit)
         ax.set_title(title)
         ax.legend(loc="upper left", fontsize=8)
+    cloud = ("elastic", "spot")
     for name, r in results.items():
         if not r.series.get("t"):
             continue
-        total = [sum(r.series[f"cost_{t}"][i] for t in colors) for i in range(len(r.series["t"]))]
         cumulative = []
         acc = 0.0
-        for i, rate in enumerate(total):
+        for i in range(len(r.series["t"])):
             dt = r.series["t"][i] - r.series["t"][i - 1] if i else 0.0
-            acc += rate * dt
+            acc += sum(r.series[f"cost_{t}"][i - 1] for t in cloud) * dt if i else 0.0
             cumulative.append(acc)
-        axes[2].plot(r.series["t"], cumulative, label=name)
-    axes[2].set_ylabel("cumulative $")
+        axes[2].plot(r.series["t"], cumulative, label=f"{name} (${r.cloud_cost_dollars:,.0f})")
+    bound = results.get(BOUND)
+    if bound is not None:
+        axes[2].axhline(
+            bound.cloud_cost_dollars,
+            color="black",
+            ls="--",
+            lw=1,
+            label=f"{BOUND} (${bound.cloud_cost_dollars:,.0f})",
+        )
+    # Policies that queue for days (owned_only) would stretch the shared axis into emptiness.
+    ends = [r.end_seconds for n, r in results.items() if r.series.get("t") and n != "owned_only"]
+    if ends:
+        axes[2].set_xlim(0, max(ends) / 3600)
+    core = next(iter(results.values())).cost_by_tier_dollars.get("core", 0.0)
+    axes[2].set_ylabel("cumulative cloud $")
     axes[2].set_xlabel("hours")
-    axes[2].set_title("cumulative cost by policy")
+    axes[2].set_title(
+        f"cumulative cloud spend by policy, sampled every {SERIES_STEP_SECONDS / 60:.0f} min\n"
+        f"(owned fleet: ${core:,.0f} over the trace window, the same for every policy)"
+    )
     axes[2].legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

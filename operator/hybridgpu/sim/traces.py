@@ -160,10 +160,12 @@ def load_openb(
 
 
 def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
-    """Jobs of a plain CSV: name, arrival_seconds, duration_seconds, gpus, criticality."""
+    """Jobs of a plain CSV: name, arrival_seconds, duration_seconds, gpus, criticality, and
+    optionally checkpoint_interval_seconds (empty: the simulation's default; 0: never)."""
     path = Path(path)
     required = ("name", "arrival_seconds", "duration_seconds", "gpus", "criticality")
-    reader, _ = _open_csv(path, required)
+    reader, header = _open_csv(path, required)
+    has_checkpoints = "checkpoint_interval_seconds" in header
     jobs: list[TraceJob] = []
     allowed = {c.value for c in Criticality}
     for line, row in enumerate(reader, start=2):
@@ -182,6 +184,17 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 f"{path}:{line}: field 'criticality' is {crit!r}; expected critical, standard "
                 "or preemptible"
             )
+        every = (
+            _number(
+                path,
+                line,
+                "checkpoint_interval_seconds",
+                row["checkpoint_interval_seconds"],
+                allow_empty=True,
+            )
+            if has_checkpoints
+            else None
+        )
         jobs.append(
             TraceJob(
                 row["name"],
@@ -189,6 +202,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 duration / time_scale,
                 int(gpus),
                 Criticality(crit),
+                None if every is None else every / time_scale,
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))

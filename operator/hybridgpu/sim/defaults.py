@@ -1,0 +1,13 @@
+"""The simulator's physics and SLO defaults, apart from the engine so that building the CLI's
+parser (help texts show them) imports nothing heavy. docs/concepts.md gives their sources."""
+
+DEFAULT_BOOT_SECONDS = 300.0
+"""Launch to a Ready GPU node running the pod, image pull included."""
+DEFAULT_CHECKPOINT_SECONDS = 1800.0
+"""Progress between a job's checkpoints."""
+DEFAULT_BILLING_MINIMUM_SECONDS = 60.0
+"""The least a cloud node is billed (EC2 Linux: per second, 60 s minimum)."""
+DEFAULT_FIRM_SLO_SECONDS = 900.0
+"""How late a critical or standard job may finish: room for a node's boot and a tick or two."""
+DEFAULT_PREEMPTIBLE_SLO_SECONDS = 4 * 3600.0
+"""How late a preemptible job may finish: hours, as a batch queue promises."""
