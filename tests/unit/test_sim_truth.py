@@ -244,3 +244,50 @@ def test_a_csv_trace_sets_each_jobs_checkpoint_interval(tmp_path: Path, capsys) 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "field 'checkpoint_interval_seconds' is 'soon'" in err
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy, hazard=st.sampled_from([0.0, 1.0]), minimum=st.sampled_from([0, 3600]))
+def test_explain_terms_sum_to_the_gap_to_the_cent(jobs, hazard, minimum) -> None:
+    from hybridgpu.sim.report import explain_gap
+
+    pools = _cluster(1, 4.0, 1.25)
+    policy = load_cluster(_BUNDLED).policy.spec
+    s = SimSettings(spot_hazard_per_hour=hazard, billing_minimum_seconds=minimum)
+    results = compare(pools, policy, jobs, s)
+    bound = results[BOUND]
+    for name, result in results.items():
+        if name == BOUND:
+            continue
+        gap = explain_gap(result, bound)
+        want = result.cloud_cost_dollars - bound.cloud_cost_dollars
+        assert abs(sum(gap.values()) - want) < 0.01, name
+        for key in ("provisioning", "idle_nodes", "half_empty_nodes", "billing_minimum"):
+            assert gap[key] >= 0, (name, key)
+
+
+def test_cloud_work_while_owned_gpus_sat_free_is_priced() -> None:
+    """A standard job overflows to an on-demand node while the owned node is busy; when the
+    owned node frees up after an hour it keeps running in the cloud (reactive never moves
+    it): every cloud GPU-hour from then on is counted as work while owned GPUs sat free."""
+    pools = _cluster(1, 4.0, 1.25)
+    policy = load_cluster(_BUNDLED).policy.spec
+    jobs = [
+        TraceJob("a", 0, 3600, 8, Criticality.STANDARD),
+        TraceJob("b", 60, 3 * 3600, 8, Criticality.STANDARD),
+    ]
+    finished: dict[str, float] = {}
+
+    class Watch(Simulation):
+        def _stop(self, job: Any, *, requeue: bool, pool: str | None = None) -> None:
+            if not requeue:
+                finished[job.trace.name] = self.now
+            super()._stop(job, requeue=requeue, pool=pool)
+
+    from hybridgpu.sim.compare import _without_moves
+
+    steady = _without_moves(policy, on_demand_for_all=True)
+    result = Watch("r", pools[:3], steady, jobs, SimSettings()).run()
+    assert finished["a"] == 3600
+    expected = 8 * 4.0 * (finished["b"] - 3600) / 3600
+    assert result.cost_terms_dollars["work_while_owned_gpus_free"] == pytest.approx(expected)

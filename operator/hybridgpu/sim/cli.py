@@ -115,6 +115,13 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help="length of the synthetic scenario in hours (default 72; not with --trace)",
     )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="split each policy's cloud spend above the fluid bound into named causes "
+        "(booting, idle and half-empty nodes, work in the cloud while owned GPUs were free, "
+        "lost work, billing minimum); the terms sum to the gap",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--png", default=None, help=f"chart path (default {DEFAULT_PNG})")
     parser.add_argument("--no-png", action="store_true", help="do not write the chart")
@@ -222,7 +229,14 @@ def run(args: argparse.Namespace) -> int:
     from hybridgpu.sim.compare import BOUND, WaitSLO, compare
     from hybridgpu.sim.config import load_cluster
     from hybridgpu.sim.engine import SimSettings
-    from hybridgpu.sim.report import LEGEND, headline, table, write_png
+    from hybridgpu.sim.report import (
+        LEGEND,
+        explain_gap,
+        explain_table,
+        headline,
+        table,
+        write_png,
+    )
     from hybridgpu.sim.traces import load_spot_trace
 
     _check_flags(args)
@@ -275,6 +289,12 @@ def run(args: argparse.Namespace) -> int:
                 for name, r in results.items()
             },
         }
+        if args.explain:
+            out["explain"] = {
+                name: {k: round(v, 2) for k, v in explain_gap(r, results[BOUND]).items()}
+                for name, r in results.items()
+                if name not in (BOUND, "owned_only")
+            }
         if png is not None:
             out["png"] = str(png)
         print(json.dumps(out, indent=2))
@@ -285,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
     print(table(results, slo))
     print(f"\n{LEGEND}")
     print(f"\n{headline(results)}")
+    if args.explain:
+        print(f"\n{explain_table(results)}")
     if png is not None:
         print(f"chart: {png}")
     return 0

@@ -45,6 +45,17 @@ from hybridgpu.sim.defaults import (
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
 INTERRUPTION_NOTICE_SECONDS = 120.0
+# Where cloud dollars went (`simulate --explain`). Lost work is counted while it runs (in
+# the other terms) and again here when it is lost, so "cloud_work" subtracts it.
+COST_TERMS = (
+    "provisioning",
+    "idle_nodes",
+    "half_empty_nodes",
+    "work_while_owned_gpus_free",
+    "lost_work",
+    "billing_minimum",
+    "cloud_work",
+)
 # Every this many seconds the cost/capacity time series gets a sample (for the PNG).
 SERIES_STEP_SECONDS = 600.0
 # With nothing new happening, the simulated operator still looks this often (consolidation
@@ -130,6 +141,8 @@ class PolicyResult:
     ticks: int = 0
     end_seconds: float = 0.0
     series: dict[str, list[float]] = field(default_factory=dict)
+    cost_terms_dollars: dict[str, float] = field(default_factory=dict)
+    """Cloud spend split by cause (COST_TERMS); the terms sum to the cloud spend."""
     max_lateness_seconds: dict[str, float] = field(default_factory=dict)
     """Per criticality, the most any job finished after arrival + duration (inf when one
     never finished): what the fluid bound's SLO is checked against."""
@@ -148,6 +161,7 @@ class PolicyResult:
         return {
             "total_cost_dollars": round(self.total_cost_dollars, 2),
             "cloud_cost_dollars": round(self.cloud_cost_dollars, 2),
+            "cost_terms_dollars": {k: round(v, 2) for k, v in self.cost_terms_dollars.items()},
             "max_lateness_seconds": {
                 c: None if math.isinf(v) else round(v, 1)
                 for c, v in self.max_lateness_seconds.items()
@@ -213,6 +227,8 @@ class Simulation:
         self.releases = 0
         self.ticks = 0
         self.work_by_tier: dict[str, float] = {t.value: 0.0 for t in Tier}
+        self.cost_terms: dict[str, float] = dict.fromkeys(COST_TERMS, 0.0)
+        self._accounted_to = 0.0
         self.progress = progress
         self._eligible_cache: dict[tuple[str | None, bool], list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
@@ -365,10 +381,15 @@ class Simulation:
             if requeue:
                 reached = job.progress + max(ran - job.run_overhead, 0.0)
                 saved = self._checkpointed(job, reached)
-                job.lost_seconds += ran - (saved - job.progress)
+                lost = ran - (saved - job.progress)
                 job.progress = saved
             else:
-                job.lost_seconds += min(ran, job.run_overhead)
+                lost = min(ran, job.run_overhead)
+            job.lost_seconds += lost
+            if is_cloud(node.tier):
+                self.cost_terms["lost_work"] += (
+                    lost * job.trace.gpus * node.price / node.gpus / 3600
+                )
         self.running.discard(job.index)
         job.node = None
         job.run_started = None
@@ -503,6 +524,42 @@ class Simulation:
                     self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
         return plan
 
+    def _account(self, until: float) -> None:
+        """Split the cloud bill from the last accounted moment to ``until`` into the causes
+        ``--explain`` names; the cluster did not change in between."""
+        dt = (until - self._accounted_to) / 3600
+        self._accounted_to = until
+        if dt <= 0:
+            return
+        terms = self.cost_terms
+        free_core = 0
+        busy: list[tuple[float, int]] = []
+        for node in self.nodes.values():
+            if not is_cloud(node.tier):
+                if not node.cordoned:
+                    free_core += node.free
+                continue
+            if node.ready_at > self.now:
+                terms["provisioning"] += node.price * dt
+                continue
+            gpu_price = node.price / node.gpus
+            if not node.jobs:
+                terms["idle_nodes"] += node.price * dt
+                continue
+            terms["half_empty_nodes"] += node.free * gpu_price * dt
+            busy.append((gpu_price, node.gpus - node.free))
+        # Owned GPUs that sat free while cloud GPUs worked: the dearest cloud work first.
+        for gpu_price, gpus in sorted(busy, reverse=True):
+            overlap = min(free_core, gpus)
+            free_core -= overlap
+            terms["work_while_owned_gpus_free"] += overlap * gpu_price * dt
+            terms["cloud_work"] += (gpus - overlap) * gpu_price * dt
+
+    def _cost_terms(self) -> dict[str, float]:
+        terms = dict(self.cost_terms)
+        terms["cloud_work"] -= terms["lost_work"]
+        return terms
+
     def _remove(self, node: _Node) -> None:
         node.removed_at = self.now
         self.removed.append(node)
@@ -570,6 +627,7 @@ class Simulation:
                 break
             if t < self.now:
                 raise AssertionError(f"simulated clock ran backwards: {t} < {self.now}")
+            self._account(t)
             self.now = t
             if t == next_sample:
                 self._sample()
@@ -634,8 +692,9 @@ class Simulation:
         for node in list(self.nodes.values()) + self.removed:
             stop = node.removed_at if node.removed_at is not None else end
             seconds = max(stop - node.launched_at, 0.0)
-            if is_cloud(node.tier):
-                seconds = max(seconds, minimum)
+            if is_cloud(node.tier) and seconds < minimum:
+                self.cost_terms["billing_minimum"] += (minimum - seconds) * node.price / 3600
+                seconds = minimum
             hours = seconds / 3600
             cost[node.tier] += hours * node.price
             billed += hours * node.gpus
@@ -676,5 +735,6 @@ class Simulation:
             ticks=self.ticks,
             end_seconds=end,
             series=self.series,
+            cost_terms_dollars=self._cost_terms(),
             max_lateness_seconds=lateness,
         )

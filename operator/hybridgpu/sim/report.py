@@ -70,6 +70,51 @@ def table(results: dict[str, PolicyResult], slo: WaitSLO | None = None) -> str:
     return "\n".join(lines)
 
 
+EXPLAIN_LABELS = {
+    "provisioning": "nodes booting (launch to Ready)",
+    "idle_nodes": "idle nodes (waiting out idleFor, minNodes)",
+    "half_empty_nodes": "empty GPUs on busy nodes (half-empty nodes)",
+    "work_while_owned_gpus_free": "work while as many owned GPUs sat free",
+    "lost_work": "work lost to moves, interruptions, restarts",
+    "billing_minimum": "billing minimum of short-lived nodes",
+    "beyond_bound": "other work the bound avoids (deferred, cheaper)",
+}
+
+
+def explain_gap(result: PolicyResult, bound: PolicyResult) -> dict[str, float]:
+    """The policy's cloud spend above the bound's, split by cause, dollars. The terms sum to
+    the gap: every cloud dollar is in one term, and the bound's spend is taken off the work
+    the cloud did beyond the other causes."""
+    terms = dict(result.cost_terms_dollars)
+    terms["beyond_bound"] = terms.pop("cloud_work", 0.0) - bound.cloud_cost_dollars
+    return {k: terms.get(k, 0.0) for k in EXPLAIN_LABELS}
+
+
+def explain_table(results: dict[str, PolicyResult]) -> str:
+    """``simulate --explain``: the gap to the bound in cloud spend, term by term, for
+    hybridgpu and the policies it is compared with."""
+    bound = results[BOUND]
+    names = [n for n in ("hybridgpu", HEADLINE_PEER, "reactive") if n in results]
+    gaps = {n: explain_gap(results[n], bound) for n in names}
+    width = max(len(v) for v in EXPLAIN_LABELS.values())
+    head = f"{'cloud $ above ' + BOUND:<{width}} " + " ".join(f"{n:>15}" for n in names)
+    lines = [head, "-" * len(head)]
+    for key, label in EXPLAIN_LABELS.items():
+        lines.append(f"{label:<{width}} " + " ".join(f"{gaps[n][key]:>15,.2f}" for n in names))
+    lines.append("-" * len(head))
+    lines.append(
+        f"{'gap (sum of the terms)':<{width}} "
+        + " ".join(f"{sum(gaps[n].values()):>15,.2f}" for n in names)
+    )
+    lines.append(
+        f"{'cloud $ - ' + BOUND + ' cloud $':<{width}} "
+        + " ".join(
+            f"{results[n].cloud_cost_dollars - bound.cloud_cost_dollars:>15,.2f}" for n in names
+        )
+    )
+    return "\n".join(lines)
+
+
 def headline(results: dict[str, PolicyResult]) -> str:
     """One sentence: hybridgpu against the peer a user would pick and against the bound,
     total and cloud spend."""
