@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.sim import BUNDLED_CLUSTER as _BUNDLED
+from tests.support.sim import sim_cluster as _cluster
+from tests.support.sim import sim_pool as _pool
 
-from hybridgpu.models.resources import GPUPool
 from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.sim.compare import BOUND, WaitSLO, compare, unserved_gpu_seconds
 from hybridgpu.sim.config import load_cluster
@@ -20,41 +22,6 @@ from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.traces import TraceJob
 
 pytestmark = pytest.mark.unit
-_BUNDLED = (
-    Path(__file__).resolve().parents[2] / "operator/hybridgpu/sim/scenarios/default-cluster.yaml"
-)
-
-
-def _pool(name: str, tier: str, per_node: int, max_nodes: int, price: float) -> PoolState:
-    spec: dict[str, Any] = {
-        "tier": tier,
-        "gpu": {"model": "A100", "perNode": per_node},
-        "maxNodes": max_nodes,
-        "scaleDown": {"idleFor": "2m"},
-    }
-    if tier == "core":
-        spec.update(minNodes=max_nodes, pricing={"capexPerNode": price, "opsPerNodeHour": 1})
-    else:
-        spec.update(provider={"type": "fake"}, pricing={"perNodeHour": price})
-    pool = GPUPool.model_validate(
-        {
-            "apiVersion": "hybridgpu.io/v1alpha1",
-            "kind": "GPUPool",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-    )
-    return PoolState(name=name, spec=pool.spec)
-
-
-def _cluster(core_nodes: int, od_gpu_price: float, spot_gpu_price: float) -> list[PoolState]:
-    return [
-        _pool("core", "core", 8, core_nodes, 120_000),
-        _pool("od-1g", "elastic", 1, 32, od_gpu_price),
-        _pool("od-8g", "elastic", 8, 4, od_gpu_price * 8),
-        _pool("spot-1g", "spot", 1, 32, spot_gpu_price),
-        _pool("spot-8g", "spot", 8, 4, spot_gpu_price * 8),
-    ]
 
 
 jobs_strategy = st.lists(

@@ -403,17 +403,26 @@ class _Decider:
                 return None
             return pinned
         want = SPOT if demand.criticality == PREEMPTIBLE else "elastic"
-        candidates = [
-            p for p in self.pools.values() if p.tier == want and p.per_node >= demand.gpus
-        ]
+        fitting = [p for p in self.pools.values() if p.tier == want and p.per_node >= demand.gpus]
+        # A pool the provider has no capacity for cannot grow: another one of the tier may.
+        candidates = [p for p in fitting if p.state.launchable]
         if not candidates and want == SPOT and self._on_demand_for_preemptible:
             candidates = [
-                p for p in self.pools.values() if p.tier == "elastic" and p.per_node >= demand.gpus
+                p
+                for p in self.pools.values()
+                if p.tier == "elastic" and p.per_node >= demand.gpus and p.state.launchable
             ]
+        if not candidates:
+            # Nothing can grow: name the pool that would have, so the block says why.
+            candidates = fitting
         return self._cheapest_for(candidates, demand.gpus, demand.criticality == PREEMPTIBLE)
 
     def _spot_target(self, gpus: int) -> _PoolLedger | None:
-        spots = [p for p in self.pools.values() if p.tier == SPOT and p.per_node >= gpus]
+        spots = [
+            p
+            for p in self.pools.values()
+            if p.tier == SPOT and p.per_node >= gpus and p.state.launchable
+        ]
         return self._cheapest_for(spots, gpus, True)
 
     def _cheapest_for(
@@ -471,6 +480,8 @@ class _Decider:
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it."""
+        if not ledger.state.launchable:
+            return "no_capacity"
         if (
             ledger.live_nodes + ledger.provisioning + ledger.new_nodes + 1
             > ledger.state.spec.max_nodes
@@ -497,6 +508,8 @@ class _Decider:
         budget = self.policy.budget
         if cause == "max_nodes":
             return f"{ledger.name} is at maxNodes={ledger.state.spec.max_nodes}"
+        if cause == "no_capacity":
+            return f"the provider has no capacity for {ledger.name} now (spot unavailable)"
         if cause == "max_per_tick":
             return f"scaleUp.maxNodesPerTick={self.policy.scale_up.max_nodes_per_tick} reached"
         if cause == "budget_monthly":

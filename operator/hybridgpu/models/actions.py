@@ -83,7 +83,7 @@ class Blocked:
     nodes: int
     reason: str
     cause: str
-    """One of: max_nodes, max_per_tick, budget_hourly, budget_monthly, no_pool."""
+    """One of: max_nodes, max_per_tick, budget_hourly, budget_monthly, no_pool, no_capacity."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,9 @@ class PoolState:
     """Nodes requested from the provider that have not joined the cluster yet."""
     spot_price_per_node_hour: float | None = None
     """Current price read from the provider (spot pools with pricing.fromProvider)."""
+    launchable: bool = True
+    """False while the provider has no capacity for the pool (a launch failed for capacity,
+    or spot is unavailable): decide() grows another pool instead, or reports the block."""
 
     @property
     def tier(self) -> Tier:

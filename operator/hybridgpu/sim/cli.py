@@ -61,6 +61,23 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument("--qos-map", help="openb qos mapping, e.g. LS=standard,BE=preemptible")
     parser.add_argument("--spot-trace", help="measured spot preemption trace (spot-traces JSON)")
     parser.add_argument(
+        "--spot-availability",
+        help="measured spot availability (spot-traces JSON of counts): a spot pool cannot "
+        "launch while none of the group could be had",
+    )
+    parser.add_argument(
+        "--availability-counts",
+        choices=("unavailable", "available"),
+        default=None,
+        help="what the availability trace's counts count (default unavailable: the 1-node "
+        "preemption traces use 1 for no instance)",
+    )
+    parser.add_argument(
+        "--spot-correlated",
+        help="measured multi-node preemptions (spot-traces JSON of counts): a rise of d in a "
+        "group of k preempts d/k of a spot pool's nodes at once, instead of one by one",
+    )
+    parser.add_argument(
         "--spot-hazard",
         type=non_negative_number,
         default=None,
@@ -147,6 +164,12 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UserError("--hours sets the synthetic scenario's length; a --trace sets its own")
     if args.qos_map is not None and args.trace_format == "csv":
         raise UserError("--qos-map maps openb qos values; a csv trace names the criticality")
+    if args.spot_correlated and (args.spot_trace or args.spot_hazard is not None):
+        raise UserError(
+            "--spot-correlated replaces --spot-trace and --spot-hazard: pass one of them"
+        )
+    if args.availability_counts is not None and not args.spot_availability:
+        raise UserError("--availability-counts applies to --spot-availability FILE")
     if args.spot_trace and args.spot_hazard is not None:
         raise UserError(
             "--spot-hazard and --spot-trace both set spot interruptions: pass one of them"
@@ -237,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         table,
         write_png,
     )
+    from hybridgpu.sim.spot import load_availability_trace, load_correlated_trace
     from hybridgpu.sim.traces import load_spot_trace
 
     _check_flags(args)
@@ -260,6 +284,16 @@ def run(args: argparse.Namespace) -> int:
         billing_minimum_seconds=args.billing_minimum,
         spot_hazard_per_hour=0.05 if args.spot_hazard is None else args.spot_hazard,
         spot_trace=spot_trace,
+        spot_availability=(
+            load_availability_trace(
+                args.spot_availability, counts=args.availability_counts or "unavailable"
+            )
+            if args.spot_availability
+            else None
+        ),
+        spot_correlated=(
+            load_correlated_trace(args.spot_correlated) if args.spot_correlated else None
+        ),
         seed=args.seed,
     )
     slo = WaitSLO(firm_seconds=args.firm_slo, preemptible_seconds=args.preemptible_slo)

@@ -42,6 +42,7 @@ from hybridgpu.sim.defaults import (
     DEFAULT_BOOT_SECONDS,
     DEFAULT_CHECKPOINT_SECONDS,
 )
+from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
 INTERRUPTION_NOTICE_SECONDS = 120.0
@@ -80,6 +81,10 @@ class SimSettings:
     spot_hazard_per_hour: float = 0.0
     """Interruptions per spot node-hour, when no spot trace is given."""
     spot_trace: SpotTrace | None = None
+    spot_availability: AvailabilityTrace | None = None
+    """When a spot pool can launch at all; None: always."""
+    spot_correlated: CorrelatedTrace | None = None
+    """Interruptions that take a share of a spot pool at once; replaces the per-node ones."""
     seed: int = 1
 
 
@@ -227,6 +232,13 @@ class Simulation:
         self.releases = 0
         self.ticks = 0
         self.work_by_tier: dict[str, float] = {t.value: 0.0 for t in Tier}
+        # Where each spot pool starts in the measured series: per pool, so that adding a
+        # pool or a policy does not shift the others.
+        self.spot_offsets = {
+            p.name: random.Random(f"{settings.seed}:{p.name}").randrange(1 << 30)
+            for p in pools
+            if p.spec.tier == Tier.SPOT
+        }
         self.cost_terms: dict[str, float] = dict.fromkeys(COST_TERMS, 0.0)
         self._accounted_to = 0.0
         self.progress = progress
@@ -283,7 +295,35 @@ class Simulation:
             self._schedule_interruption(node)
         return node
 
+    def _launchable(self, pool: str) -> bool:
+        trace = self.settings.spot_availability
+        if trace is None or pool not in self.spot_offsets:
+            return True
+        return trace.launchable_at(self.spot_offsets[pool], self.now)
+
+    def _schedule_drop(self, pool: str) -> None:
+        trace = self.settings.spot_correlated
+        if trace is None:
+            return
+        nxt = trace.next_drop(self.spot_offsets[pool], self.now)
+        if nxt is not None:
+            at, share = nxt
+            self._push(max(at, self.now + 1.0), "drop", (pool, share))
+
+    def _drop(self, pool: str, share: float) -> None:
+        """A correlated interruption: notices for that share of the pool's nodes at once."""
+        live = sorted(
+            n.name
+            for n in self.nodes.values()
+            if n.pool == pool and n.interruption_deadline is None
+        )
+        for name in self.rng.sample(live, math.ceil(share * len(live))) if live else []:
+            self._push(self.now, "notice", name)
+        self._schedule_drop(pool)
+
     def _schedule_interruption(self, node: _Node) -> None:
+        if self.settings.spot_correlated is not None:
+            return
         trace = self.settings.spot_trace
         if trace is not None:
             delay = trace.seconds_to_next_interruption(self.rng.randrange(trace.length))
@@ -445,6 +485,7 @@ class Simulation:
                 spec=p.spec,
                 provisioning_nodes=provisioning.get(p.name, 0),
                 spot_price_per_node_hour=p.spot_price_per_node_hour,
+                launchable=self._launchable(p.name),
             )
             for p in self.pools.values()
         )
@@ -495,6 +536,8 @@ class Simulation:
         for action in plan.actions:
             if isinstance(action, ScaleUp):
                 pool = self.pools[action.pool]
+                if not self._launchable(pool.name):
+                    continue  # decide() plans none there; a launch would fail for capacity
                 self.scale_ups += 1
                 for _ in range(action.nodes):
                     self._launch(pool, ready_at=self.now + self.settings.provisioning_delay_seconds)
@@ -595,6 +638,10 @@ class Simulation:
                 idle_for = self.idle_for[node.pool]
                 if node.idle_since + idle_for > self.now:
                     wake = min(wake, node.idle_since + idle_for)
+        if self.pending and self.settings.spot_availability is not None:
+            # Spot capacity may come back at the next sample of the availability series.
+            gap = self.settings.spot_availability.gap_seconds
+            wake = min(wake, (math.floor(self.now / gap) + 1) * gap)
         for index in self.pending:
             ready = self.jobs[index].pending_since + self.grace
             if ready > self.now:
@@ -603,6 +650,8 @@ class Simulation:
 
     def run(self) -> PolicyResult:
         self._add_core_nodes()
+        for pool in self.spot_offsets:
+            self._schedule_drop(pool)
         for index, tj in enumerate(self.trace):
             self.jobs.append(_Job(index, tj, tj.arrival_seconds))
             self._push(tj.arrival_seconds, "arrive", index)
@@ -670,10 +719,16 @@ class Simulation:
             return 1
         if kind == "ready":
             return 0
+        if kind == "drop":
+            assert isinstance(payload, tuple)
+            self._drop(payload[0], payload[1])
+            return 0
         node = self.nodes.get(str(payload))
         if node is None:
             return 0
         if kind == "notice":
+            if node.interruption_deadline is not None:
+                return 0
             self.interruptions += 1
             node.interruption_deadline = self.now + INTERRUPTION_NOTICE_SECONDS
             self._push(node.interruption_deadline, "reclaim", node.name)
