@@ -22,11 +22,12 @@ import time
 from pathlib import Path
 
 from hybridgpu.core.cost import gpu_hour_dollars
-from hybridgpu.core.tco import CloudRates, OwnedNodeType, PlanInputs, plan_capacity
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import Tier
 from hybridgpu.models.snapshot import PoolState
-from hybridgpu.planner_io import history_from_jobs, jobs_of_trace
+from hybridgpu.planner.io import history_from_jobs, jobs_of_trace
+from hybridgpu.planner.model import CloudRates, OwnedNodeType, PlanInputs
+from hybridgpu.planner.plan import plan_capacity
 from hybridgpu.sim.config import load_cluster
 from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.traces import load_openb

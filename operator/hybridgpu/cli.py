@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     crds.set_defaults(func=_cmd_crds)
 
     # Each area owns its subcommands; a module missing here is a packaging bug, not input.
-    for module in ("hybridgpu.sim.cli", "hybridgpu.planner_cli", "hybridgpu.operator_cli"):
+    for module in ("hybridgpu.sim.cli", "hybridgpu.planner.cli", "hybridgpu.operator_cli"):
         importlib.import_module(module).add_parsers(sub)
     for command in sub.choices.values():
         # Also after the command (`hybridgpu simulate --debug`), without overriding the default.

@@ -462,12 +462,12 @@ def test_crds_into_a_new_directory_writes_every_file(tmp_path: Path, capsys) -> 
 
 
 def test_an_unexpected_error_is_one_line_and_exit_1(monkeypatch, capsys) -> None:
-    import hybridgpu.planner_cli
+    import hybridgpu.planner.cli
 
     def broken(args: object) -> int:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(hybridgpu.planner_cli, "run", broken)
+    monkeypatch.setattr(hybridgpu.planner.cli, "run", broken)
     assert main(["plan", "--config", "x"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1

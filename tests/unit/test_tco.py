@@ -11,22 +11,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridgpu.core.tco import (
+from hybridgpu.planner.cost import CostModel
+from hybridgpu.planner.io import history_from_jobs
+from hybridgpu.planner.model import (
     HOURS_PER_MONTH,
     CloudRates,
-    CostModel,
     DemandSample,
     JobDemand,
     OwnedNodeType,
     PlanInputs,
-    break_even_utilizations,
     growth_factors,
-    optimal_fleet,
-    optimal_single_type,
-    plan_capacity,
-    replay_jobs,
 )
-from hybridgpu.planner_io import history_from_jobs
+from hybridgpu.planner.optimize import optimal_fleet, optimal_single_type
+from hybridgpu.planner.plan import break_even_utilizations, plan_capacity
+from hybridgpu.planner.replay import replay_jobs
 
 pytestmark = pytest.mark.unit
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from hybridgpu.core.tco import CloudRates, CostModel, OwnedNodeType, PlanInputs, plan_capacity
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
 from hybridgpu.models.snapshot import PoolState
-from hybridgpu.planner_io import history_from_jobs, jobs_of_trace
+from hybridgpu.planner.cost import CostModel
+from hybridgpu.planner.io import history_from_jobs, jobs_of_trace
+from hybridgpu.planner.model import CloudRates, OwnedNodeType, PlanInputs
+from hybridgpu.planner.plan import plan_capacity
 from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.traces import synthetic
 

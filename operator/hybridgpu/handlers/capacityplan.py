@@ -1,6 +1,6 @@
 """The CapacityPlan timer: every ``spec.schedule`` (or when the spec changes) read the demand
-history, run ``core.tco`` and write the plan to status. Thin: parsing and the model live in
-``planner_io`` and ``core.tco``."""
+history, run the planner and write the plan to status. Thin: parsing and the model live in
+``planner.io`` and ``planner.plan``."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from hybridgpu.core.tco import inputs_from_spec, plan_capacity, plan_status
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import describe_validation_error
 from hybridgpu.models.base import Condition, parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec
 from hybridgpu.models.crd import GROUP, VERSION
+from hybridgpu.planner.plan import inputs_from_spec, plan_capacity, plan_status
 
 CAPACITYPLANS = "capacityplans"
 # How often the timer looks whether a plan is due; the plan's own period is spec.schedule.
@@ -60,7 +60,7 @@ def _conditions(
 
 
 def _read_history(spec: CapacityPlanSpec, now: float) -> tuple[list[Any], list[Any]]:
-    from hybridgpu.planner_io import history_from_spec_trace, prometheus_history
+    from hybridgpu.planner.io import history_from_spec_trace, prometheus_history
 
     if spec.history.trace is not None:
         return history_from_spec_trace(spec.history.trace)

@@ -1,6 +1,6 @@
 """`hybridgpu plan`: how many GPU nodes to own, and how much to rent (the TCO planner).
 
-Parsing and output only; the model is ``core.tco``, the inputs ``planner_io``.
+Parsing and output only; the model is ``planner.plan``, the inputs ``planner.io``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _history(
     """The demand history, its jobs (traces), the spec and where the history came from;
     trace jobs no candidate node can hold are an error, or named in ``skipped`` when it is
     a list."""
-    from hybridgpu.planner_io import (
+    from hybridgpu.planner.io import (
         history_from_spec_trace,
         load_demand_csv,
         load_plan_spec,
@@ -140,7 +140,7 @@ def _history(
 
 
 def run(args: argparse.Namespace) -> int:
-    from hybridgpu.core.tco import (
+    from hybridgpu.planner.plan import (
         break_even_utilizations,
         inputs_from_spec,
         plan_capacity,
@@ -219,7 +219,7 @@ def _money(dollars: float) -> str:
 
 
 def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> str:
-    from hybridgpu.core.tco import break_even_utilizations
+    from hybridgpu.planner.plan import break_even_utilizations
 
     inputs = result.inputs
     fleet = result.recommended
@@ -288,7 +288,7 @@ def _write_png(result: Any, path: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hybridgpu.core.tco import DemandSample, duration_curve
+    from hybridgpu.planner.model import DemandSample, duration_curve
 
     out = Path(path)
     try:

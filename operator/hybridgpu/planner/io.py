@@ -11,10 +11,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hybridgpu.core.tco import DemandSample, JobDemand, history_from_intervals
 from hybridgpu.errors import UserError
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec, TraceHistory
+from hybridgpu.planner.model import DemandSample, JobDemand, history_from_intervals
 
 CRITICALITIES = ("critical", "standard", "preemptible")
 # Prometheus refuses range queries of more than 11,000 points per series.

@@ -1,0 +1,197 @@
+"""What any owned fleet costs over the horizon.
+
+Fluid (a demand history): demand above the owned GPUs moves to the cloud and back at no cost,
+read off duration curves. With G owned GPUs the cloud bill falls with slope ``-on_demand``
+while G is below firm demand, ``-spot`` (with reruns) between firm and total demand, and 0
+above; ``on_demand >= spot`` in the model, so the bill is convex in G.
+
+Jobs (a trace): ``replay.replay_jobs`` places every job once, as the operator does, on the
+fleet's nodes; with demand growth the replay's extra cloud hours over the fluid model at
+today's demand are added to the fluid model of the grown demand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from hybridgpu.planner.model import (
+    HOURS_PER_MONTH,
+    CloudRates,
+    DemandSample,
+    DurationCurve,
+    FleetCost,
+    JobDemand,
+    PlanInputs,
+    Usage,
+    growth_factors,
+)
+from hybridgpu.planner.replay import replay_jobs
+
+ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float]]
+ReplayCache = dict[ReplayKey, Usage]
+
+
+class CostModel:
+    """The cost of any owned fleet for one set of inputs.
+
+    Fluid (a demand history): demand above the owned GPUs moves to the cloud and back at no
+    cost, read off duration curves; only the number of owned GPUs matters. Jobs (a trace):
+    ``replay_jobs`` places every job once, as the operator does, on the fleet's nodes; with
+    demand growth the replay's extra cloud hours over the fluid model at today's demand are
+    added to the fluid model of the grown demand.
+    """
+
+    def __init__(self, inputs: PlanInputs, replays: ReplayCache | None = None) -> None:
+        self.inputs = inputs
+        # Replays depend on the jobs, the fleet and the cloud's timing, not on prices: plans
+        # that differ only in prices or growth (the sensitivity table) share them.
+        self._replays: ReplayCache = {} if replays is None else replays
+        firm, total = _horizon_curves(inputs)
+        self.firm = firm
+        self.total = total
+        self.horizon_hours = inputs.horizon_hours
+        self.node_hour_dollars = tuple(t.node_hour_dollars for t in inputs.node_types)
+        self.gpus_per_node = tuple(t.gpus_per_node for t in inputs.node_types)
+        self._usage: dict[tuple[int, ...], Usage] = {}
+        self._flat: tuple[DurationCurve, DurationCurve] | None = None
+        self._replay_weight = 0.0
+        if inputs.jobs:
+            window = _jobs_window_hours(inputs.jobs)
+            self._replay_weight = inputs.horizon_months * HOURS_PER_MONTH / window
+            if inputs.demand_growth_per_year != 0:
+                self._flat = _horizon_curves(replace(inputs, demand_growth_per_year=0.0))
+
+    @property
+    def max_useful_gpus(self) -> int:
+        """Owning more GPUs than this never pays: every extra node could go (see module doc)."""
+        return math.ceil(self.total.peak - 1e-9) + max(self.gpus_per_node) - 1
+
+    def owned_gpus(self, nodes: Sequence[int]) -> int:
+        return sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))
+
+    def usage(self, nodes: Sequence[int]) -> Usage:
+        """Owned, on-demand and spot GPU-hours over the horizon with ``nodes`` owned."""
+        key = tuple(nodes)
+        cached = self._usage.get(key)
+        if cached is not None:
+            return cached
+        owned = self.owned_gpus(key)
+        if not self.inputs.jobs:
+            usage = _fluid_usage(self.firm, self.total, owned, self.inputs.cloud)
+        else:
+            sizes = tuple(k for n, k in zip(key, self.gpus_per_node, strict=True) for _ in range(n))
+            replay = self._replay(sizes, None)
+            usage = replay.scaled(self._replay_weight)
+            if self._flat is not None:
+                flat = _fluid_usage(*self._flat, owned, self.inputs.cloud)
+                grown = _fluid_usage(self.firm, self.total, owned, self.inputs.cloud)
+                usage = Usage(
+                    owned=max(grown.owned + usage.owned - flat.owned, 0.0),
+                    elastic=max(grown.elastic + usage.elastic - flat.elastic, 0.0),
+                    spot=max(grown.spot + usage.spot - flat.spot, 0.0),
+                )
+        self._usage[key] = usage
+        return usage
+
+    def _replay(self, sizes: tuple[int, ...], spot_allowed: bool | None) -> Usage:
+        cloud = self.inputs.cloud
+        timing = (
+            cloud.spot_is_used and spot_allowed is not False,
+            cloud.spot_rerun_factor,
+            cloud.spot_restart_overhead_hours,
+            cloud.node_startup_hours,
+            cloud.idle_release_hours,
+        )
+        key = (tuple(sorted(sizes)), timing)
+        usage = self._replays.get(key)
+        if usage is None:
+            usage = replay_jobs(self.inputs.jobs, sizes, cloud, spot_allowed=spot_allowed)
+            self._replays[key] = usage
+        return usage
+
+    def cloud_dollars(self, nodes: Sequence[int]) -> float:
+        """Cloud bill over the horizon with ``nodes`` owned, dollars."""
+        cloud = self.inputs.cloud
+        usage = self.usage(nodes)
+        return usage.elastic * cloud.on_demand_per_gpu_hour + usage.spot * cloud.spot_per_gpu_hour
+
+    def core_dollars(self, nodes: Sequence[int]) -> float:
+        """Owned nodes over the horizon, dollars."""
+        hourly = sum(n * c for n, c in zip(nodes, self.node_hour_dollars, strict=True))
+        return hourly * self.horizon_hours
+
+    def total_dollars(self, nodes: Sequence[int]) -> float:
+        """Owned plus cloud cost of ``nodes`` (per node type) over the horizon, dollars."""
+        return self.core_dollars(nodes) + self.cloud_dollars(nodes)
+
+    def fleet_cost(self, nodes: Sequence[int]) -> FleetCost:
+        """The full breakdown of ``nodes`` (per node type) over the horizon."""
+        cloud = self.inputs.cloud
+        usage = self.usage(nodes)
+        return FleetCost(
+            nodes=tuple(nodes),
+            owned_gpus=self.owned_gpus(nodes),
+            horizon_hours=self.horizon_hours,
+            core_dollars=self.core_dollars(nodes),
+            elastic_dollars=usage.elastic * cloud.on_demand_per_gpu_hour,
+            spot_dollars=usage.spot * cloud.spot_per_gpu_hour,
+            demand_gpu_hours=self.total.total_gpu_hours,
+            owned_used_gpu_hours=usage.owned,
+            elastic_gpu_hours=usage.elastic,
+            spot_gpu_hours=usage.spot,
+        )
+
+    def all_on_demand_dollars(self) -> float:
+        """Every GPU-hour of demand rented on demand, dollars over the horizon (jobs: with
+        the same start-up and idle billing as the plan)."""
+        od = self.inputs.cloud.on_demand_per_gpu_hour
+        if not self.inputs.jobs:
+            return self.total.total_gpu_hours * od
+        replay = self._replay((), False)
+        # Growth scales every GPU-hour of demand alike when nothing is owned.
+        grown = self.total.total_gpu_hours
+        flat = self._flat[1].total_gpu_hours if self._flat is not None else grown
+        return replay.elastic * self._replay_weight * od * grown / flat
+
+
+def _fluid_usage(
+    firm: DurationCurve, total: DurationCurve, owned_gpus: float, cloud: CloudRates
+) -> Usage:
+    elastic = firm.total_gpu_hours - firm.gpu_hours_below(owned_gpus)
+    served = total.gpu_hours_below(owned_gpus)
+    preemptible_out = max(total.total_gpu_hours - served - elastic, 0.0)
+    if cloud.spot_is_used:
+        return Usage(served, elastic, preemptible_out * cloud.spot_rerun_factor)
+    return Usage(served, elastic + preemptible_out, 0.0)
+
+
+def _jobs_window_hours(jobs: Sequence[JobDemand]) -> float:
+    start = min(j.arrival_seconds for j in jobs)
+    end = max(j.arrival_seconds + j.duration_seconds for j in jobs)
+    return max(end - start, 1.0) / 3600.0
+
+
+def _split(sample: DemandSample, preemptible_share: float | None) -> tuple[float, float]:
+    if preemptible_share is None:
+        return sample.firm_gpus, sample.total_gpus
+    return sample.total_gpus * (1.0 - preemptible_share), sample.total_gpus
+
+
+def _horizon_curves(inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:
+    """Firm and total demand duration curves over the whole horizon, in horizon hours."""
+    history_hours = sum(s.hours for s in inputs.history)
+    per_history_hour = HOURS_PER_MONTH / history_hours
+    levels: dict[tuple[float, float], float] = {}
+    for sample in inputs.history:
+        key = _split(sample, inputs.preemptible_share)
+        levels[key] = levels.get(key, 0.0) + sample.hours
+    firm_points: list[tuple[float, float]] = []
+    total_points: list[tuple[float, float]] = []
+    for factor, months in growth_factors(inputs.horizon_months, inputs.demand_growth_per_year):
+        weight = per_history_hour * months
+        for (firm, total), hours in levels.items():
+            firm_points.append((firm * factor, hours * weight))
+            total_points.append((total * factor, hours * weight))
+    return DurationCurve(firm_points), DurationCurve(total_points)

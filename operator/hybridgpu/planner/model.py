@@ -1,0 +1,270 @@
+"""The planner's inputs and results: demand, the node types that can be owned, cloud prices,
+and what a fleet costs; duration curves of demand.
+
+Units are in the names: ``_hours``, ``_seconds``, ``_dollars``, ``_gpus``; rates are fractions
+(0.2 = 20 %).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hybridgpu.core.cost import HOURS_PER_YEAR, CoreNodeCost
+
+HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0
+
+
+@dataclass(frozen=True, slots=True)
+class DemandSample:
+    """GPUs in use during ``hours`` hours: firm (critical + standard) and preemptible."""
+
+    hours: float
+    firm_gpus: float
+    preemptible_gpus: float
+
+    @property
+    def total_gpus(self) -> float:
+        return self.firm_gpus + self.preemptible_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedNodeType:
+    """A node type that can be owned, with what one node costs."""
+
+    name: str
+    gpus_per_node: int
+    capex_dollars: float
+    amortization_years: float
+    power_watts: float
+    pue: float
+    electricity_per_kwh: float
+    ops_per_node_hour: float = 0.0
+    max_nodes: int | None = None
+    current_nodes: int = 0
+
+    @property
+    def cost(self) -> CoreNodeCost:
+        """One node-hour: amortized capex, power with PUE, ops; dollars."""
+        return CoreNodeCost(
+            capex_per_hour=self.capex_dollars / (self.amortization_years * HOURS_PER_YEAR),
+            power_per_hour=self.power_watts * self.pue * self.electricity_per_kwh / 1000.0,
+            ops_per_hour=self.ops_per_node_hour,
+        )
+
+    @property
+    def node_hour_dollars(self) -> float:
+        return self.cost.total_per_hour
+
+    @property
+    def gpu_hour_dollars(self) -> float:
+        return self.node_hour_dollars / self.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class CloudRates:
+    """Rented capacity: dollars per GPU-hour and the spot interruption model."""
+
+    on_demand_per_gpu_hour: float
+    spot_per_gpu_hour: float
+    spot_interruptions_per_hour: float = 0.0
+    spot_restart_overhead_hours: float = 0.0
+    node_startup_hours: float = 0.0
+    """Jobs only: billed time from launching a cloud node to running work on it."""
+    idle_release_hours: float = 0.0
+    """Jobs only: billed time an idle cloud node waits for work before it is released."""
+
+    @property
+    def spot_rerun_factor(self) -> float:
+        """Spot GPU-hours billed per useful GPU-hour (work lost to interruptions runs again)."""
+        lost = self.spot_interruptions_per_hour * self.spot_restart_overhead_hours
+        return math.inf if lost >= 1.0 else 1.0 / (1.0 - lost)
+
+    @property
+    def spot_effective_per_gpu_hour(self) -> float:
+        """Dollars per useful preemptible GPU-hour: spot with reruns, or on demand if cheaper."""
+        return min(self.spot_per_gpu_hour * self.spot_rerun_factor, self.on_demand_per_gpu_hour)
+
+    @property
+    def spot_is_used(self) -> bool:
+        """False when reruns make spot dearer than on demand (preemptible work goes there)."""
+        return self.spot_per_gpu_hour * self.spot_rerun_factor < self.on_demand_per_gpu_hour
+
+
+@dataclass(frozen=True, slots=True)
+class JobDemand:
+    """One job of a trace: it asks for ``gpus`` at ``arrival_seconds`` and runs for
+    ``duration_seconds``."""
+
+    arrival_seconds: float
+    duration_seconds: float
+    gpus: int
+    preemptible: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """Everything the plan depends on. ``demand_growth_per_year`` is a fraction (0.2 = +20 %)."""
+
+    history: tuple[DemandSample, ...]
+    node_types: tuple[OwnedNodeType, ...]
+    cloud: CloudRates
+    horizon_months: int = 36
+    demand_growth_per_year: float = 0.0
+    preemptible_share: float | None = None
+    jobs: tuple[JobDemand, ...] = ()
+    """When set, cloud usage comes from replaying the jobs (``replay_jobs``), not the fluid
+    model; ``history`` is then their demand (for the duration curve)."""
+
+    def __post_init__(self) -> None:
+        if not self.node_types:
+            raise ValueError("at least one owned node type is needed")
+        if self.horizon_months < 1:
+            raise ValueError("horizon_months must be >= 1")
+        if self.demand_growth_per_year <= -1.0:
+            raise ValueError("demand_growth_per_year must be > -1 (demand cannot vanish)")
+        if sum(s.hours for s in self.history) <= 0:
+            raise ValueError("the demand history covers no time")
+        for t in self.node_types:
+            if t.node_hour_dollars <= 0:
+                raise ValueError(f"node type {t.name}: an owned node must cost something")
+
+    @property
+    def horizon_hours(self) -> float:
+        return self.horizon_months * HOURS_PER_MONTH
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Where demand runs with a given owned capacity: GPU-hours over some window."""
+
+    owned: float
+    elastic: float  # billed on-demand GPU-hours
+    spot: float  # billed spot GPU-hours, reruns included
+
+    def scaled(self, factor: float) -> Usage:
+        return Usage(self.owned * factor, self.elastic * factor, self.spot * factor)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.owned + other.owned, self.elastic + other.elastic, self.spot + other.spot)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCost:
+    """What owning ``nodes`` (per node type) costs over the horizon, and where demand runs."""
+
+    nodes: tuple[int, ...]
+    owned_gpus: int
+    horizon_hours: float
+    core_dollars: float
+    elastic_dollars: float
+    spot_dollars: float
+    demand_gpu_hours: float
+    owned_used_gpu_hours: float
+    elastic_gpu_hours: float
+    spot_gpu_hours: float  # billed, reruns included
+
+    @property
+    def total_dollars(self) -> float:
+        return self.core_dollars + self.elastic_dollars + self.spot_dollars
+
+    @property
+    def months(self) -> float:
+        return self.horizon_hours / HOURS_PER_MONTH
+
+    @property
+    def owned_utilization(self) -> float:
+        """Share of owned GPU-hours that serve demand, 0..1 (0 when nothing is owned)."""
+        if self.owned_gpus == 0:
+            return 0.0
+        return self.owned_used_gpu_hours / (self.owned_gpus * self.horizon_hours)
+
+
+class DurationCurve:
+    """A weighted distribution of GPU levels: hours spent at each level.
+
+    ``gpu_hours_below(g)`` = sum of hours x min(level, g): the GPU-hours that g GPUs can serve.
+    """
+
+    __slots__ = ("_levels", "_prefix_gpu_hours", "_suffix_hours", "hours", "total_gpu_hours")
+
+    def __init__(self, points: Iterable[tuple[float, float]]) -> None:
+        merged: dict[float, float] = {}
+        for level, hours in points:
+            if hours > 0:
+                merged[level] = merged.get(level, 0.0) + hours
+        self._levels = sorted(merged)
+        weights = [merged[v] for v in self._levels]
+        self._prefix_gpu_hours = [0.0]
+        for level, hours in zip(self._levels, weights, strict=True):
+            self._prefix_gpu_hours.append(self._prefix_gpu_hours[-1] + level * hours)
+        self._suffix_hours = [0.0] * (len(weights) + 1)
+        for i in range(len(weights) - 1, -1, -1):
+            self._suffix_hours[i] = self._suffix_hours[i + 1] + weights[i]
+        self.total_gpu_hours = self._prefix_gpu_hours[-1]
+        self.hours = self._suffix_hours[0]
+
+    @property
+    def peak(self) -> float:
+        return self._levels[-1] if self._levels else 0.0
+
+    def gpu_hours_below(self, gpus: float) -> float:
+        """GPU-hours of the demand that ``gpus`` GPUs serve: sum of hours x min(level, gpus)."""
+        i = bisect.bisect_left(self._levels, gpus)
+        return self._prefix_gpu_hours[i] + gpus * self._suffix_hours[i]
+
+    def hours_above(self, gpus: float) -> float:
+        """Hours during which demand exceeds ``gpus``."""
+        return self._suffix_hours[bisect.bisect_right(self._levels, gpus)]
+
+
+def growth_factors(horizon_months: int, growth_per_year: float) -> list[tuple[float, int]]:
+    """(demand multiplier, months) over the horizon, compounded monthly, mid-month."""
+    counts: dict[float, int] = {}
+    for month in range(horizon_months):
+        factor = 1.0 if growth_per_year == 0 else (1.0 + growth_per_year) ** ((month + 0.5) / 12)
+        counts[factor] = counts.get(factor, 0) + 1
+    return sorted(counts.items())
+
+
+def duration_curve(history: Iterable[DemandSample]) -> list[tuple[float, float]]:
+    """(hours demand is at or above, GPUs) points of the total demand, highest first."""
+    by_level: dict[float, float] = {}
+    for s in history:
+        by_level[s.total_gpus] = by_level.get(s.total_gpus, 0.0) + s.hours
+    points: list[tuple[float, float]] = []
+    hours = 0.0
+    for level in sorted(by_level, reverse=True):
+        hours += by_level[level]
+        points.append((hours, level))
+    return points
+
+
+def history_from_intervals(
+    intervals: Iterable[tuple[float, float, float, bool]],
+) -> list[DemandSample]:
+    """Demand samples of jobs given as (start_seconds, end_seconds, gpus, preemptible).
+
+    The history runs from the first start to the last end; each sample holds while no job
+    starts or ends.
+    """
+    changes: dict[float, list[float]] = {}
+    for start, end, gpus, preemptible in intervals:
+        if end <= start or gpus <= 0:
+            continue
+        slot = 1 if preemptible else 0
+        changes.setdefault(start, [0.0, 0.0])[slot] += gpus
+        changes.setdefault(end, [0.0, 0.0])[slot] -= gpus
+    samples: list[DemandSample] = []
+    firm = preemptible_gpus = 0.0
+    times = sorted(changes)
+    for at, after in itertools.pairwise(times):
+        firm += changes[at][0]
+        preemptible_gpus += changes[at][1]
+        samples.append(
+            DemandSample((after - at) / 3600.0, max(firm, 0.0), max(preemptible_gpus, 0.0))
+        )
+    return samples

@@ -1,0 +1,96 @@
+"""The cheapest owned fleet: marginal analysis for one node type (fluid model), a bounded
+knapsack over owned GPUs for any number of types."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hybridgpu.planner.cost import CostModel
+
+# Relative slack when comparing dollar totals, so float noise does not flip a choice.
+_COST_EPS = 1e-9
+
+
+def optimal_single_type(model: CostModel, type_index: int = 0) -> int:
+    """Fewest nodes of one type minimizing the total cost (others owned: none).
+
+    Buys the next node while the cloud dollars it saves exceed what it costs; the saving of
+    successive nodes never grows (convexity), so the first node that does not pay ends it.
+    """
+    node = model.inputs.node_types[type_index]
+    k = node.gpus_per_node
+    node_dollars = node.node_hour_dollars * model.horizon_hours
+    limit = model.max_useful_gpus // k
+    if node.max_nodes is not None:
+        limit = min(limit, node.max_nodes)
+    nodes = 0
+    while nodes < limit:
+        saving = model.cloud_dollars(_only(model, type_index, nodes)) - model.cloud_dollars(
+            _only(model, type_index, nodes + 1)
+        )
+        if saving <= node_dollars * (1.0 + _COST_EPS):
+            break
+        nodes += 1
+    return nodes
+
+
+def _only(model: CostModel, type_index: int, nodes: int) -> tuple[int, ...]:
+    counts = [0] * len(model.gpus_per_node)
+    counts[type_index] = nodes
+    return tuple(counts)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedSizeCost:
+    """The cheapest way to own exactly ``owned_gpus`` GPUs and what it costs in total."""
+
+    owned_gpus: int
+    nodes: tuple[int, ...]
+    total_dollars: float
+
+
+def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
+    """For every owned GPU count that node types can make up, its cheapest fleet and total cost.
+
+    A bounded knapsack over the node types (binary splitting of each type's node bound) gives
+    the cheapest node mix owning exactly g GPUs, for g up to ``max_useful_gpus``.
+    """
+    g_max = model.max_useful_gpus
+    types = model.inputs.node_types
+    best: list[float] = [math.inf] * (g_max + 1)
+    mix: list[tuple[int, ...]] = [()] * (g_max + 1)
+    best[0], mix[0] = 0.0, (0,) * len(types)
+    for j, node in enumerate(types):
+        k = node.gpus_per_node
+        bound = g_max // k
+        if node.max_nodes is not None:
+            bound = min(bound, node.max_nodes)
+        chunk = 1
+        while bound > 0:
+            take = min(chunk, bound)
+            bound -= take
+            chunk *= 2
+            size, dollars = take * k, take * node.node_hour_dollars
+            for g in range(g_max, size - 1, -1):
+                before = best[g - size]
+                if before + dollars < best[g]:
+                    best[g] = before + dollars
+                    counts = list(mix[g - size])
+                    counts[j] += take
+                    mix[g] = tuple(counts)
+    return [
+        OwnedSizeCost(g, mix[g], best[g] * model.horizon_hours + model.cloud_dollars(mix[g]))
+        for g in range(g_max + 1)
+        if best[g] < math.inf
+    ]
+
+
+def optimal_fleet(model: CostModel) -> tuple[int, ...]:
+    """Nodes per type minimizing the total cost over the horizon; ties: fewest owned GPUs."""
+    sizes = cost_by_owned_gpus(model)
+    choice = sizes[0]
+    for size in sizes[1:]:
+        if size.total_dollars < choice.total_dollars * (1.0 - _COST_EPS):
+            choice = size
+    return choice.nodes

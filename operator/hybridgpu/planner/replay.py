@@ -1,0 +1,261 @@
+"""A job trace placed on an owned fleet the way the operator places it: where each job runs
+and how many GPU-hours each tier is billed.
+
+Rules (``replay_jobs``), each job once, in arrival order:
+
+- a job that fits on an owned node runs there (the fullest node that fits);
+- a critical/standard job that does not fit evicts preemptible jobs from the owned node where
+  that frees enough with the fewest GPUs (the most recently started first); they finish on
+  spot after the restart overhead;
+- otherwise it runs in the cloud: preemptible on spot (reruns after interruptions), the rest
+  on demand; a preemptible job comes back (after the restart overhead) once an owned node has
+  sat idle for ``idle_release_hours``, as the operator's consolidation does, checked whenever
+  a job arrives.
+
+Cloud GPUs are billed from launch (``node_startup_hours`` before the job can start) to
+``idle_release_hours`` after their last job, and reused by jobs arriving meanwhile.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hybridgpu.planner.model import CloudRates, JobDemand, Usage
+
+CORE, ELASTIC, SPOT = "core", "elastic", "spot"
+
+
+@dataclass(slots=True)
+class _Run:
+    """One run of a job on one tier (a move starts a new run)."""
+
+    job: JobDemand
+    tier: str
+    started: float
+    ends: float
+    node: int = -1
+    """Owned node index (core runs)."""
+    launched: list[float] = field(default_factory=list)
+    """Launch times of its cloud GPUs (cloud runs)."""
+
+
+class _CloudTier:
+    """Cloud GPUs of one tier at GPU granularity: launched on demand, reused while idle,
+    released ``idle_release`` seconds after their last work; billed launch to release."""
+
+    def __init__(self, startup: float, idle_release: float) -> None:
+        self.startup = startup
+        self.idle_release = idle_release
+        self.idle: list[tuple[float, float]] = []  # (idle since, launched at), oldest first
+        self.billed_seconds = 0.0
+
+    def _expire(self, now: float) -> None:
+        keep = 0
+        for since, launched in self.idle:
+            if since + self.idle_release < now:
+                self.billed_seconds += since + self.idle_release - launched
+            else:
+                self.idle[keep] = (since, launched)
+                keep += 1
+        del self.idle[keep:]
+
+    def take(self, gpus: int, now: float) -> tuple[float, list[float]]:
+        """GPUs for a job arriving at ``now``: (when it can start, launch times of its GPUs)."""
+        self._expire(now)
+        launched: list[float] = []
+        while self.idle and len(launched) < gpus:
+            launched.append(self.idle.pop()[1])  # the most recently idle first
+        fresh = gpus - len(launched)
+        launched.extend([now] * fresh)
+        return (now + self.startup if fresh else now), launched
+
+    def give_back(self, launched: list[float], now: float) -> None:
+        self.idle.extend((now, at) for at in launched)
+
+    def close(self) -> float:
+        """Billed GPU-seconds once every idle GPU is released."""
+        for since, launched in self.idle:
+            self.billed_seconds += since + self.idle_release - launched
+        self.idle.clear()
+        return self.billed_seconds
+
+
+class _OwnedNodes:
+    """Free GPUs of the owned nodes, bucketed by free count for best-fit placement, with the
+    preemptible runs on each node (in start order) and since when each node is idle."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.sizes = list(sizes)
+        self.free = list(sizes)
+        self.top = max(sizes, default=0)
+        self.buckets: list[dict[int, None]] = [{} for _ in range(self.top + 1)]
+        for i, size in enumerate(sizes):
+            self.buckets[size][i] = None
+        self.preemptible: list[dict[int, None]] = [{} for _ in sizes]
+        self.idle_since: list[float | None] = [-math.inf] * len(sizes)
+
+    def best_fit(self, gpus: int) -> int | None:
+        """The fullest node with ``gpus`` free (lowest index among equals), or None."""
+        for free in range(gpus, self.top + 1):
+            if self.buckets[free]:
+                return min(self.buckets[free])
+        return None
+
+    def add(self, node: int, delta: int) -> None:
+        del self.buckets[self.free[node]][node]
+        self.free[node] += delta
+        self.buckets[self.free[node]][node] = None
+
+    def idle_for(self, seconds: float, now: float) -> list[int]:
+        """Nodes with nothing on them since at least ``seconds`` before ``now``."""
+        return [
+            n
+            for n, since in enumerate(self.idle_since)
+            if since is not None and since + seconds <= now
+        ]
+
+
+class _Replay:
+    """The state of one replay: owned nodes, cloud tiers and the runs in progress."""
+
+    def __init__(
+        self, owned_node_gpus: Sequence[int], cloud: CloudRates, spot_allowed: bool | None
+    ) -> None:
+        self.use_spot = cloud.spot_is_used and spot_allowed is not False
+        self.restart_seconds = cloud.spot_restart_overhead_hours * 3600.0
+        self.spot_rerun = cloud.spot_rerun_factor if self.use_spot else 1.0
+        self.settle_seconds = cloud.idle_release_hours * 3600.0
+        self.cloud = {
+            tier: _CloudTier(cloud.node_startup_hours * 3600.0, self.settle_seconds)
+            for tier in (ELASTIC, SPOT)
+        }
+        self.owned = _OwnedNodes(owned_node_gpus)
+        self.owned_gpu_seconds = 0.0
+        self.runs: dict[int, _Run] = {}
+        self.finishes: list[tuple[float, int]] = []  # (ends, run key); stale keys skipped
+        self._keys = itertools.count()
+
+    def run(self, jobs: Sequence[JobDemand]) -> Usage:
+        for job in sorted(jobs, key=lambda j: (j.arrival_seconds, j.duration_seconds)):
+            now = job.arrival_seconds
+            self.finish_until(now)
+            self.return_to_core(now)
+            self.place(job, now)
+        self.finish_until(math.inf)
+        return Usage(
+            owned=self.owned_gpu_seconds / 3600.0,
+            elastic=self.cloud[ELASTIC].close() / 3600.0,
+            spot=self.cloud[SPOT].close() / 3600.0,
+        )
+
+    def place(self, job: JobDemand, now: float) -> None:
+        node = self.owned.best_fit(job.gpus)
+        if node is not None:
+            self.start_on_core(job, node, now, job.duration_seconds)
+            return
+        room = None if job.preemptible else self.make_room(job)
+        if room is None:
+            self.start_in_cloud(job, now, job.duration_seconds)
+            return
+        node, victims = room
+        for key in victims:
+            evicted = self.runs.pop(key)
+            self.leave_core(key, evicted, now)
+            self.start_in_cloud(evicted.job, now, evicted.ends - now + self.restart_seconds)
+        self.start_on_core(job, node, now, job.duration_seconds)
+
+    def finish_until(self, now: float) -> None:
+        """End the runs that finish at or before ``now``, in time order."""
+        while self.finishes and self.finishes[0][0] <= now:
+            at, key = heapq.heappop(self.finishes)
+            run = self.runs.pop(key, None)
+            if run is None:
+                continue  # evicted or moved earlier
+            if run.tier == CORE:
+                self.leave_core(key, run, at)
+            else:
+                self.cloud[run.tier].give_back(run.launched, at)
+
+    def start_on_core(self, job: JobDemand, node: int, now: float, seconds: float) -> None:
+        key = next(self._keys)
+        self.owned.add(node, -job.gpus)
+        self.owned.idle_since[node] = None
+        self.runs[key] = _Run(job, CORE, now, now + seconds, node)
+        if job.preemptible:
+            self.owned.preemptible[node][key] = None
+        heapq.heappush(self.finishes, (now + seconds, key))
+
+    def start_in_cloud(self, job: JobDemand, now: float, seconds: float) -> None:
+        tier = SPOT if job.preemptible and self.use_spot else ELASTIC
+        start, launched = self.cloud[tier].take(job.gpus, now)
+        ends = start + seconds * (self.spot_rerun if tier == SPOT else 1.0)
+        key = next(self._keys)
+        self.runs[key] = _Run(job, tier, start, ends, launched=launched)
+        heapq.heappush(self.finishes, (ends, key))
+
+    def leave_core(self, key: int, run: _Run, now: float) -> None:
+        owned = self.owned
+        owned.add(run.node, run.job.gpus)
+        if owned.free[run.node] == owned.sizes[run.node]:
+            owned.idle_since[run.node] = now
+        owned.preemptible[run.node].pop(key, None)
+        self.owned_gpu_seconds += (now - run.started) * run.job.gpus
+
+    def return_to_core(self, now: float) -> None:
+        """Preemptible cloud runs move to owned nodes idle for ``idle_release_hours``, the
+        largest first."""
+        settled = self.owned.idle_for(self.settle_seconds, now)
+        if not settled:
+            return
+        movers = sorted(
+            (
+                k
+                for k, r in self.runs.items()
+                if r.tier != CORE and r.job.preemptible and r.started <= now
+            ),
+            key=lambda k: (-self.runs[k].job.gpus, k),
+        )
+        for key in movers:
+            run = self.runs[key]
+            node = next((n for n in settled if self.owned.free[n] >= run.job.gpus), None)
+            if node is None:
+                continue
+            del self.runs[key]
+            self.cloud[run.tier].give_back(run.launched, now)
+            left = (run.ends - now) / (self.spot_rerun if run.tier == SPOT else 1.0)
+            self.start_on_core(run.job, node, now, left + self.restart_seconds)
+
+    def make_room(self, job: JobDemand) -> tuple[int, list[int]] | None:
+        """The owned node where evicting the most recently started preemptible runs frees
+        ``job.gpus`` with the fewest GPUs evicted, and those runs; None when none can."""
+        best: tuple[int, int, list[int]] | None = None
+        for node, free in enumerate(self.owned.free):
+            victims: list[int] = []
+            room = free
+            for key in reversed(self.owned.preemptible[node]):
+                if room >= job.gpus:
+                    break
+                victims.append(key)
+                room += self.runs[key].job.gpus
+            if room >= job.gpus:
+                evicted = room - free
+                if best is None or evicted < best[0]:
+                    best = (evicted, node, victims)
+        return None if best is None else (best[1], best[2])
+
+
+def replay_jobs(
+    jobs: Sequence[JobDemand],
+    owned_node_gpus: Sequence[int],
+    cloud: CloudRates,
+    *,
+    spot_allowed: bool | None = None,
+) -> Usage:
+    """GPU-hours per tier over the trace's window when ``jobs`` meet owned nodes of
+    ``owned_node_gpus`` GPUs each, placed as the module doc says. ``spot_allowed=False``
+    runs every cloud job on demand (the all-on-demand reference)."""
+    return _Replay(owned_node_gpus, cloud, spot_allowed).run(jobs)
