@@ -768,6 +768,22 @@ def test_plan_on_a_trace_with_growth_adds_the_replay_overhead_to_the_grown_deman
     assert grown.all_on_demand_dollars() > flat.all_on_demand_dollars()
 
 
+@pytest.mark.parametrize("growth", [0.0, 0.3])
+def test_preemptible_share_is_not_applied_to_a_job_trace(growth):
+    # Every job is critical: a share of 100% preemptible must not move any of it to spot.
+    jobs = [job(0, 10, 8), job(2, 3, 8), job(5, 1, 4), job(6, 4, 2)]
+    history = tuple(history_from_jobs(jobs))
+    rates = CloudRates(3.0, 1.0, 0.0, 0.0, 0.1, 0.2)
+    measured, overridden = (
+        PlanInputs(history, (node_type("n", 8, 1.0),), rates, 12, growth, share, tuple(jobs))
+        for share in (None, 1.0)
+    )
+    want = plan_capacity(measured, with_sensitivity=False).recommended
+    got = plan_capacity(overridden, with_sensitivity=False).recommended
+    assert got.spot_gpu_hours == 0
+    assert (got.nodes, got.total_dollars) == (want.nodes, pytest.approx(want.total_dollars))
+
+
 def test_plan_cli_on_a_job_trace(capsys, plan_files, tmp_path):
     config, _ = plan_files
     trace = tmp_path / "jobs.csv"

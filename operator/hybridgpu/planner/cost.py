@@ -183,9 +183,11 @@ def _horizon_curves(inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:
     """Firm and total demand duration curves over the whole horizon, in horizon hours."""
     history_hours = sum(s.hours for s in inputs.history)
     per_history_hour = HOURS_PER_MONTH / history_hours
+    # A job trace carries each job's criticality: the share is for histories without one.
+    share = None if inputs.jobs else inputs.preemptible_share
     levels: dict[tuple[float, float], float] = {}
     for sample in inputs.history:
-        key = _split(sample, inputs.preemptible_share)
+        key = _split(sample, share)
         levels[key] = levels.get(key, 0.0) + sample.hours
     firm_points: list[tuple[float, float]] = []
     total_points: list[tuple[float, float]] = []

@@ -115,6 +115,7 @@ class PlanInputs:
     horizon_months: int = 36
     demand_growth_per_year: float = 0.0
     preemptible_share: float | None = None
+    """Overrides the measured preemptible share of every sample; ignored with ``jobs``."""
     jobs: tuple[JobDemand, ...] = ()
     """When set, cloud usage comes from replaying the jobs (``replay_jobs``), not the fluid
     model; ``history`` is then their demand (for the duration curve)."""
