@@ -78,6 +78,8 @@ class _Demand:
     key: str
     pool: str | None
     job: str | None
+    models: tuple[str, ...] = ()
+    """GPU models it may run on; empty: any."""
     order: tuple[int, int, float, str] = (0, 0, 0.0, "")
     """Sort key: criticality rank, largest first, oldest first, name."""
 
@@ -108,6 +110,11 @@ class _PoolLedger:
     released: int = 0
     scale_reasons: dict[str, int] = field(default_factory=dict)
     scale_gpus: int = 0
+
+
+def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
+    """Whether the pool's GPUs are among ``models`` (empty: any model will do)."""
+    return not models or ledger.state.spec.gpu.model in models
 
 
 @dataclass(slots=True)
@@ -150,8 +157,9 @@ class _Decider:
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
         self.reserved: set[str] = set()
-        self._order_cache: dict[tuple[str | None, bool, int], list[_PoolLedger]] = {}
-        self._target_cache: dict[tuple[str | None, bool, int], _PoolLedger | None] = {}
+        cache_key = tuple[str | None, bool, int, tuple[str, ...]]
+        self._order_cache: dict[cache_key, list[_PoolLedger]] = {}
+        self._target_cache: dict[cache_key, _PoolLedger | None] = {}
         self.new_node_names: set[str] = set()
         self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
@@ -165,8 +173,9 @@ class _Decider:
         self._movable_cache: dict[str, JobState | None] = {}
         self.class_gpus: dict[bool, int] = {}
         """Pending GPUs of critical+standard (False) and preemptible (True) work."""
-        self._preempt_failed_at: int | None = None
-        """Smallest pod size for which no core node could be freed: larger ones fail too."""
+        self._preempt_failed_at: dict[tuple[str, ...], int] = {}
+        """Per GPU-model restriction, the smallest pod size for which no core node could be
+        freed: larger ones fail too."""
         self.pending_gpus: dict[str, int] = {c.value: 0 for c in Criticality}
         self.unhealthy: dict[str, str] = {}
         """Cloud nodes to replace this tick, by name: why (they no longer hold maxNodes)."""
@@ -333,7 +342,15 @@ class _Decider:
                     )
                     continue
                 self.requeued.append(
-                    _Demand(pod.gpus, pod.criticality, self.now, pod.key, pod.pool, pod.job)
+                    _Demand(
+                        pod.gpus,
+                        pod.criticality,
+                        self.now,
+                        pod.key,
+                        pod.pool,
+                        pod.job,
+                        pod.gpu_models,
+                    )
                 )
 
     # -------------------------------------------------------------- 2. demand
@@ -345,7 +362,15 @@ class _Decider:
             if self.now - pod.pending_since < self.grace:
                 continue
             self.pending.append(
-                _Demand(pod.gpus, pod.criticality, pod.pending_since, pod.key, pod.pool, pod.job)
+                _Demand(
+                    pod.gpus,
+                    pod.criticality,
+                    pod.pending_since,
+                    pod.key,
+                    pod.pool,
+                    pod.job,
+                    pod.gpu_models,
+                )
             )
         # A Job in the middle of a move has no pods; its demand waits on the target pool.
         for key in sorted(self.moving):
@@ -362,6 +387,7 @@ class _Decider:
                         f"{key}#move-{i}",
                         job.move.to_pool,
                         key,
+                        job.gpu_models,
                     )
                 )
         self.pending.extend(self.requeued)
@@ -372,7 +398,7 @@ class _Decider:
 
     def _free_order(self, demand: _Demand) -> list[_PoolLedger]:
         """Pools whose free capacity the pod may use, cheapest marginal GPU first."""
-        key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus)
+        key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
         cached = self._order_cache.get(key)
         if cached is None:
             cached = self._order_cache[key] = self._free_order_uncached(demand)
@@ -386,12 +412,16 @@ class _Decider:
         if demand.criticality == PREEMPTIBLE:
             # Admission holds preemptible pods to core and spot unless the policy allows more.
             tiers = {CORE, SPOT} | ({ELASTIC} if self._on_demand_for_preemptible else set())
-        eligible = [p for p in self.pools.values() if p.tier in tiers and p.per_node >= demand.gpus]
+        eligible = [
+            p
+            for p in self.pools.values()
+            if p.tier in tiers and p.per_node >= demand.gpus and _has_model(p, demand.models)
+        ]
         return sorted(eligible, key=lambda p: (p.gpu_price, p.name))
 
     def _scale_target(self, demand: _Demand) -> _PoolLedger | None:
         """The cloud pool to grow for a pod that fits nowhere."""
-        key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus)
+        key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
         if key not in self._target_cache:
             self._target_cache[key] = self._scale_target_uncached(demand)
         return self._target_cache[key]
@@ -401,27 +431,37 @@ class _Decider:
             pinned = self.pools.get(demand.pool)
             if pinned is None or not is_cloud(pinned.tier) or pinned.per_node < demand.gpus:
                 return None
-            return pinned
+            return pinned if _has_model(pinned, demand.models) else None
         want = SPOT if demand.criticality == PREEMPTIBLE else "elastic"
-        fitting = [p for p in self.pools.values() if p.tier == want and p.per_node >= demand.gpus]
+        fitting = [
+            p
+            for p in self.pools.values()
+            if p.tier == want and p.per_node >= demand.gpus and _has_model(p, demand.models)
+        ]
         # A pool the provider has no capacity for cannot grow: another one of the tier may.
         candidates = [p for p in fitting if p.state.launchable]
         if not candidates and want == SPOT and self._on_demand_for_preemptible:
             candidates = [
                 p
                 for p in self.pools.values()
-                if p.tier == "elastic" and p.per_node >= demand.gpus and p.state.launchable
+                if p.tier == "elastic"
+                and p.per_node >= demand.gpus
+                and p.state.launchable
+                and _has_model(p, demand.models)
             ]
         if not candidates:
             # Nothing can grow: name the pool that would have, so the block says why.
             candidates = fitting
         return self._cheapest_for(candidates, demand.gpus, demand.criticality == PREEMPTIBLE)
 
-    def _spot_target(self, gpus: int) -> _PoolLedger | None:
+    def _spot_target(self, gpus: int, models: tuple[str, ...] = ()) -> _PoolLedger | None:
         spots = [
             p
             for p in self.pools.values()
-            if p.tier == SPOT and p.per_node >= gpus and p.state.launchable
+            if p.tier == SPOT
+            and p.per_node >= gpus
+            and p.state.launchable
+            and _has_model(p, models)
         ]
         return self._cheapest_for(spots, gpus, True)
 
@@ -571,7 +611,7 @@ class _Decider:
             return False
         # Free plus movable GPUs on a node only shrink during a tick, so a size that found
         # no node once finds none later.
-        failed = self._preempt_failed_at
+        failed = self._preempt_failed_at.get(demand.models)
         if failed is not None and demand.gpus >= failed:
             return False
         best: tuple[int, str, list[JobState]] | None = None
@@ -615,7 +655,9 @@ class _Decider:
                 if feasible >= PREEMPTION_SEARCH_NODES:
                     break
         if best is None:
-            self._preempt_failed_at = demand.gpus if failed is None else min(failed, demand.gpus)
+            self._preempt_failed_at[demand.models] = (
+                demand.gpus if failed is None else min(failed, demand.gpus)
+            )
             return False
         _, node_name, chosen = best
         for job in chosen:
@@ -641,7 +683,9 @@ class _Decider:
 
     def _move_job(self, job: JobState, node_name: str, demand: _Demand) -> None:
         target = (
-            self._spot_target(job.gpus_per_pod) if self.policy.preemption.move_to_spot else None
+            self._spot_target(job.gpus_per_pod, job.gpu_models)
+            if self.policy.preemption.move_to_spot
+            else None
         )
         gpus = self._job_gpus(job.key)
         where = f"spot pool {target.name}" if target else "the queue (no spot pool)"
@@ -674,6 +718,7 @@ class _Decider:
                     pod.key,
                     to_pool,
                     job.key,
+                    pod.gpu_models or job.gpu_models,
                 )
             )
 
@@ -699,12 +744,14 @@ class _Decider:
                     break
                 jobs[job.key] = job
                 gpus += pod.gpus
-            if not jobs:
-                continue
+            restrictions = {j.gpu_models for j in jobs.values()}
+            if not jobs or len(restrictions) > 1:
+                continue  # nothing to move, or jobs that may run on different GPU models
+            models = restrictions.pop()
             # Idle owned GPUs are paid for anyway: the best place; else spot for elastic work.
-            target = self._core_room([p.gpus for p in pods])
+            target = self._core_room([p.gpus for p in pods], models)
             if target is None and ledger.tier == ELASTIC:
-                target = self._spot_target(max(j.gpus_per_pod for j in jobs.values()))
+                target = self._spot_target(max(j.gpus_per_pod for j in jobs.values()), models)
             if target is None:
                 continue
             savings = ledger.node_price - gpus * target.gpu_price
@@ -731,7 +778,7 @@ class _Decider:
             if target.tier == CORE:
                 # Earlier moves this tick may have taken the room.
                 pod_gpus = [p.gpus for v in victims for p in self.pods_of_job.get(v.key, [])]
-                if self._core_room(pod_gpus) is not target:
+                if self._core_room(pod_gpus, victims[0].gpu_models) is not target:
                     continue
             elif sum(self._job_gpus(v.key) for v in victims) > self._headroom_gpus(target):
                 continue
@@ -756,13 +803,14 @@ class _Decider:
                     self._place_one(demand)
             self.requeued_by_preemption = []
 
-    def _core_room(self, pod_gpus: list[int]) -> _PoolLedger | None:
+    def _core_room(self, pod_gpus: list[int], models: tuple[str, ...] = ()) -> _PoolLedger | None:
         """The cheapest core pool whose settled idle nodes take all these pods (first-fit
         decreasing), or None. Only nodes idle for the pool's scaleDown.idleFor count: owned
         GPUs freed a moment ago are likely wanted by the next critical pod, and work moved
         back onto them would be preempted again."""
         cores = sorted(
-            (p for p in self.pools.values() if p.tier == CORE), key=lambda p: (p.gpu_price, p.name)
+            (p for p in self.pools.values() if p.tier == CORE and _has_model(p, models)),
+            key=lambda p: (p.gpu_price, p.name),
         )
         for ledger in cores:
             settled = self.now - ledger.idle_for_seconds

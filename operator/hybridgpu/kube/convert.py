@@ -81,6 +81,28 @@ def pod_spec_gpus(pod_spec: Obj) -> int:
     return max(main, init)
 
 
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""The node label GPU feature discovery sets to the GPU model; compared with gpu.model."""
+
+
+def pod_spec_gpu_models(pod_spec: Obj) -> tuple[str, ...]:
+    """GPU models a pod may run on, from its node selector or required node affinity on
+    nvidia.com/gpu.product; empty when it names none (any model will do). With several
+    affinity terms (ORed), the union of their models."""
+    chosen = (pod_spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    if chosen:
+        return (str(chosen),)
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    models: set[str] = set()
+    for term in required.get("nodeSelectorTerms") or []:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In":
+                models.update(str(v) for v in expr.get("values") or [])
+    return tuple(sorted(models))
+
+
 def owner_job(pod: Obj) -> str | None:
     """``namespace/name`` of the batch/v1 Job that owns the pod, or None."""
     for ref in _meta(pod).get("ownerReferences") or []:
@@ -149,6 +171,7 @@ def gpu_pod(pod: Obj, job_criticality: Mapping[str, Criticality]) -> GPUPod | No
         pool=(spec.get("nodeSelector") or {}).get(POOL_LABEL),
         pending_since=pending_since,
         started_at=epoch_of(status.get("startTime")),
+        gpu_models=pod_spec_gpu_models(spec),
     )
 
 
@@ -207,6 +230,7 @@ def job_state(job: Obj) -> JobState | None:
         move=parse_move(annotations_of(job).get(MOVE_ANNOTATION)),
         # The pin is ours (so we may move the Job again) only while it is the one we set.
         pinned_by_operator=pool is not None and annotations_of(job).get(PINNED_ANNOTATION) == pool,
+        gpu_models=pod_spec_gpu_models(pod_spec),
     )
 
 

@@ -94,6 +94,9 @@ class GPUPod:
     """Pool the pod is pinned to (nodeSelector hybridgpu.io/pool), if any."""
     pending_since: float = 0.0
     started_at: float | None = None
+    gpu_models: tuple[str, ...] = ()
+    """GPU models the pod may run on (node affinity or selector on nvidia.com/gpu.product,
+    compared with a pool's gpu.model); empty: any."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once: decide() reads it in hot loops."""
 
@@ -127,6 +130,8 @@ class JobState:
     pinned_by_operator: bool = False
     """Its pool pin was set by an earlier move of the operator (not by its owner), so the
     operator may move it again, e.g. back to core when core has room."""
+    gpu_models: tuple[str, ...] = ()
+    """GPU models its pods may run on; empty: any."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once."""
 

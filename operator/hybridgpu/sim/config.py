@@ -97,20 +97,38 @@ class Infeasible:
 
 
 def infeasible_jobs(jobs: Sequence[TraceJob], pools: Sequence[PoolState]) -> list[Infeasible]:
-    """Jobs that could never start: each needs more GPUs than any node of the pools it may use
-    (core and elastic; spot too for preemptible jobs), or than any elastic node (the on_demand
-    baseline runs on elastic pools only)."""
+    """Jobs that could never start: each needs a GPU model no pool has, or more GPUs than any
+    node of the pools it may use (core and elastic; spot too for preemptible jobs), or than
+    any elastic node (the on_demand baseline runs on elastic pools only)."""
+    have = sorted({p.spec.gpu.model for p in pools})
 
-    def largest(tiers: set[str]) -> PoolState | None:
-        usable = [p for p in pools if p.spec.tier in tiers and p.spec.max_nodes > 0]
+    def largest(tiers: set[str], models: tuple[str, ...]) -> PoolState | None:
+        usable = [
+            p
+            for p in pools
+            if p.spec.tier in tiers
+            and p.spec.max_nodes > 0
+            and (not models or p.spec.gpu.model in models)
+        ]
         return max(usable, key=lambda p: (p.spec.gpu.per_node, p.name), default=None)
 
-    firm = largest({Tier.CORE.value, Tier.ELASTIC.value})
-    any_tier = largest({Tier.CORE.value, Tier.ELASTIC.value, Tier.SPOT.value})
-    elastic = largest({Tier.ELASTIC.value})
     found: list[Infeasible] = []
     for job in jobs:
-        best = any_tier if job.criticality == Criticality.PREEMPTIBLE else firm
+        models = job.gpu_models
+        if models and not set(models) & set(have):
+            found.append(
+                Infeasible(
+                    job,
+                    f"may run only on GPU model(s) {', '.join(models)}; the pools have "
+                    f"{', '.join(have)}",
+                )
+            )
+            continue
+        tiers = {Tier.CORE.value, Tier.ELASTIC.value}
+        if job.criticality == Criticality.PREEMPTIBLE:
+            tiers.add(Tier.SPOT.value)
+        best = largest(tiers, models)
+        elastic = largest({Tier.ELASTIC.value}, models)
         if best is None or job.gpus > best.spec.gpu.per_node:
             shown = (
                 f"the largest node it may use has {best.spec.gpu.per_node} "
@@ -119,13 +137,18 @@ def infeasible_jobs(jobs: Sequence[TraceJob], pools: Sequence[PoolState]) -> lis
                 else "no pool with maxNodes > 0 may run it"
             )
             found.append(Infeasible(job, f"needs {job.gpus} GPUs on one node; {shown}"))
-        elif elastic is not None and job.gpus > elastic.spec.gpu.per_node:
+        elif elastic is None or job.gpus > elastic.spec.gpu.per_node:
+            shown = (
+                f"the largest elastic node it may use has {elastic.spec.gpu.per_node} "
+                f"(pool {elastic.name})"
+                if elastic is not None
+                else "no elastic pool has its GPU model"
+            )
             found.append(
                 Infeasible(
                     job,
-                    f"needs {job.gpus} GPUs on one node; the largest elastic node has "
-                    f"{elastic.spec.gpu.per_node} (pool {elastic.name}), so the on_demand "
-                    "baseline could never run it",
+                    f"needs {job.gpus} GPUs on one node; {shown}, so the on_demand baseline "
+                    "could never run it",
                 )
             )
     return found

@@ -242,7 +242,7 @@ class Simulation:
         self.cost_terms: dict[str, float] = dict.fromkeys(COST_TERMS, 0.0)
         self._accounted_to = 0.0
         self.progress = progress
-        self._eligible_cache: dict[tuple[str | None, bool], list[str]] = {}
+        self._eligible_cache: dict[tuple[str | None, bool, tuple[str, ...]], list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         self.heartbeat = max(self.interval, HEARTBEAT_SECONDS)
         # Owned pools only and no preemption: the operator has nothing it could do.
@@ -336,7 +336,7 @@ class Simulation:
 
     # ------------------------------------------------------------- scheduler
     def _eligible_pools(self, job: _Job) -> list[str]:
-        key = (job.pool, job.trace.criticality == Criticality.PREEMPTIBLE)
+        key = (job.pool, job.trace.criticality == Criticality.PREEMPTIBLE, job.trace.gpu_models)
         cached = self._eligible_cache.get(key)
         if cached is None:
             cached = self._eligible_cache[key] = self._eligible_pools_uncached(job)
@@ -354,7 +354,12 @@ class Simulation:
         else:
             tiers.append(Tier.ELASTIC.value)
         order = {t: i for i, t in enumerate(tiers)}
-        names = [n for n, p in self.pools.items() if p.spec.tier in order]
+        models = job.trace.gpu_models
+        names = [
+            n
+            for n, p in self.pools.items()
+            if p.spec.tier in order and (not models or p.spec.gpu.model in models)
+        ]
         return sorted(names, key=lambda n: (order[self.pools[n].spec.tier], n))
 
     def _schedule(self) -> None:
@@ -514,6 +519,7 @@ class Simulation:
             pool=job.pool,
             pending_since=job.pending_since,
             started_at=job.run_started,
+            gpu_models=job.trace.gpu_models,
         )
         state = JobState(
             namespace="sim",
@@ -523,6 +529,7 @@ class Simulation:
             pool=job.pool,
             started_at=job.run_started,
             pinned_by_operator=job.pool is not None,
+            gpu_models=job.trace.gpu_models,
         )
         self._views[job.index] = (job.run_id, pod, state)
         return pod, state

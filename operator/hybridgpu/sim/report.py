@@ -129,11 +129,13 @@ def headline(results: dict[str, PolicyResult]) -> str:
         f"${peer.cloud_cost_dollars:,.0f}"
     ]
     bound = results.get(BOUND)
-    if bound is not None:
+    if bound is not None and bound.cloud_cost_dollars > 0:
         parts.append(
             f"{_ratio(h.cloud_cost_dollars, bound.cloud_cost_dollars)} the {BOUND}'s "
             f"${bound.cloud_cost_dollars:,.0f}"
         )
+    elif bound is not None:
+        parts.append(f"the {BOUND} needs no cloud at all (the owned GPUs can run it all)")
     return " and ".join(parts) + "."
 
 

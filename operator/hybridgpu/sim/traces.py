@@ -40,6 +40,13 @@ class TraceJob:
     criticality: Criticality
     checkpoint_seconds: float | None = None
     """Progress between two checkpoints; None: the simulation's default, 0: never."""
+    gpu_models: tuple[str, ...] = ()
+    """GPU models it may run on (a pool's gpu.model); empty: any."""
+
+
+def parse_gpu_models(raw: str | None) -> tuple[str, ...]:
+    """``V100M16|V100M32`` (openb's gpu_spec) as a sorted tuple; empty or blank: any model."""
+    return tuple(sorted({m.strip() for m in (raw or "").split("|") if m.strip()}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +160,7 @@ def load_openb(
                 duration_seconds=duration / time_scale,
                 gpus=int(gpus),
                 criticality=mapping[qos],
+                gpu_models=parse_gpu_models(row.get("gpu_spec")),
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
@@ -161,7 +169,8 @@ def load_openb(
 
 def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     """Jobs of a plain CSV: name, arrival_seconds, duration_seconds, gpus, criticality, and
-    optionally checkpoint_interval_seconds (empty: the simulation's default; 0: never)."""
+    optionally checkpoint_interval_seconds (empty: the simulation's default; 0: never) and
+    gpu_models (``A|B``: the pool GPU models it may run on; empty: any)."""
     path = Path(path)
     required = ("name", "arrival_seconds", "duration_seconds", "gpus", "criticality")
     reader, header = _open_csv(path, required)
@@ -203,6 +212,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 int(gpus),
                 Criticality(crit),
                 None if every is None else every / time_scale,
+                parse_gpu_models(row.get("gpu_models")),
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
