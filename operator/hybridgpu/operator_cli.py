@@ -67,6 +67,27 @@ def add_parsers(sub: Any) -> None:
         default="127.0.0.1",
         help="address /metrics binds to (default 127.0.0.1; 0.0.0.0 in a pod)",
     )
+    webhook = run.add_mutually_exclusive_group()
+    webhook.add_argument(
+        "--webhook-port",
+        type=int,
+        metavar="PORT",
+        help="serve the admission webhook (priority class and tier per criticality) on this "
+        "port, 0 for any free one (default: $HYBRIDGPU_WEBHOOK_PORT, else not served)",
+    )
+    webhook.add_argument(
+        "--no-webhook", action="store_true", help="do not serve the admission webhook"
+    )
+    run.add_argument(
+        "--webhook-address",
+        help="address the webhook binds to (default 127.0.0.1; 0.0.0.0 in a pod)",
+    )
+    run.add_argument(
+        "--webhook-cert-dir",
+        metavar="DIR",
+        help="tls.crt, tls.key and ca.crt of the webhook (the chart mounts them); default: a "
+        "self-signed CA made at start, and kopf creates the webhook configurations",
+    )
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     run.set_defaults(func=_run)
 
@@ -177,6 +198,12 @@ def _run(args: argparse.Namespace) -> int:
         trigger_debounce_seconds=env.trigger_debounce_seconds,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port if args.metrics_port is not None else env.metrics_port,
+        webhook_port=None
+        if args.no_webhook
+        else (args.webhook_port if args.webhook_port is not None else env.webhook_port),
+        webhook_address=args.webhook_address or env.webhook_address,
+        webhook_host=env.webhook_host,
+        webhook_cert_dir=args.webhook_cert_dir or env.webhook_cert_dir,
     )
     # `kill -USR1 <pid>` prints every thread's stack: how to see what a stuck tick waits on.
     faulthandler.register(signal.SIGUSR1)

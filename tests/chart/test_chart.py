@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -43,6 +42,7 @@ from support.chart import (
     render,
 )
 from support.controlplane import CRDS_DIR, REPO_ROOT, KubeTest, wait_until
+from support.prometheus import promtool_binary
 
 pytestmark = pytest.mark.chart
 
@@ -76,6 +76,12 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "spec": {"interval": "1m", "dryRun": True, "budget": {"monthlyLimit": 5000}},
     },
     "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
+    "webhook": {"port": 9444, "timeoutSeconds": 3},
+    "priorityClasses": {
+        "critical": {"name": "gpu-gold", "value": 5000},
+        "standard": {"name": "gpu-silver", "value": 10},
+        "preemptible": {"name": "gpu-scavenger", "value": -5},
+    },
     "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
     "nodeSelector": {"kubernetes.io/os": "linux"},
 }
@@ -88,12 +94,33 @@ DEFAULT_KINDS = {
     "RoleBinding",
     "Service",
     "Deployment",
+    "PriorityClass",
+    "Secret",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
 }
 
 
 @pytest.fixture
 def values_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def component_service(rendered: Rendered, component: str) -> dict[str, Any]:
+    """The Service of ``component`` (metrics or webhook)."""
+    (found,) = [
+        s
+        for s in rendered.of_kind("Service")
+        if s["metadata"]["labels"].get("app.kubernetes.io/component") == component
+    ]
+    return found
 
 
 def run_args(deployment: dict[str, Any]) -> list[str]:
@@ -145,7 +172,7 @@ def test_default_values_render_the_operator_and_its_rbac_only(values_dir: Path) 
     rendered = render(values_dir=values_dir, namespace="gpu-ops")
     assert rendered.kinds() == DEFAULT_KINDS
     for obj in rendered.objects:
-        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+        if obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"]["namespace"] == "gpu-ops", obj["kind"]
 
 
@@ -162,8 +189,11 @@ def test_deployment_runs_hybridgpu_run_with_flags_it_accepts(values_dir: Path) -
         assert parsed.liveness == f"http://0.0.0.0:{health_port}/healthz"
         assert parsed.metrics_port == metrics_port
         assert parsed.metrics_address == "0.0.0.0"  # reachable through the Service
+        webhook_port = (values or {}).get("webhook", {}).get("port", 9443)
+        assert parsed.webhook_port == webhook_port
+        assert parsed.webhook_address == "0.0.0.0"  # reachable through the webhook Service
         ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
-        assert ports == {"health": health_port, "metrics": metrics_port}
+        assert ports == {"health": health_port, "metrics": metrics_port, "webhook": webhook_port}
         probe = container(deployment)["livenessProbe"]["httpGet"]
         assert (probe["path"], probe["port"]) == ("/healthz", "health")
 
@@ -231,7 +261,7 @@ def test_non_default_values_reach_the_objects(values_dir: Path) -> None:
 
 def test_service_monitor_scrapes_the_metrics_service(values_dir: Path) -> None:
     rendered = render(NON_DEFAULT_VALUES, values_dir=values_dir, namespace="ops")
-    service = rendered.one("Service")
+    service = component_service(rendered, "metrics")
     monitor = rendered.one("ServiceMonitor")
     deployment = rendered.one("Deployment")
     assert monitor["metadata"]["labels"]["release"] == "prom"
@@ -250,10 +280,110 @@ def test_service_monitor_scrapes_the_metrics_service(values_dir: Path) -> None:
 def test_metrics_off_means_no_metrics_port_service_or_monitor(values_dir: Path) -> None:
     values = {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}
     rendered = render(values, values_dir=values_dir)
-    assert "Service" not in rendered.kinds()
+    components = [
+        s["metadata"]["labels"].get("app.kubernetes.io/component")
+        for s in rendered.of_kind("Service")
+    ]
+    assert components == ["webhook"]
     assert "ServiceMonitor" not in rendered.kinds()
     args = run_args(rendered.one("Deployment"))
     assert build_parser().parse_args(args).metrics_port is None
+
+
+def priority_classes(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    """The rendered PriorityClasses by their hybridgpu.io/criticality label."""
+    return {
+        o["metadata"]["labels"]["hybridgpu.io/criticality"]: o
+        for o in rendered.of_kind("PriorityClass")
+    }
+
+
+def test_a_priority_class_per_criticality_and_preemptible_never_preempts(
+    values_dir: Path,
+) -> None:
+    for values, names, priorities in (
+        (
+            None,
+            ["hybridgpu-critical", "hybridgpu-standard", "hybridgpu-preemptible"],
+            [100000, 0, -100000],
+        ),
+        (NON_DEFAULT_VALUES, ["gpu-gold", "gpu-silver", "gpu-scavenger"], [5000, 10, -5]),
+    ):
+        classes = priority_classes(render(values, values_dir=values_dir))
+        assert list(classes) == ["critical", "standard", "preemptible"]
+        assert [c["metadata"]["name"] for c in classes.values()] == names
+        assert [c["value"] for c in classes.values()] == priorities
+        assert [c["preemptionPolicy"] for c in classes.values()] == [
+            "PreemptLowerPriority",
+            "PreemptLowerPriority",
+            "Never",
+        ]
+        assert not any(c["globalDefault"] for c in classes.values())
+    off = render({"priorityClasses": {"create": False}}, values_dir=values_dir)
+    assert "PriorityClass" not in off.kinds()
+
+
+def test_webhooks_call_the_operator_handlers_through_the_service_and_fail_open(
+    values_dir: Path,
+) -> None:
+    from cryptography import x509
+
+    from hybridgpu.handlers.admission import MUTATE_ID, VALIDATE_ID
+
+    rendered = render(NON_DEFAULT_VALUES, values_dir=values_dir, release="gpu", namespace="ops")
+    webhook_service = component_service(rendered, "webhook")
+    deployment = rendered.one("Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert webhook_service["spec"]["selector"].items() <= pod_labels.items()
+    assert webhook_service["spec"]["ports"][0]["targetPort"] == "webhook"
+    secret = rendered.one("Secret")
+    ca = x509.load_pem_x509_certificate(base64_decode(secret["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64_decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    service_dns = f"{webhook_service['metadata']['name']}.ops.svc"
+    assert service_dns in sans.get_values_for_type(x509.DNSName)
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-tls"]["secret"]["secretName"] == secret["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in container(deployment)["volumeMounts"]}
+    assert flag(run_args(deployment), "webhook-cert-dir") == mounts["webhook-tls"]
+
+    for kind, handler in (
+        ("MutatingWebhookConfiguration", MUTATE_ID),
+        ("ValidatingWebhookConfiguration", VALIDATE_ID),
+    ):
+        (webhook,) = rendered.one(kind)["webhooks"]
+        client = webhook["clientConfig"]
+        assert client["service"] == {
+            "name": webhook_service["metadata"]["name"],
+            "namespace": "ops",
+            "path": f"/{handler}",
+            "port": webhook_service["spec"]["ports"][0]["port"],
+        }
+        assert client["caBundle"] == secret["data"]["ca.crt"]
+        assert webhook["failurePolicy"] == "Ignore", "a down operator must not block pods"
+        assert webhook["timeoutSeconds"] == 3
+        assert webhook["objectSelector"] == {
+            "matchExpressions": [{"key": "hybridgpu.io/criticality", "operator": "Exists"}]
+        }
+        assert webhook["rules"][0]["resources"] == ["pods"]
+        assert webhook["rules"][0]["operations"] == ["CREATE"]
+
+    off = render({"webhook": {"enabled": False}}, values_dir=values_dir)
+    assert not off.kinds() & {
+        "Secret",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+    args = run_args(off.one("Deployment"))
+    assert "--no-webhook" in args
+    assert build_parser().parse_args(args).no_webhook
+
+
+def base64_decode(text: str) -> bytes:
+    import base64
+
+    return base64.b64decode(text)
 
 
 def test_dashboard_config_map_carries_the_dashboard_for_the_grafana_sidecar(
@@ -281,13 +411,17 @@ def test_a_null_policy_spec_renders_an_empty_object(values_dir: Path) -> None:
     assert render(values, values_dir=values_dir).one("ScalingPolicy")["spec"] == {}
 
 
-def test_values_hold_no_secrets() -> None:
-    """AWS credentials come from IRSA (serviceAccount.annotations), never from values."""
+def test_values_hold_no_secrets(values_dir: Path) -> None:
+    """AWS credentials come from IRSA (serviceAccount.annotations), never from values; the
+    only Secret is the webhook's TLS certificate, generated by the chart."""
     text = (CHART_DIR / "values.yaml").read_text().lower()
     for word in ("aws_access_key", "aws_secret", "password", "token:"):
         assert word not in text
-    templates = " ".join(p.read_text() for p in (CHART_DIR / "templates").glob("*"))
-    assert "kind: Secret" not in templates
+    templates = {p.name: p.read_text() for p in (CHART_DIR / "templates").glob("*")}
+    assert [name for name, text in templates.items() if "kind: Secret" in text] == ["webhook.yaml"]
+    secret = render(values_dir=values_dir).one("Secret")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
 
 
 # ------------------------------------------------------------------------------- schema
@@ -306,6 +440,9 @@ def test_values_hold_no_secrets() -> None:
         ({"serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": 42}}}, "annotations"),
         ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "interval"),
         ({"defaultScalingPolicy": {"name": "Not A Name"}}, "name"),
+        ({"priorityClasses": {"critical": {"name": "c", "value": "high"}}}, "value"),
+        ({"priorityClasses": {"critical": {"value": 2000000000}}}, "value"),
+        ({"webhook": {"timeoutSeconds": 60}}, "timeoutSeconds"),
     ],
     ids=[
         "unknown-key",
@@ -318,6 +455,9 @@ def test_values_hold_no_secrets() -> None:
         "non-string-annotation",
         "bad-duration",
         "bad-object-name",
+        "string-priority",
+        "priority-in-the-system-range",
+        "webhook-timeout-over-30s",
     ],
 )
 def test_schema_rejects_bad_values(
@@ -413,6 +553,7 @@ NEEDED: list[tuple[str, str, tuple[str, ...]]] = [
         (verb, "customresourcedefinitions.apiextensions.k8s.io", ())
         for verb in ("get", "list", "watch")
     ],
+    *[(verb, "priorityclasses.scheduling.k8s.io", ()) for verb in ("get", "list", "watch")],
 ]
 LEASE_NEEDED = [("create", "leases.coordination.k8s.io", ())] + [
     (verb, f"leases.coordination.k8s.io/{LEASE_NAME}", ()) for verb in ("get", "update")
@@ -429,6 +570,8 @@ FORBIDDEN: list[tuple[str, str, tuple[str, ...]]] = [
     ("create", "deployments.apps", ("-n", "default")),
     ("update", "leases.coordination.k8s.io", ("-n", "kube-system")),
     ("bind", "clusterroles.rbac.authorization.k8s.io", ()),
+    ("create", "priorityclasses.scheduling.k8s.io", ()),
+    ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ()),
     ("*", "*", ()),
 ]
 
@@ -694,9 +837,7 @@ def grafana_to_promql(expr: str) -> str:
 
 
 def test_dashboard_promql_parses(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed (Debian package prometheus: `make prometheus-bin`)")
+    promtool = promtool_binary()
     rules = [
         {"record": f"hybridgpu_dashboard:query_{i}", "expr": grafana_to_promql(expr)}
         for i, (_, expr, _) in enumerate(dashboard_queries())
@@ -740,8 +881,11 @@ def service_account_kubeconfig(kube: KubeTest, sa: str, path: Path) -> Path:
     return path
 
 
-def local_args(args: list[str], kubeconfig: Path) -> list[str]:
-    """The Deployment's args, bound to 127.0.0.1 on free ports instead of the pod's 0.0.0.0."""
+def local_args(
+    args: list[str], kubeconfig: Path, webhook_cert_dir: Path, webhook_port: int
+) -> list[str]:
+    """The Deployment's args, bound to 127.0.0.1 on free ports instead of the pod's 0.0.0.0,
+    with the webhook certificate (the chart's Secret) in ``webhook_cert_dir``."""
     out = []
     for arg in args:
         if arg.startswith("--liveness="):
@@ -750,8 +894,61 @@ def local_args(args: list[str], kubeconfig: Path) -> list[str]:
             arg = f"--metrics-port={free_port()}"
         elif arg.startswith("--metrics-address="):
             arg = "--metrics-address=127.0.0.1"
+        elif arg.startswith("--webhook-port="):
+            arg = f"--webhook-port={webhook_port}"
+        elif arg.startswith("--webhook-address="):
+            arg = "--webhook-address=127.0.0.1"
+        elif arg.startswith("--webhook-cert-dir="):
+            arg = f"--webhook-cert-dir={webhook_cert_dir}"
         out.append(arg)
     return [*out, f"--kubeconfig={kubeconfig}"]
+
+
+def admission_patch(port: int, ca_file: Path, hostname: str, path: str) -> list[dict[str, Any]]:
+    """POST an AdmissionReview of a new preemptible pod to the webhook on 127.0.0.1 over TLS
+    (checked against ``ca_file`` for ``hostname``); the JSON patch it answers ([] if none)."""
+    import base64
+    import http.client
+    import ssl
+
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "chart-test",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "userInfo": {"username": "chart-test"},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "p",
+                    "namespace": "team-a",
+                    "labels": {"hybridgpu.io/criticality": "preemptible"},
+                },
+                "spec": {"containers": [{"name": "c", "image": "x"}], "priority": 0},
+            },
+        },
+    }
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.check_hostname = False  # the socket goes to 127.0.0.1; the name is checked below
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        connection.request("POST", f"/{path}", json.dumps(review), {"Content-Type": "json"})
+        answer = json.loads(connection.getresponse().read())
+        assert connection.sock is not None
+        peer: Any = connection.sock.getpeercert()
+    except (OSError, ValueError):
+        return []  # not listening yet
+    finally:
+        connection.close()
+    names = [value for kind, value in (peer or {}).get("subjectAltName", ()) if kind == "DNS"]
+    assert hostname in names, names
+    assert answer["response"]["allowed"] is True
+    patch = answer["response"].get("patch")
+    return list(json.loads(base64.b64decode(patch))) if patch else []
 
 
 def _die_with_parent() -> None:
@@ -823,7 +1020,12 @@ def test_operator_with_only_the_chart_rbac_ticks_and_is_never_forbidden(
             "POD_NAME": pod_name,
             "POD_NAMESPACE": kube.namespace,
         }
-        args = local_args(run_args(rendered.one("Deployment")), kubeconfig)
+        cert_dir = tmp_path / "webhook-tls"
+        cert_dir.mkdir()
+        for file, data in rendered.one("Secret")["data"].items():
+            (cert_dir / file).write_bytes(base64_decode(data))
+        webhook_port = free_port()
+        args = local_args(run_args(rendered.one("Deployment")), kubeconfig, cert_dir, webhook_port)
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "hybridgpu.cli", *args],
@@ -858,6 +1060,23 @@ def test_operator_with_only_the_chart_rbac_ticks_and_is_never_forbidden(
         wait_until(done, timeout_seconds=90, what="a tick of the operator under the chart's RBAC")
         lease = kube.kubectl("get", "lease", LEASE_NAME, "-n", kube.namespace, "-o", "json")
         assert json.loads(lease.stdout)["spec"]["holderIdentity"] == pod_name
+
+        # The webhook serves the chart's certificate under the Service's name, and gives a
+        # preemptible pod the chart's PriorityClass (read through the chart's RBAC).
+        service_dns = f"{component_service(rendered, 'webhook')['metadata']['name']}."
+        service_dns += f"{kube.namespace}.svc"
+        ops = wait_until(
+            lambda: [
+                op
+                for op in admission_patch(
+                    webhook_port, cert_dir / "ca.crt", service_dns, "pod-priority-and-tier"
+                )
+                if op["path"] == "/spec/priorityClassName"
+            ],
+            timeout_seconds=30,
+            what="the webhook's patch with the preemptible PriorityClass",
+        )
+        assert ops[0]["value"] == priority_classes(rendered)["preemptible"]["metadata"]["name"]
     finally:
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -981,9 +1200,7 @@ def panel_expr(title: str) -> str:
 
 def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
     """A few panels evaluated by promtool over an hour of made-up operator metrics."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed (Debian package prometheus: `make prometheus-bin`)")
+    promtool = promtool_binary()
     series = {
         'hybridgpu_pool_cost_per_hour_dollars{pool="core",tier="core"}': "10x60",
         'hybridgpu_pool_cost_per_hour_dollars{pool="spot-a",tier="spot"}': "3x60",
@@ -996,7 +1213,7 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         'hybridgpu_pending_gpu_requests{criticality="critical"}': "4x60",
         'hybridgpu_pending_gpu_requests{criticality="preemptible"}': "0x60",
     }
-    cases = [
+    cases: list[tuple[str, list[tuple[str, float]]]] = [
         ("Cost per hour by tier", [('{tier="core"}', 10), ('{tier="spot"}', 5)]),
         ("Spend rate now", [("{}", 15)]),
         ("Idle share of cost", [("{}", 0.25)]),

@@ -3,6 +3,6 @@
 Importing the modules registers their handlers with kopf's default registry.
 """
 
-from hybridgpu.handlers import capacityplan, reconcile, resources, startup
+from hybridgpu.handlers import admission, capacityplan, reconcile, resources, startup
 
-__all__ = ["capacityplan", "reconcile", "resources", "startup"]
+__all__ = ["admission", "capacityplan", "reconcile", "resources", "startup"]

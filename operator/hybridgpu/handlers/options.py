@@ -26,6 +26,14 @@ class OperatorOptions:
     metrics_address: str = "127.0.0.1"
     metrics_port: int | None = None
     """Serve /metrics (hybridgpu_*) here; None: not served."""
+    webhook_port: int | None = None
+    """Serve the admission webhook here (0: any free port); None: not served."""
+    webhook_address: str = "127.0.0.1"
+    webhook_host: str | None = None
+    """Host name in the webhook URL kopf registers (default: the address)."""
+    webhook_cert_dir: str | None = None
+    """tls.crt, tls.key and ca.crt of the webhook (the chart's Secret); None: a self-signed
+    CA is made at start and kopf creates the webhook configurations itself (local runs)."""
 
     @classmethod
     def from_env(cls) -> OperatorOptions:
@@ -43,6 +51,12 @@ class OperatorOptions:
             metrics_port=int(env["HYBRIDGPU_METRICS_PORT"])
             if env.get("HYBRIDGPU_METRICS_PORT")
             else None,
+            webhook_port=int(env["HYBRIDGPU_WEBHOOK_PORT"])
+            if env.get("HYBRIDGPU_WEBHOOK_PORT")
+            else None,
+            webhook_address=env.get("HYBRIDGPU_WEBHOOK_ADDRESS", "127.0.0.1"),
+            webhook_host=env.get("HYBRIDGPU_WEBHOOK_HOST") or None,
+            webhook_cert_dir=env.get("HYBRIDGPU_WEBHOOK_CERT_DIR") or None,
         )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 
+from hybridgpu.handlers import admission
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.cluster import KubeCluster, load_api_client
@@ -34,6 +35,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
+    if options.webhook_port is None:
+        settings.admission.server = admission.NoWebhookServer()
+    else:
+        settings.admission.server = admission.webhook_server(options)
+        if not options.webhook_cert_dir:
+            settings.admission.managed = admission.MANAGED_CONFIGURATION
     if options.metrics_port is not None and "metrics_server" not in memo:
         memo["metrics_server"] = serve(options.metrics_port, options.metrics_address)
     if "reconciler" not in memo:
