@@ -66,6 +66,7 @@ def running(
     started: float = NOW - 3600,
     ns: str = "team",
     pool_pin: str | None = None,
+    checkpoint: float | None = None,
 ) -> tuple[GPUPod, JobState | None]:
     c = Criticality(crit)
     pod = GPUPod(
@@ -79,7 +80,13 @@ def running(
         pending_since=started - 10,
         started_at=started,
     )
-    state = JobState(ns, name, c, gpus, started_at=started, pool=pool_pin) if job else None
+    state = (
+        JobState(
+            ns, name, c, gpus, started_at=started, pool=pool_pin, checkpoint_seconds=checkpoint
+        )
+        if job
+        else None
+    )
     return pod, state
 
 

@@ -21,6 +21,7 @@ from hybridgpu.models.actions import (
     CordonUnhealthy,
     HandleInterruption,
     MoveJob,
+    Plan,
     ReleaseNode,
     ScaleUp,
 )
@@ -31,8 +32,8 @@ pytestmark = pytest.mark.unit
 CORE_NODES = [node("c1", "core"), node("c2", "core")]
 
 
-def summary(plan) -> list[tuple]:
-    out = []
+def summary(plan: Plan) -> list[tuple[object, ...]]:
+    out: list[tuple[object, ...]] = []
     for a in plan.actions:
         if isinstance(a, ScaleUp):
             out.append(("scale_up", a.pool, a.nodes))
@@ -117,6 +118,15 @@ CASES = {
             pending("urgent", 2, "critical"),
         ],
         want=[("preempt", "team/small", "spot"), ("scale_up", "spot", 1)],
+    ),
+    "the victim that loses least since its last checkpoint is chosen": Case(
+        workloads=[
+            running("alpha", "c1", 4, "preemptible", checkpoint=0),  # never: loses its hour
+            running("beta", "c1", 4, "preemptible", checkpoint=1800),  # just checkpointed
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical"),
+        ],
+        want=[("preempt", "team/beta", "spot"), ("scale_up", "spot", 1)],
     ),
     "a Job younger than minRuntime is not preempted: elastic scales instead": Case(
         workloads=[

@@ -265,3 +265,37 @@ def test_pending_pods_of_another_policys_pool_are_not_this_policys_demand() -> N
         objects, pools, Measurements(), IdleTracker(), now=100.0, unpinned_demand=False
     )
     assert [p.name for p in default_owns_unpinned.pods] == ["mine"]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds", "error"),
+    [
+        (None, None, None),
+        ("30m", 1800.0, None),
+        ("0", 0.0, None),
+        ("soon", None, "annotation hybridgpu.io/checkpoint-interval: 'soon' is not a duration"),
+    ],
+)
+def test_a_jobs_checkpoint_interval_comes_from_its_annotation(value, seconds, error) -> None:
+    annotations = {} if value is None else {"hybridgpu.io/checkpoint-interval": value}
+    state = job_state(make_job(annotations=annotations))
+    assert state is not None
+    assert state.checkpoint_seconds == seconds
+    assert (state.input_error is None) == (error is None)
+    if error:
+        assert error in str(state.input_error)
+
+
+def test_a_bad_checkpoint_annotation_is_reported_in_the_plan() -> None:
+    from dataclasses import replace
+
+    from tests.support.builders import snapshot
+
+    from hybridgpu.core.decide import decide
+    from hybridgpu.models.policy import ScalingPolicySpec
+
+    state = job_state(make_job(annotations={"hybridgpu.io/checkpoint-interval": "soon"}))
+    assert state is not None
+    snap = replace(snapshot([], [], []), jobs=(state,))
+    plan = decide(snap, ScalingPolicySpec(), snap.taken_at)
+    assert any("ns/j: annotation hybridgpu.io/checkpoint-interval" in n for n in plan.notes)

@@ -184,6 +184,9 @@ class _Decider:
     def _build(self) -> None:
         """One pass over pods and nodes: allocation per node, pods per node, pending pods,
         and the pods of Jobs that may move (preemptible or mid-move)."""
+        for job_state in self.snap.jobs:
+            if job_state.input_error:
+                self.notes.append(f"Job {job_state.key}: {job_state.input_error}")
         allocated: dict[str, int] = {}
         pods_on = self.pods_on
         pods_of_job = self.pods_of_job
@@ -605,6 +608,20 @@ class _Decider:
     def _job_gpus(self, job_key: str) -> int:
         return sum(p.gpus for p in self.pods_of_job.get(job_key, []))
 
+    def _lost_hours(self, job: JobState) -> float:
+        """Hours of a GPU's work a move of the Job throws away: the restart overhead plus,
+        when its checkpoint interval is known, the progress since its last checkpoint."""
+        every = job.checkpoint_seconds
+        if every is None or job.started_at is None:
+            return self.restart_hours
+        ran = max(self.now - job.started_at, 0.0)
+        since_checkpoint = ran if every <= 0 else ran % every
+        return self.restart_hours + since_checkpoint / 3600.0
+
+    def _restart_gpu_hours(self, job_key: str) -> float:
+        """GPU-hours a move of the Job throws away (its GPUs times ``_lost_hours``)."""
+        return self._job_gpus(job_key) * self._lost_hours(self.jobs[job_key])
+
     def _preempt_for(self, demand: _Demand) -> bool:
         policy = self.policy.preemption
         if not policy.enabled or self.moves_left <= 0:
@@ -614,7 +631,7 @@ class _Decider:
         failed = self._preempt_failed_at.get(demand.models)
         if failed is not None and demand.gpus >= failed:
             return False
-        best: tuple[int, str, list[JobState]] | None = None
+        best: tuple[float, str, list[JobState]] | None = None
         feasible = 0
         for ledger in self._free_order(demand):
             if ledger.tier != CORE:
@@ -630,9 +647,12 @@ class _Decider:
                         victims[job.key] = victims.get(job.key, 0) + pod.gpus
                 if free + sum(victims.values()) < demand.gpus:
                     continue
+                # Cheapest to restart first: least work thrown away (GPUs times the time
+                # since the last checkpoint, when known), then the fewest GPUs.
                 ranked = sorted(
                     victims,
                     key=lambda k: (
+                        self._restart_gpu_hours(k),
                         self._job_gpus(k),
                         -(self.jobs[k].started_at or 0.0),
                         k,
@@ -640,13 +660,13 @@ class _Decider:
                 )
                 chosen: list[JobState] = []
                 got = free
-                cost = 0
+                cost = 0.0
                 for key in ranked:
                     if got >= demand.gpus:
                         break
                     chosen.append(self.jobs[key])
                     got += victims[key]
-                    cost += self._job_gpus(key)
+                    cost += self._restart_gpu_hours(key)
                 if len(chosen) > self.moves_left:
                     continue
                 if best is None or (cost, node_name) < (best[0], best[1]):
@@ -765,7 +785,8 @@ class _Decider:
                 / 3600
             )
             # The work redone after a restart, priced at the dearer of the two places.
-            restart_cost = gpus * max(target.gpu_price, ledger.gpu_price) * self.restart_hours
+            lost_hours = max(self._lost_hours(j) for j in jobs.values())
+            restart_cost = gpus * max(target.gpu_price, ledger.gpu_price) * lost_hours
             if savings * elapsed_h <= restart_cost:
                 continue
             candidates.append(

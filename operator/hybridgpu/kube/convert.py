@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hybridgpu.kube.names import (
+    CHECKPOINT_ANNOTATION,
     CORDONED_BY_ANNOTATION,
     CRITICALITY_LABEL,
     GPU_RESOURCE,
@@ -18,6 +19,7 @@ from hybridgpu.kube.names import (
     POOL_LABEL,
     RELEASING_ANNOTATION,
 )
+from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import GPUPoolSpec
 from hybridgpu.models.snapshot import Criticality, GPUPod, JobState, MoveIntent, NodeState
 
@@ -218,6 +220,7 @@ def job_state(job: Obj) -> JobState | None:
     meta = _meta(job)
     status = job.get("status") or {}
     pool = (pod_spec.get("nodeSelector") or {}).get(POOL_LABEL)
+    checkpoint, error = checkpoint_interval(annotations_of(job))
     return JobState(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
@@ -231,7 +234,22 @@ def job_state(job: Obj) -> JobState | None:
         # The pin is ours (so we may move the Job again) only while it is the one we set.
         pinned_by_operator=pool is not None and annotations_of(job).get(PINNED_ANNOTATION) == pool,
         gpu_models=pod_spec_gpu_models(pod_spec),
+        checkpoint_seconds=checkpoint,
+        input_error=error,
     )
+
+
+def checkpoint_interval(annotations: Mapping[str, str]) -> tuple[float | None, str | None]:
+    """The Job's checkpoint interval in seconds from its annotation (None when absent), and
+    why the annotation was not understood (then the interval is None too)."""
+    raw = annotations.get(CHECKPOINT_ANNOTATION)
+    if raw is None:
+        return None, None
+    text = str(raw).strip()
+    try:
+        return (0.0 if text == "0" else parse_duration_seconds(text)), None
+    except ValueError as err:
+        return None, f"annotation {CHECKPOINT_ANNOTATION}: {err}; 0 means never"
 
 
 def pool_selector(name: str, spec: GPUPoolSpec) -> dict[str, str]:

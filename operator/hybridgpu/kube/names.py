@@ -17,6 +17,8 @@ FINALIZER = "hybridgpu.io/finalizer"
 MOVE_ANNOTATION = "hybridgpu.io/move"
 """On a Job: JSON {to, from, step, since} while the operator moves it between pools."""
 PINNED_ANNOTATION = "hybridgpu.io/pinned-to"
+# On a Job: how much progress it makes between checkpoints (a duration; 0 = never).
+CHECKPOINT_ANNOTATION = "hybridgpu.io/checkpoint-interval"
 """On a Job: the pool the operator (not the Job's owner) pinned its pod template to."""
 RELEASING_ANNOTATION = "hybridgpu.io/releasing"
 """On a Node: RFC 3339 time the operator started to cordon, drain and terminate it."""

@@ -132,6 +132,12 @@ class JobState:
     operator may move it again, e.g. back to core when core has room."""
     gpu_models: tuple[str, ...] = ()
     """GPU models its pods may run on; empty: any."""
+    checkpoint_seconds: float | None = None
+    """Progress between its checkpoints (annotation hybridgpu.io/checkpoint-interval): a move
+    loses the work since the last one. None: not said (a move loses only the policy's
+    restartOverhead); 0: it never checkpoints (a move loses all it did)."""
+    input_error: str | None = None
+    """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once."""
 

@@ -530,6 +530,12 @@ class Simulation:
             started_at=job.run_started,
             pinned_by_operator=job.pool is not None,
             gpu_models=job.trace.gpu_models,
+            # The operator knows each job's checkpoint interval (its annotation).
+            checkpoint_seconds=(
+                self.settings.checkpoint_interval_seconds
+                if job.trace.checkpoint_seconds is None
+                else job.trace.checkpoint_seconds
+            ),
         )
         self._views[job.index] = (job.run_id, pod, state)
         return pod, state
