@@ -245,3 +245,60 @@ def test_a_provider_that_fails_to_load_is_a_pool_condition_not_a_broken_tick() -
     assert error["status"] == "True" and "no_such_module" in error["message"]
     assert condition(cluster, "core", "ProviderError")["status"] == "False"
     assert cluster.policies["default"]["status"]["lastTick"]
+
+
+# --- spot without capacity: decide() grows another pool while the provider has none --------
+def test_a_pool_whose_launch_failed_for_capacity_is_passed_over_until_the_back_off_ends() -> None:
+    from hybridgpu.handlers.capacity import NO_CAPACITY_BACKOFF_SECONDS
+
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cheap = {**elastic_pool(), "tier": "spot", "pricing": {"perNodeHour": 8}}
+    dearer = {**elastic_pool(), "tier": "spot", "pricing": {"perNodeHour": 9}}
+    cluster.add_pool("spot-a", cheap)
+    cluster.add_pool("spot-b", dearer)
+    cluster.add_pod(
+        gpu_pod(
+            "batch",
+            job="batch",
+            unschedulable_since=START - 120,
+            labels={"hybridgpu.io/criticality": "preemptible"},
+        )
+    )
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "spot-a")
+    spec_a = GPUPoolSpec.model_validate(cluster.pools["spot-a"]["spec"])
+    spec_b = GPUPoolSpec.model_validate(cluster.pools["spot-b"]["spec"])
+    fake.no_capacity.add("spot-a")
+
+    reconciler.tick("default")  # the cheaper pool is tried and has no capacity
+    assert fake.target("spot-a", spec_a) == 0
+    clock.now += 30
+    reconciler.tick("default")  # the dearer one is grown instead
+    assert fake.target("spot-b", spec_b) == 1
+    assert fake.target("spot-a", spec_a) == 0
+    assert reconciler.providers.unlaunchable() == {"spot-a"}
+    # Capacity is back; after the back-off the cheaper pool is tried again.
+    fake.no_capacity.clear()
+    clock.now += NO_CAPACITY_BACKOFF_SECONDS
+    assert reconciler.providers.unlaunchable() == frozenset()
+
+
+def test_ec2_capacity_errors_become_capacity_unavailable() -> None:
+    from botocore.exceptions import ClientError
+
+    from hybridgpu.cloud.aws import _provider_error
+    from hybridgpu.cloud.base import CapacityUnavailable
+
+    def client_error(code: str, status: int) -> ClientError:
+        body = {
+            "Error": {"Code": code, "Message": "m"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        }
+        return ClientError(body, "CreateFleet")  # type: ignore[arg-type]
+
+    short = _provider_error("launch", client_error("InsufficientInstanceCapacity", 500))
+    assert isinstance(short, CapacityUnavailable) and short.retryable
+    other = _provider_error("launch", client_error("UnauthorizedOperation", 403))
+    assert not isinstance(other, CapacityUnavailable) and not other.retryable

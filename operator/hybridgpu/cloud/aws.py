@@ -37,7 +37,12 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hybridgpu.cloud.base import Instance, InterruptionNotice, ProviderError
+from hybridgpu.cloud.base import (
+    CapacityUnavailable,
+    Instance,
+    InterruptionNotice,
+    ProviderError,
+)
 from hybridgpu.models.pool import AWSProviderSpec, GPUPoolSpec, Tier
 
 log = logging.getLogger(__name__)
@@ -64,6 +69,16 @@ _RETRYABLE_CODES = frozenset(
         "ScalingActivityInProgress",
         "ResourceContention",
         "RequestTimeout",
+    }
+)
+# Error codes that say "no capacity for this request now" (the pool is not launchable).
+_CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "UnfulfillableCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "InsufficientHostCapacity",
     }
 )
 _LIVE_EC2_STATES = ("pending", "running")
@@ -458,9 +473,10 @@ class AWSProvider:
         launched = sum(len(i.get("InstanceIds", [])) for i in response.get("Instances", []))
         if launched == 0 and response.get("Errors"):
             first = response["Errors"][0]
-            raise ProviderError(
-                f"EC2 Fleet launched nothing for pool {pool}: {first.get('ErrorCode')}: "
-                f"{first.get('ErrorMessage')}",
+            code = str(first.get("ErrorCode"))
+            error = CapacityUnavailable if code in _CAPACITY_CODES else ProviderError
+            raise error(
+                f"EC2 Fleet launched nothing for pool {pool}: {code}: {first.get('ErrorMessage')}",
                 retryable=True,
             )
 
@@ -681,6 +697,8 @@ def _provider_error(what: str, exc: Exception) -> ProviderError:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         retryable = code in _RETRYABLE_CODES or status >= 500 or status == 429
+        if code in _CAPACITY_CODES:
+            return CapacityUnavailable(f"could not {what}: {code}: {exc}", retryable=True)
         return ProviderError(f"could not {what}: {code}: {exc}", retryable=retryable)
     # Connection errors, timeouts, dropped responses: the call may or may not have happened.
     return ProviderError(f"could not {what}: {exc}", retryable=True)

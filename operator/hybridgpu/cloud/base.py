@@ -17,6 +17,11 @@ class ProviderError(HybridGPUError):
         self.retryable = retryable
 
 
+class CapacityUnavailable(ProviderError):
+    """The provider has no capacity for the pool now (EC2: InsufficientInstanceCapacity and
+    the like): the launch may work later or elsewhere. decide() grows another pool meanwhile."""
+
+
 @dataclass(frozen=True, slots=True)
 class Instance:
     """One machine of a pool as the provider sees it."""

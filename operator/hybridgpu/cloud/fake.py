@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hybridgpu.cloud.base import Instance, InterruptionNotice, ProviderError
+from hybridgpu.cloud.base import CapacityUnavailable, Instance, InterruptionNotice, ProviderError
 from hybridgpu.models.pool import GPUPoolSpec
 
 SPOT_NOTICE_SECONDS = 120.0
@@ -68,6 +68,8 @@ class FakeProvider:
         self.calls: list[ProviderCall] = []
         self.next_error: ProviderError | None = None
         """Raised by the next call (then cleared), before the call has any effect."""
+        self.no_capacity: set[str] = set()
+        """Pools the cloud has no capacity for: growing them raises CapacityUnavailable."""
         self._pools: dict[str, _FakePool] = {}
         self._notices: dict[str, InterruptionNotice] = {}
         self._serial = 0
@@ -113,6 +115,8 @@ class FakeProvider:
         wanted = min(nodes, spec.max_nodes)
         if wanted <= state.target:
             return
+        if pool in self.no_capacity:
+            raise CapacityUnavailable(f"InsufficientInstanceCapacity: no capacity for {pool}")
         state.target = wanted
         now = self.clock()
         live = sum(1 for i in state.instances if not i.terminated)

@@ -9,7 +9,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hybridgpu.cloud.base import CapacityProvider, InterruptionNotice, ProviderError
+from hybridgpu.cloud.base import (
+    CapacityProvider,
+    CapacityUnavailable,
+    InterruptionNotice,
+    ProviderError,
+)
 from hybridgpu.cloud.static import StaticProvider
 from hybridgpu.models.pool import GPUPoolSpec, Tier
 
@@ -18,6 +23,8 @@ log = logging.getLogger(__name__)
 REGISTRATION_DEADLINE_SECONDS = 900.0
 """An instance with no Node this long after launch is replaced (Karpenter's default too)."""
 REPORT_REPLACED_SECONDS = 3600.0
+NO_CAPACITY_BACKOFF_SECONDS = 300.0
+"""How long a pool whose launch failed for capacity is left out of scale-ups."""
 """How long a replaced instance keeps its pool's NodesUnhealthy condition True."""
 
 
@@ -41,6 +48,8 @@ class Providers:
         """Open notices by provider ID."""
         self.replaced: dict[str, dict[str, float]] = {}
         """Instances replaced for never registering, by pool, then instance ID: when."""
+        self.no_capacity_until: dict[str, float] = {}
+        """Pools whose last launch failed for capacity, until when they are not tried."""
 
     def set_pools(self, pools: Mapping[str, GPUPoolSpec]) -> None:
         self.pools = dict(pools)
@@ -164,7 +173,20 @@ class Providers:
     def scale_up(self, pool: str, nodes: int) -> None:
         spec = self.pools[pool]
         provider = self.for_spec(spec)
-        provider.set_target(pool, spec, min(spec.max_nodes, provider.target(pool, spec) + nodes))
+        try:
+            provider.set_target(
+                pool, spec, min(spec.max_nodes, provider.target(pool, spec) + nodes)
+            )
+        except CapacityUnavailable:
+            # decide() grows another pool until the back-off ends, then this one is tried again.
+            self.no_capacity_until[pool] = self._clock() + NO_CAPACITY_BACKOFF_SECONDS
+            raise
+        self.no_capacity_until.pop(pool, None)
+
+    def unlaunchable(self) -> frozenset[str]:
+        """Pools whose last launch failed for capacity within the back-off."""
+        now = self._clock()
+        return frozenset(p for p, until in self.no_capacity_until.items() if until > now)
 
     def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
         """Terminate the instance whose provider ID is exactly ``provider_id``; False (and

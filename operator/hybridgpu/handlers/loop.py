@@ -280,6 +280,7 @@ class Reconciler:
                 metrics=health,
                 provisioning_by_pool=provisioning,
                 spot_price_by_pool=prices,
+                unlaunchable_pools=self.providers.unlaunchable(),
                 deadline_by_provider_id=deadlines,
                 budget=budget,
             ),

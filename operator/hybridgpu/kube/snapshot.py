@@ -39,6 +39,8 @@ class Measurements:
     metrics: MetricsHealth = field(default_factory=MetricsHealth)
     provisioning_by_pool: Mapping[str, int] = field(default_factory=dict)
     spot_price_by_pool: Mapping[str, float] = field(default_factory=dict)
+    unlaunchable_pools: frozenset[str] = frozenset()
+    """Pools the provider has no capacity for now (their last launch failed for it)."""
     deadline_by_provider_id: Mapping[str, float] = field(default_factory=dict)
     xid_errors_by_node: Mapping[str, int] = field(default_factory=dict)
     budget: BudgetState = field(default_factory=BudgetState)
@@ -123,6 +125,7 @@ def build_snapshot(
                 spec=spec,
                 provisioning_nodes=measured.provisioning_by_pool.get(name, 0),
                 spot_price_per_node_hour=measured.spot_price_by_pool.get(name),
+                launchable=name not in measured.unlaunchable_pools,
             )
             for name, spec in sorted(pools.items())
         ),
