@@ -109,10 +109,19 @@ def cluster(nodes: int, pods: int, seed: int = 1) -> ClusterSnapshot:
     )
 
 
+def at_least_one(text: str) -> int:
+    runs = int(text)
+    if runs < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON list")
-    parser.add_argument("--runs", type=int, default=5, help="runs per size (median reported)")
+    parser.add_argument(
+        "--runs", type=at_least_one, default=5, help="runs per size (median reported)"
+    )
     parser.add_argument("--max-nodes", type=int, default=10_000, help="skip larger sizes")
     args = parser.parse_args()
     policy = ScalingPolicySpec()
@@ -122,12 +131,10 @@ def main() -> int:
             continue
         snap = cluster(nodes, pods)
         times = []
-        plan = None
         for _ in range(args.runs):
             start = time.perf_counter()
             plan = decide(snap, policy, NOW)
             times.append(time.perf_counter() - start)
-        assert plan is not None
         row = {
             "nodes": nodes,
             "pods": pods,

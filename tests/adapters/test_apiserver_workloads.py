@@ -7,6 +7,8 @@ suspended Job's pod template can be re-pointed at another pool and resumed.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes.client.rest import ApiException
 
@@ -153,7 +155,7 @@ def test_running_job_moves_only_after_suspend_and_start_time_reset(kube: KubeTes
         timeout_seconds=30,
         what="pods of the suspended job gone",
     )
-    move = {"spec": {"template": {"spec": {"nodeSelector": {POOL_LABEL: "spot"}}}}}
+    move: dict[str, Any] = {"spec": {"template": {"spec": {"nodeSelector": {POOL_LABEL: "spot"}}}}}
     with pytest.raises(ApiException) as rejected:
         kube.batch.patch_namespaced_job("running", kube.namespace, move)
     assert rejected.value.status == 422

@@ -315,6 +315,23 @@ class Cluster:
             f"a tick of {policy}",
         )
 
+    def wait_ticks(self, policy: str, ticks: int = 2, timeout_seconds: float = 60) -> None:
+        """Wait until the policy's ``lastTick`` has changed ``ticks`` times from now on.
+
+        The first change may come from a tick that began before this call; the second comes
+        from one that began after it, and so saw everything done before the call. Assert
+        that something did *not* happen after this, never after a sleep.
+        """
+        seen = [self.policy_status(policy).get("lastTick")]
+
+        def advanced() -> bool:
+            tick = self.policy_status(policy).get("lastTick")
+            if tick != seen[-1]:
+                seen.append(tick)
+            return len(seen) > ticks
+
+        wait_for(advanced, timeout_seconds, f"{ticks} more ticks of {policy}", interval=0.2)
+
     def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
         for cond in self.policy_status(policy).get("conditions") or []:
             if cond.get("type") == type_:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from conftest import Cluster, Operators, free_port, wait_for
@@ -28,11 +26,11 @@ def test_budget_reached_blocks_elastic_scale_up_and_says_why(
         return bool(cond and cond["status"] == "True")
 
     wait_for(exceeded, 30, "BudgetExceeded=True")
-    message = cluster.condition(policy, "BudgetExceeded")["message"]
-    assert "maxHourlyCost" in message, message
+    cond = cluster.condition(policy, "BudgetExceeded")
+    assert cond and "maxHourlyCost" in cond["message"], cond
     events = cluster.events("BudgetExceeded")
     assert events and "budget.maxHourlyCost" in events[0].message
-    time.sleep(4)  # two more ticks: still nothing added
+    cluster.wait_ticks(policy)  # ticks that saw the pending pod and the budget: nothing added
     assert cluster.pool_nodes(elastic) == []
     assert all(not p.spec.node_name for p in cluster.job_pods("over-budget"))
 
@@ -63,7 +61,9 @@ def test_without_metrics_nothing_is_released_but_pending_work_gets_capacity(
     cond = cluster.condition(policy, "MetricsAvailable")
     assert cond and cond["status"] == "False", cond
     assert "unavailable" in cond["message"]
-    time.sleep(4)  # idleFor is 1s: with metrics this node would be gone by now
+    # idleFor is 1s and the node has been idle since before these ticks: with metrics it
+    # would be cordoned by now.
+    cluster.wait_ticks(policy)
     assert [n.metadata.name for n in cluster.pool_nodes(idle)] == idle_nodes
     assert not any(n.spec.unschedulable for n in cluster.pool_nodes(idle))
     assert cluster.events("MetricsUnavailable")

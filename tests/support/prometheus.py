@@ -49,6 +49,12 @@ def _binary(env: str, default: str) -> str:
     return path if Path(path).exists() else str(shutil.which(Path(path).name))
 
 
+def promtool_binary() -> str:
+    """promtool: $HYBRIDGPU_PROMTOOL, else /usr/bin/promtool, else the one on $PATH; fails
+    the test when there is none (every tier that needs it uses this lookup)."""
+    return _binary("HYBRIDGPU_PROMTOOL", "/usr/bin/promtool")
+
+
 @dataclass
 class FakeDCGM:
     """What a DCGM exporter (plus OpenCost) would expose; set values per node and GPU."""
@@ -143,7 +149,7 @@ def write_history(path: Path, end: float) -> None:
 
 def start_prometheus(workdir: Path, scrape_target: str) -> Prometheus:
     prometheus_bin = _binary("HYBRIDGPU_PROMETHEUS", "/usr/bin/prometheus")
-    promtool_bin = _binary("HYBRIDGPU_PROMTOOL", "/usr/bin/promtool")
+    promtool_bin = promtool_binary()
     data = workdir / "data"
     data.mkdir()
     # History ends well before now so the backfilled blocks never overlap the live head.

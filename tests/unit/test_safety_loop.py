@@ -296,7 +296,7 @@ def test_ec2_capacity_errors_become_capacity_unavailable() -> None:
             "Error": {"Code": code, "Message": "m"},
             "ResponseMetadata": {"HTTPStatusCode": status},
         }
-        return ClientError(body, "CreateFleet")  # type: ignore[arg-type]
+        return ClientError(body, "CreateFleet")
 
     short = _provider_error("launch", client_error("InsufficientInstanceCapacity", 500))
     assert isinstance(short, CapacityUnavailable) and short.retryable

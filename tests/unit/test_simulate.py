@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.shared import shared_file
 
 from hybridgpu.cli import main
 from hybridgpu.models.snapshot import Criticality
@@ -215,12 +216,10 @@ def test_spot_trace_edges(tmp_path: Path) -> None:
     assert trace.seconds_to_next_interruption(7) == 30  # wraps around to index 2
 
 
-SHARED = ROOT.parent / "shared" / "traces"
-
-
-@pytest.mark.skipif(not (SHARED / "spot-preemptions").exists(), reason="shared traces absent")
 def test_measured_spot_trace_has_its_documented_preemptions() -> None:
-    trace = load_spot_trace(SHARED / "spot-preemptions/aws-us-east-1c_p3.2xlarge_2023-04-22.json")
+    trace = load_spot_trace(
+        shared_file("traces/spot-preemptions/aws-us-east-1c_p3.2xlarge_2023-04-22.json")
+    )
     assert len(trace.edges) == 41
 
 

@@ -4,6 +4,8 @@ or less does not simulate cheaper."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
@@ -45,7 +47,7 @@ def pool(name: str, tier: str, gpus: int, max_nodes: int) -> PoolState:
     else:
         price = ON_DEMAND if tier == "elastic" else SPOT
         spec |= {"provider": {"type": "fake"}, "pricing": {"perNodeHour": price * gpus}}
-    manifest = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
+    manifest: dict[str, Any] = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
     manifest |= {"metadata": {"name": name}, "spec": spec}
     return PoolState(name=name, spec=GPUPool.model_validate(manifest).spec)
 

@@ -77,8 +77,11 @@ class Reconciler:
         options: OperatorOptions,
         clock: Callable[[], float] = time.time,
         metrics: ExportedMetrics = METRICS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
+        self.monotonic = monotonic
+        """Seconds that never go back: when the next tick is due."""
         self.metrics = metrics
         self.options = options
         self.clock = clock

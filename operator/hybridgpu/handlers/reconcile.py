@@ -3,7 +3,6 @@ early (debounced) when a GPU pod cannot be scheduled or a node comes or goes."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import kopf
@@ -32,24 +31,25 @@ def reconcile_policy(
 ) -> None:
     """Tick until the policy is deleted or the operator stops (a worker thread)."""
     reconciler: Reconciler = memo["reconciler"]
+    monotonic = reconciler.monotonic
     wake = reconciler.wake_event(name)
     try:
         while not stopped:
             wait_seconds = interval_of(spec)
             # Start to start: a tick that takes 8 s of a 10 s interval waits 2 s, not 10.
-            deadline = time.monotonic() + wait_seconds
+            deadline = monotonic() + wait_seconds
             try:
                 result = reconciler.tick(name)
                 for error in result.errors:
                     logger.warning(error)
             except KubeError as err:
                 logger.warning(f"tick failed, retrying: {err}")
-                deadline = time.monotonic() + min(wait_seconds, ERROR_BACKOFF_SECONDS)
+                deadline = monotonic() + min(wait_seconds, ERROR_BACKOFF_SECONDS)
             except Exception as err:  # a bug in one tick must not kill the loop
                 logger.exception(f"tick failed: {err}")
-                deadline = time.monotonic() + min(wait_seconds, ERROR_BACKOFF_SECONDS)
-            while not stopped and time.monotonic() < deadline:
-                if wake.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic()))):
+                deadline = monotonic() + min(wait_seconds, ERROR_BACKOFF_SECONDS)
+            while not stopped and monotonic() < deadline:
+                if wake.wait(timeout=min(0.2, max(0.0, deadline - monotonic()))):
                     wake.clear()
                     # Debounce: a burst of pending pods becomes one tick.
                     stopped.wait(reconciler.options.trigger_debounce_seconds)
