@@ -19,6 +19,7 @@ from hybridgpu.sim.defaults import (
     DEFAULT_FIRM_SLO_SECONDS,
     DEFAULT_PREEMPTIBLE_SLO_SECONDS,
 )
+from hybridgpu.sim.traces import TRACE_FORMATS
 
 DEFAULT_PNG = "out/simulation.png"
 
@@ -36,7 +37,7 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument("--trace", help="job trace file (default: the synthetic scenario)")
     parser.add_argument(
         "--trace-format",
-        choices=("openb", "csv"),
+        choices=TRACE_FORMATS,
         default=None,
         help="default: detected from the trace's header",
     )
@@ -210,8 +211,7 @@ def _trace_jobs(args: argparse.Namespace, pools: Any, notes: list[str]) -> tuple
     from hybridgpu.sim.traces import (
         check_span,
         detect_trace_format,
-        load_csv,
-        load_openb,
+        load_trace,
         parse_qos_map,
         starting_at_first_arrival,
         synthetic,
@@ -223,12 +223,10 @@ def _trace_jobs(args: argparse.Namespace, pools: Any, notes: list[str]) -> tuple
         return jobs, f"synthetic scenario ({hours:g} h, seed {args.seed})"
     trace_format = args.trace_format or detect_trace_format(args.trace)
     scale = 1.0 if args.time_scale is None else args.time_scale
-    if trace_format == "openb":
-        load = load_openb(args.trace, time_scale=scale, qos_map=parse_qos_map(args.qos_map))
-    else:
-        if args.qos_map is not None:
-            raise UserError("--qos-map maps openb qos values; a csv trace names the criticality")
-        load = load_csv(args.trace, time_scale=scale)
+    qos_map = parse_qos_map(args.qos_map) if args.qos_map is not None else None
+    if trace_format == "openb" and qos_map is None:
+        qos_map = parse_qos_map(None)
+    load = load_trace(args.trace, trace_format, time_scale=scale, qos_map=qos_map)
     jobs = starting_at_first_arrival(load.jobs) if args.epoch else load.jobs
     if load.skipped:
         notes.append(

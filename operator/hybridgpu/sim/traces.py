@@ -10,7 +10,7 @@ import json
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hybridgpu.errors import UserError
@@ -165,6 +165,81 @@ def load_openb(
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
     return TraceLoad(jobs=jobs, skipped=skipped)
+
+
+def load_dlrm(
+    path: str | Path,
+    *,
+    time_scale: float = 1.0,
+    criticality: Criticality = Criticality.CRITICAL,
+) -> TraceLoad:
+    """GPU instances of the Alibaba 2025 DLRM serving trace (cluster-trace-gpu-v2025).
+
+    Only role HN instances hold GPUs (gpu_request each); CN instances are skipped and counted.
+    An instance arrives at creation_time (empty: it was there when the trace starts, so 0)
+    and serves from scheduled_time (empty: from the start) to deletion_time (empty: to the
+    end of the trace, the latest time it records). Serving is latency-sensitive: every
+    instance is ``criticality`` (critical)."""
+    path = Path(path)
+    required = ("instance_sn", "role", "gpu_request", "creation_time", "scheduled_time")
+    reader, _ = _open_csv(path, (*required, "deletion_time"))
+    rows: list[tuple[int, dict[str, str]]] = []
+    end = 0.0
+    for line, row in enumerate(reader, start=2):
+        for field in ("creation_time", "scheduled_time", "deletion_time"):
+            value = _number(path, line, field, row[field], allow_empty=True)
+            if value is not None:
+                end = max(end, value)
+        rows.append((line, row))
+    jobs: list[TraceJob] = []
+    skipped: dict[str, int] = {}
+    for line, row in rows:
+        gpus = _number(path, line, "gpu_request", row["gpu_request"], allow_empty=True) or 0.0
+        if row["role"] != "HN" or gpus <= 0:
+            skipped["no_gpu"] = skipped.get("no_gpu", 0) + 1
+            continue
+        created = _number(path, line, "creation_time", row["creation_time"], allow_empty=True)
+        start = _number(path, line, "scheduled_time", row["scheduled_time"], allow_empty=True)
+        stop = _number(path, line, "deletion_time", row["deletion_time"], allow_empty=True)
+        arrival = created if created is not None else 0.0
+        start = arrival if start is None else start
+        duration = (end if stop is None else stop) - start
+        if duration <= 0:
+            skipped["zero_duration"] = skipped.get("zero_duration", 0) + 1
+            continue
+        jobs.append(
+            TraceJob(
+                row["instance_sn"],
+                arrival / time_scale,
+                duration / time_scale,
+                max(1, math.ceil(gpus)),
+                criticality,
+            )
+        )
+    jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
+    return TraceLoad(jobs=jobs, skipped=skipped)
+
+
+TRACE_FORMATS = ("openb", "csv", "alibaba-dlrm")
+
+
+def load_trace(
+    path: str | Path,
+    trace_format: str,
+    *,
+    time_scale: float = 1.0,
+    qos_map: Mapping[str, Criticality] | None = None,
+) -> TraceLoad:
+    """Jobs of a trace file in one of TRACE_FORMATS; ``qos_map`` applies to openb only."""
+    if trace_format == "openb":
+        return load_openb(path, time_scale=time_scale, qos_map=qos_map)
+    if qos_map is not None:
+        raise UserError("--qos-map maps openb qos values; this trace format names no qos")
+    if trace_format == "csv":
+        return load_csv(path, time_scale=time_scale)
+    if trace_format == "alibaba-dlrm":
+        return load_dlrm(path, time_scale=time_scale)
+    raise UserError(f"trace format {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
 
 
 def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
@@ -327,6 +402,8 @@ def detect_trace_format(path: str | Path) -> str:
         return "csv"
     if {"creation_time", "num_gpu"} <= header:
         return "openb"
+    if {"instance_sn", "role", "gpu_request"} <= header:
+        return "alibaba-dlrm"
     raise UserError(
         f"{path}: cannot tell the trace format from its header; expected name,arrival_seconds,"
         "duration_seconds,gpus,criticality (csv) or an openb pod list (name,num_gpu,qos,"
@@ -339,10 +416,7 @@ def starting_at_first_arrival(jobs: Sequence[TraceJob]) -> list[TraceJob]:
     if not jobs:
         return []
     first = min(j.arrival_seconds for j in jobs)
-    return [
-        TraceJob(j.name, j.arrival_seconds - first, j.duration_seconds, j.gpus, j.criticality)
-        for j in jobs
-    ]
+    return [replace(j, arrival_seconds=j.arrival_seconds - first) for j in jobs]
 
 
 def check_span(jobs: Sequence[TraceJob], source: str, *, epoch_flag: str = "--epoch") -> None:
