@@ -44,6 +44,8 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--spot-hazard", type=float, default=0.05, help="per node-hour")
     parser.add_argument("--restart-overhead", type=float, default=300.0, help="seconds")
+    parser.add_argument("--checkpoint-interval", type=float, default=1800.0, help="seconds")
+    parser.add_argument("--seeds", type=int, default=3, help="simulations per owned size")
     parser.add_argument("--provisioning-delay", type=float, default=120.0, help="seconds")
     args = parser.parse_args()
     if not Path(args.trace).exists():
@@ -74,12 +76,17 @@ def main() -> int:
         pue=pricing.pue or 1.4,
         electricity_per_kwh=pricing.electricity_per_kwh or 0.12,
         ops_per_node_hour=pricing.ops_per_node_hour or 0.0,
+        # The simulator bills owned nodes as GPUPool pricing does: straight line, no cost of
+        # capital. The plan is given the same, so that both price the same fleet alike.
+        cost_of_capital_per_year=0.0,
     )
     rates = CloudRates(
         on_demand_per_gpu_hour=min(gpu_hour_dollars(p.spec) for p in elastic),
         spot_per_gpu_hour=min(gpu_hour_dollars(p.spec) for p in spot),
         spot_interruptions_per_hour=args.spot_hazard,
-        spot_restart_overhead_hours=args.restart_overhead / 3600,
+        # Work lost per interruption or move: the restart plus half a checkpoint interval on
+        # average, as the simulator loses it.
+        spot_restart_overhead_hours=(args.restart_overhead + args.checkpoint_interval / 2) / 3600,
         node_startup_hours=args.provisioning_delay / 3600,
         idle_release_hours=(idle_for + interval / 2) / 3600,
     )
@@ -100,15 +107,20 @@ def main() -> int:
     ) / 3600
     per_window = window_hours / plan.recommended.horizon_hours
 
-    settings = SimSettings(
-        provisioning_delay_seconds=args.provisioning_delay,
-        restart_overhead_seconds=args.restart_overhead,
-        spot_hazard_per_hour=args.spot_hazard,
-    )
-
     def simulate(pools: list[PoolState]) -> float:
-        result = Simulation("hybridgpu", pools, policy, trace, settings).run()
-        return result.total_cost_dollars
+        """The mean total cost over ``--seeds`` seeds: spot interruptions are random, the
+        plan is an expectation."""
+        costs = []
+        for seed in range(1, args.seeds + 1):
+            settings = SimSettings(
+                provisioning_delay_seconds=args.provisioning_delay,
+                restart_overhead_seconds=args.restart_overhead,
+                checkpoint_interval_seconds=args.checkpoint_interval,
+                spot_hazard_per_hour=args.spot_hazard,
+                seed=seed,
+            )
+            costs.append(Simulation("hybridgpu", pools, policy, trace, settings).run())
+        return sum(c.total_cost_dollars for c in costs) / len(costs)
 
     peak_nodes = math.ceil(max(s.total_gpus for s in inputs.history) / node.gpus_per_node)
     simulated: dict[int, float] = {}

@@ -23,8 +23,9 @@ from hybridgpu.planner.model import (
     growth_factors,
 )
 from hybridgpu.planner.optimize import optimal_fleet, optimal_single_type
-from hybridgpu.planner.plan import break_even_utilizations, plan_capacity
+from hybridgpu.planner.plan import break_even_utilizations, capital_figures, plan_capacity
 from hybridgpu.planner.replay import replay_jobs
+from hybridgpu.planner.sensitivity import levers
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +43,8 @@ def node_type(
     max_nodes: int | None = None,
     current: int = 0,
 ) -> OwnedNodeType:
-    """A node type whose owned GPU-hour costs ``gpu_hour_dollars`` (half capex, half power)."""
+    """A node type whose owned GPU-hour costs ``gpu_hour_dollars`` (half capex, straight line
+    with no cost of capital, half power)."""
     node_hour = gpu_hour_dollars * gpus
     years, pue, per_kwh = 4.0, 1.25, 0.1
     return OwnedNodeType(
@@ -55,6 +57,7 @@ def node_type(
         electricity_per_kwh=per_kwh,
         max_nodes=max_nodes,
         current_nodes=current,
+        cost_of_capital_per_year=0.0,
     )
 
 
@@ -360,6 +363,126 @@ def test_cost_curve_minimum_is_the_recommendation():
     result = plan_capacity(plan, with_sensitivity=False)
     cheapest = min(p.total_dollars for p in result.cost_curve)
     assert result.recommended.total_dollars == pytest.approx(cheapest)
+    fewer, more = result.runners_up
+    assert fewer is not None and more is not None
+    assert fewer.owned_gpus < result.recommended.owned_gpus < more.owned_gpus
+    assert min(fewer.total_dollars, more.total_dollars) >= cheapest
+
+
+# ---------------------------------------------------------------- capital, residual value
+
+
+def owned(capex: float, years: float, rate: float) -> OwnedNodeType:
+    """A node type with only capex: its node-hour is its capital recovery."""
+    return OwnedNodeType("n", 8, capex, years, 0.0, 1.0, 0.0, cost_of_capital_per_year=rate)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.08, 0.2])
+def test_owned_node_hour_repays_the_capex_with_interest(rate):
+    node = owned(100_000, 4, rate)
+    yearly = node.node_hour_dollars * 8760
+    # Four yearly payments discounted at the rate are worth exactly the purchase price.
+    assert sum(yearly / (1 + rate) ** year for year in range(1, 5)) == pytest.approx(100_000)
+    if rate == 0:
+        assert yearly == pytest.approx(25_000)  # straight line
+    else:
+        assert yearly > 25_000
+
+
+def test_the_cost_of_capital_defaults_to_8_percent():
+    assert OwnedNodeType("n", 8, 100_000, 4, 0.0, 1.0, 0.0).node_hour_dollars * 8760 == (
+        pytest.approx(100_000 * 0.08 / (1 - 1.08**-4))
+    )
+
+
+RESIDUAL_CASES = {
+    # name: (horizon months, amortization years, rate, want residual share, want purchases)
+    "36 months of 4-year hardware, straight line: a quarter is left": (36, 4, 0.0, 0.25, 1),
+    "36 months at 8%: the annuity repays less principal early": (
+        36, 4, 0.08, (1.08**4 - 1.08**3) / (1.08**4 - 1), 1,
+    ),
+    "48 months of 4-year hardware: nothing left": (48, 4, 0.08, 0.0, 1),
+    "60 months: bought again after 4 years, one year old at the end": (60, 4, 0.0, 0.75, 2),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(RESIDUAL_CASES))
+def test_residual_value_is_the_capex_not_yet_recovered(name):
+    months, years, rate, want_share, want_purchases = RESIDUAL_CASES[name]
+    plan = PlanInputs(
+        (DemandSample(1.0, 8, 0),), (owned(100_000, years, rate),), CloudRates(3.0, 1.0), months
+    )
+    capital = capital_figures(plan, (2,))
+    assert capital.capex == 200_000
+    assert capital.residual_value == pytest.approx(200_000 * want_share)
+    assert capital.purchases == 200_000 * want_purchases
+    # What the plan charges is the value the hardware lost plus the cost of capital.
+    assert capital.charged == pytest.approx(2 * plan.node_types[0].node_hour_dollars * months * 730)
+    lost = capital.purchases - capital.residual_value
+    assert capital.charged == pytest.approx(lost + capital.cost_of_capital)
+    if rate == 0:
+        assert capital.cost_of_capital == pytest.approx(0, abs=1e-6)
+    else:
+        assert capital.cost_of_capital > 0
+
+
+def test_plan_output_says_what_the_capex_charged_leaves_as_residual_value(capsys, plan_files):
+    config, history = plan_files
+    # PLAN_SPEC: a 12-month horizon on 4-year hardware, no cost of capital.
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history))
+    assert code == 0, err
+    capex = 2 * ONE_DOLLAR_PER_GPU_HOUR
+    assert f"owned hardware: ${capex:,.0f} to buy" in out
+    assert f"residual value after 12 months: ${0.75 * capex:,.0f} (75% of the purchase" in out
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    capital = json.loads(out)["status"]["ownedCapital"]
+    assert capital["capex"] == capex
+    assert capital["residualValue"] == pytest.approx(0.75 * capex)
+    assert capital["charged"] == pytest.approx(0.25 * capex)
+    assert capital["costOfCapital"] == pytest.approx(0, abs=0.01)
+
+
+def test_a_residual_value_of_nothing_is_in_the_sensitivity_table():
+    plan = inputs([(6, 16, 4), (2, 30, 10)], [node_type("n", 8, 1.0)], months=12)
+    result = plan_capacity(plan)
+    worthless = {c.parameter: c for c in result.sensitivity}["residual value"]
+    # Four times the capital per hour (4-year hardware paid off in one year).
+    assert worthless.monthly_dollars > result.monthly(result.recommended.total_dollars)
+    assert worthless.total_nodes <= sum(result.recommended.nodes)
+
+
+# ---------------------------------------------------------------- where the plan flips
+
+
+def test_flip_points_find_where_the_cheaper_option_changes():
+    # 8 preemptible GPUs all the time; owning costs $1/GPU-hour (half capex, half power), spot
+    # $0.90: rent. Spot above $1 (+11.1%) or power 20% cheaper makes owning one node cheaper.
+    plan = inputs([(1, 0, 8)], [node_type("n", 8, 1.0)], spot=0.9)
+    result = plan_capacity(plan)
+    assert result.recommended.nodes == (0,)
+    flips = {(f.parameter, f.direction): f for f in result.flip_points}
+    spot_up = flips[("spot price", 1)]
+    assert spot_up.nodes == (1,)
+    assert spot_up.kept <= 1 / 0.9 - 1 < spot_up.change
+    assert spot_up.change - spot_up.kept < 1e-3
+    power_down = flips[("electricity price", -1)]
+    assert power_down.nodes == (1,)
+    assert power_down.change < -0.2 <= power_down.kept
+    assert not flips[("spot price", -1)].found  # cheaper spot: still rent
+
+
+@FAST
+@given(samples_st, st.lists(type_st, min_size=1, max_size=2), cloud_st)
+def test_each_flip_point_is_where_the_plan_changes(samples, types, cloud):
+    plan = _plan(samples, types, cloud)
+    result = plan_capacity(plan)
+    base = result.recommended.nodes
+    for point in result.flip_points:
+        lever = {lever.parameter: lever for lever in levers(plan)}[point.parameter]
+        assert optimal_fleet(CostModel(lever.apply(plan, point.kept))) == base
+        if point.found:
+            assert point.nodes != base
+            assert optimal_fleet(CostModel(lever.apply(plan, point.change))) == point.nodes
 
 
 def test_inputs_are_checked():
@@ -373,6 +496,7 @@ def test_inputs_are_checked():
 
 PLAN_SPEC = """\
 horizonMonths: 12
+costOfCapitalPercentPerYear: 0
 candidates:
   - name: 8x
     gpusPerNode: 8
@@ -432,8 +556,11 @@ def test_plan_cli_prints_the_optimum_as_json(capsys, plan_files):
     assert {row["parameter"] for row in status["sensitivity"]} == {
         "spot price",
         "electricity price",
+        "capex",
         "amortization years",
+        "cost of capital",
         "demand growth",
+        "residual value",  # a 12-month horizon on 4-year hardware
     }
 
 

@@ -1,16 +1,21 @@
-"""The plan matches the simulator: plan on a trace, simulate that trace with the recommended
-fleet, and the simulated cost is within 5% of the plan's projection; owning one node more
-or less does not simulate cheaper."""
+"""The plan matches the simulator: plan on a trace, then simulate the trace with every owned
+size from none to past the peak (the real ``core.decide`` in the discrete-event simulator).
+The plan recommends the size the simulator finds cheapest, and projects its cost within 5%.
+
+The plan is an expectation and a simulation one draw of spot interruptions, so each size is
+simulated with several seeds and their mean is compared (with one seed, the simulator's own
+spread between seeds is larger than the gap between two neighbouring sizes). The plan is
+given the simulator's physics: work lost per interruption or move = restart + on average half
+a checkpoint interval; owned nodes straight line, as GPUPool pricing bills them."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
 
 import pytest
 
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
 from hybridgpu.models.snapshot import PoolState
-from hybridgpu.planner.cost import CostModel
 from hybridgpu.planner.io import history_from_jobs, jobs_of_trace
 from hybridgpu.planner.model import CloudRates, OwnedNodeType, PlanInputs
 from hybridgpu.planner.plan import plan_capacity
@@ -30,6 +35,8 @@ CORE_PRICING = {
 }
 HAZARD_PER_HOUR = 0.05
 RESTART_SECONDS = 300.0
+CHECKPOINT_SECONDS = 1800.0
+SEEDS = (1, 2, 3)
 PROVISIONING_SECONDS = 120.0
 IDLE_FOR_SECONDS = 300.0
 INTERVAL_SECONDS = 30.0
@@ -47,7 +54,7 @@ def pool(name: str, tier: str, gpus: int, max_nodes: int) -> PoolState:
     else:
         price = ON_DEMAND if tier == "elastic" else SPOT
         spec |= {"provider": {"type": "fake"}, "pricing": {"perNodeHour": price * gpus}}
-    manifest: dict[str, Any] = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
+    manifest = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
     manifest |= {"metadata": {"name": name}, "spec": spec}
     return PoolState(name=name, spec=GPUPool.model_validate(manifest).spec)
 
@@ -72,21 +79,26 @@ POLICY = ScalingPolicy.model_validate(
 
 
 def simulate(trace, owned_nodes: int) -> float:
-    settings = SimSettings(
-        provisioning_delay_seconds=PROVISIONING_SECONDS,
-        restart_overhead_seconds=RESTART_SECONDS,
-        spot_hazard_per_hour=HAZARD_PER_HOUR,
-        seed=3,
-    )
-    result = Simulation("hybridgpu", cluster(owned_nodes), POLICY, trace, settings).run()
-    assert result.unfinished_jobs == 0
-    return result.total_cost_dollars
+    """The mean simulated cost over ``SEEDS``, dollars."""
+    costs = []
+    for seed in SEEDS:
+        settings = SimSettings(
+            provisioning_delay_seconds=PROVISIONING_SECONDS,
+            restart_overhead_seconds=RESTART_SECONDS,
+            checkpoint_interval_seconds=CHECKPOINT_SECONDS,
+            spot_hazard_per_hour=HAZARD_PER_HOUR,
+            seed=seed,
+        )
+        result = Simulation("hybridgpu", cluster(owned_nodes), POLICY, trace, settings).run()
+        assert result.unfinished_jobs == 0
+        costs.append(result.total_cost_dollars)
+    return sum(costs) / len(costs)
 
 
-def test_simulated_cost_of_the_recommended_fleet_is_within_5_percent_of_the_plan():
+def test_the_plan_recommends_the_owned_size_the_simulator_finds_cheapest():
     trace = synthetic(seed=7, hours=72.0)
     jobs = jobs_of_trace(trace)
-    node = OwnedNodeType("8xV100", 8, 70000, 4, 3000, 1.4, 0.12, 0.6)
+    node = OwnedNodeType("8xV100", 8, 70000, 4, 3000, 1.4, 0.12, 0.6, cost_of_capital_per_year=0)
     assert node.node_hour_dollars == pytest.approx(
         CORE_PRICING["capexPerNode"] / (4 * 8760) + 3000 * 1.4 * 0.12 / 1000 + 0.6
     )
@@ -97,7 +109,7 @@ def test_simulated_cost_of_the_recommended_fleet_is_within_5_percent_of_the_plan
             ON_DEMAND,
             SPOT,
             spot_interruptions_per_hour=HAZARD_PER_HOUR,
-            spot_restart_overhead_hours=RESTART_SECONDS / 3600,
+            spot_restart_overhead_hours=(RESTART_SECONDS + CHECKPOINT_SECONDS / 2) / 3600,
             node_startup_hours=PROVISIONING_SECONDS / 3600,
             idle_release_hours=(IDLE_FOR_SECONDS + INTERVAL_SECONDS / 2) / 3600,
         ),
@@ -113,11 +125,8 @@ def test_simulated_cost_of_the_recommended_fleet_is_within_5_percent_of_the_plan
     ) / 3600
     projected = plan.recommended.total_dollars / plan.recommended.horizon_hours * window_hours
 
-    simulated = simulate(trace, owned)
-    assert simulated == pytest.approx(projected, rel=0.05)
-
-    # The recommendation is also what the simulator would have picked among its neighbours.
-    model = CostModel(inputs)
-    for other in (owned - 1, owned + 1):
-        assert simulate(trace, other) >= simulated * 0.98, other
-        assert model.total_dollars((other,)) >= model.total_dollars((owned,))
+    peak_nodes = math.ceil(max(s.total_gpus for s in inputs.history) / node.gpus_per_node)
+    simulated = {size: simulate(trace, size) for size in range(peak_nodes + 2)}
+    cheapest = min(simulated, key=lambda size: simulated[size])
+    assert owned == cheapest, {n: round(c) for n, c in simulated.items()}
+    assert simulated[owned] == pytest.approx(projected, rel=0.05)

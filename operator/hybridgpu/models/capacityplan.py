@@ -8,6 +8,8 @@ from pydantic import Field
 
 from hybridgpu.models.base import Condition, Duration, PositiveDuration, Rule, SpecModel
 
+DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR = 8.0
+
 
 class PrometheusHistory(SpecModel):
     """Demand history read from Prometheus with a range query."""
@@ -63,7 +65,13 @@ class OwnedNodeCandidate(SpecModel):
     name: str = Field(min_length=1, description="Name of the candidate, e.g. 8xH100.")
     gpus_per_node: int = Field(ge=1, le=64, description="GPUs in one node.")
     capex_per_node: float = Field(gt=0, description="Purchase price of one node, $.")
-    amortization_years: float = Field(default=4.0, gt=0, le=15, description="Years of use.")
+    amortization_years: float = Field(
+        default=4.0,
+        gt=0,
+        le=15,
+        description="Years of use: the capex is recovered over them (with the cost of capital), "
+        "and the hardware is assumed bought again at their end.",
+    )
     power_watts_per_node: float = Field(gt=0, description="Wall power of one node, watts.")
     pue: float = Field(default=1.4, ge=1, le=3, description="Power usage effectiveness.")
     electricity_per_kwh: float = Field(
@@ -88,11 +96,14 @@ class CloudPrices(SpecModel):
         default=0.005, ge=0, description="Interruptions per spot node-hour (hazard)."
     )
     spot_restart_overhead: Duration = Field(
-        default="5m", description="Work lost per interruption (restart + since checkpoint)."
+        default="20m",
+        description="Work lost per interruption or move: the restart plus, on average, half "
+        "the jobs' checkpoint interval (20m: 5m + 30m / 2, as the simulator assumes).",
     )
     node_startup: Duration = Field(
-        default="2m",
-        description="Job traces: billed time from launching a cloud node until it runs work.",
+        default="5m",
+        description="Job traces: billed time from launching a cloud node until it runs work "
+        "(boot and image pull, as the simulator's provisioning delay).",
     )
     idle_before_release: Duration = Field(
         default="10m",
@@ -109,6 +120,14 @@ class CapacityPlanSpec(SpecModel):
     demand_growth_percent_per_year: float = Field(
         default=0.0, ge=-90, le=1000, description="Expected demand growth per year, percent."
     )
+    cost_of_capital_percent_per_year: float = Field(
+        default=DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR,
+        ge=0,
+        le=100,
+        description="Annual rate the money spent on owned nodes costs (interest, or the return "
+        "it would earn elsewhere), percent: an owned node-hour recovers its capex as an annuity "
+        "over amortizationYears at this rate instead of capex / years.",
+    )
     candidates: list[OwnedNodeCandidate] = Field(
         min_length=1, description="Node types that could be owned."
     )
@@ -117,7 +136,8 @@ class CapacityPlanSpec(SpecModel):
         default=None,
         ge=0,
         le=1,
-        description="Share of demand that is preemptible (default: measured from the history).",
+        description="Share of demand that is preemptible (default: measured from the history). "
+        "Not applied to a job trace (openb, csv): each job carries its own criticality.",
     )
     schedule: PositiveDuration = Field(default="24h", description="Recompute this often.")
 
@@ -132,10 +152,28 @@ class Recommendation(SpecModel):
 class MonthlyCost(SpecModel):
     """Projected monthly cost per tier, $."""
 
-    core: float = Field(default=0.0, description="Owned: amortization, power, ops.")
+    core: float = Field(
+        default=0.0, description="Owned: capital recovery (with the cost of capital), power, ops."
+    )
     elastic: float = Field(default=0.0, description="On-demand cloud.")
     spot: float = Field(default=0.0, description="Spot cloud including restart overhead.")
     total: float = Field(default=0.0, description="Sum of the tiers.")
+
+
+class OwnedCapital(SpecModel):
+    """The recommended fleet's hardware money over the horizon, $."""
+
+    capex: float = Field(description="Purchase price of the recommended owned nodes, $.")
+    charged: float = Field(
+        description="Capital charged over the horizon (part of monthlyCost.core): the value "
+        "the hardware loses plus the cost of capital, $."
+    )
+    cost_of_capital: float = Field(description="The cost of capital within charged, $.")
+    residual_value: float = Field(
+        description="What the hardware is still worth at the end of the horizon (its book value: "
+        "capex not yet recovered), $. Not charged to the plan; the sensitivity row "
+        "'residual value' shows the plan when it is worth nothing."
+    )
 
 
 class SensitivityRow(SpecModel):
@@ -145,6 +183,23 @@ class SensitivityRow(SpecModel):
     change: str = Field(description="How it was changed, e.g. +20%.")
     recommended_nodes: int = Field(description="Owned nodes recommended then.")
     monthly_cost: float = Field(description="Projected monthly TCO then, $.")
+
+
+class FlipPoint(SpecModel):
+    """The nearest change of one input, in one direction, that changes the recommended fleet."""
+
+    parameter: str = Field(description="Input that was changed.")
+    change: str = Field(
+        description="The smallest change found that changes the fleet, e.g. +37.5%, or the "
+        "end of the searched range, e.g. 'none to +300%'."
+    )
+    value: str = Field(description="The input's value at that change, with its unit.")
+    recommended_nodes: int | None = Field(
+        default=None, description="Owned nodes recommended from there (absent: no change found)."
+    )
+    recommendations: list[Recommendation] = Field(
+        default_factory=list, description="Owned nodes per candidate type from there."
+    )
 
 
 class CapacityPlanStatus(SpecModel):
@@ -173,8 +228,15 @@ class CapacityPlanStatus(SpecModel):
     break_even_utilization: float | None = Field(
         default=None, description="Utilization above which owning a node beats renting, 0..1."
     )
+    owned_capital: OwnedCapital | None = Field(
+        default=None, description="Capex, capital charged and residual value of the fleet."
+    )
     sensitivity: list[SensitivityRow] = Field(
         default_factory=list, description="Small sensitivity table."
+    )
+    flip_points: list[FlipPoint] = Field(
+        default_factory=list,
+        description="Per input and direction, the nearest change that changes the recommendation.",
     )
     last_computed: str | None = Field(default=None, description="RFC 3339 time of the run.")
     conditions: list[Condition] = Field(

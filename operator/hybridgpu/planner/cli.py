@@ -176,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             "monthlyCostAllOnDemand": round(result.monthly(result.all_on_demand_dollars), 2),
             "monthlyCostCurrentFleet": round(result.monthly(result.current.total_dollars), 2),
             "currentNodes": {t.name: t.current_nodes for t in inputs.node_types},
+            "nextBest": _runner_ups(result),
             "notes": _notes(inputs, skipped),
         }
         if png is not None:
@@ -247,13 +248,16 @@ def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> 
         f"  owned GPUs {fleet.owned_gpus}, expected utilization {fleet.owned_utilization:.0%}",
         f"  elastic (on-demand) {fleet.elastic_gpu_hours / months:,.0f} GPU-h/month, "
         f"spot {fleet.spot_gpu_hours / months:,.0f} GPU-h/month (reruns included)",
+        *_runner_up_lines(result),
         "",
         "monthly TCO:",
         f"  core     {_money(result.monthly(fleet.core_dollars)):>14}   "
-        "(amortized capex, power x PUE, ops)",
+        "(capital recovery, power x PUE, ops)",
         f"  elastic  {_money(result.monthly(fleet.elastic_dollars)):>14}",
         f"  spot     {_money(result.monthly(fleet.spot_dollars)):>14}",
         f"  total    {_money(result.monthly(fleet.total_dollars)):>14}",
+        "",
+        *_capital_lines(result),
         "",
         f"saving vs all on-demand ({_money(result.monthly(result.all_on_demand_dollars))}/month): "
         f"{result.savings_vs_on_demand:.1%}",
@@ -269,8 +273,97 @@ def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> 
             f"  {case.parameter:<20} {case.change:>9} {case.total_nodes:>12} "
             f"{_money(case.monthly_dollars):>14}"
         )
+    lines += _flip_lines(result)
     lines += [f"note: {note}" for note in _notes(inputs, skipped)]
     return "\n".join(lines)
+
+
+def _fleet(result: Any, nodes: tuple[int, ...]) -> str:
+    names = [t.name for t in result.inputs.node_types]
+    owned = [f"{n} x {name}" for n, name in zip(nodes, names, strict=True) if n]
+    return " + ".join(owned) or "nothing owned"
+
+
+def _runner_ups(result: Any) -> list[dict[str, Any]]:
+    """The cheapest fleets with fewer and with more owned GPUs, and how much dearer."""
+    best = result.recommended.total_dollars
+    return [
+        {
+            "ownedGpus": size.owned_gpus,
+            "nodes": _fleet(result, size.nodes),
+            "monthlyCost": round(result.monthly(size.total_dollars), 2),
+            "overRecommendedPercent": round(100 * (size.total_dollars / best - 1), 2),
+        }
+        for size in result.runners_up
+        if size is not None
+    ]
+
+
+def _runner_up_lines(result: Any) -> list[str]:
+    alternatives = [
+        f"{r['nodes']} +{r['overRecommendedPercent']:.1f}%" for r in _runner_ups(result)
+    ]
+    if not alternatives:
+        return []
+    # A projection: two fleets a few percent apart can trade places in reality (docs/tco.md).
+    return [f"  next best: {'; '.join(alternatives)} (projected total over the horizon)"]
+
+
+def _capital_lines(result: Any) -> list[str]:
+    """Capex, what the plan charges of it, and the residual value it does not charge."""
+    inputs = result.inputs
+    capital = result.capital
+    if capital.capex == 0:
+        return []
+    rates = ", ".join(
+        dict.fromkeys(
+            f"{t.amortization_years:g} years at {100 * t.cost_of_capital_per_year:g}%/year"
+            for t in inputs.node_types
+        )
+    )
+    lines = [
+        f"owned hardware: {_money(capital.capex)} to buy, recovered over {rates}",
+        f"  charged over {inputs.horizon_months} months: {_money(capital.charged)} = "
+        f"{_money(capital.purchases - capital.residual_value)} of the hardware's value + "
+        f"{_money(capital.cost_of_capital)} cost of capital",
+    ]
+    if capital.purchases > capital.capex:
+        lines.append(
+            f"  nodes whose life ends within the horizon are bought again: "
+            f"{_money(capital.purchases)} bought in all"
+        )
+    if capital.residual_value > 0:
+        share = capital.residual_value / capital.capex
+        lines += [
+            f"  residual value after {inputs.horizon_months} months: "
+            f"{_money(capital.residual_value)} ({share:.0%} of the purchase price, its book value)",
+            "  not charged: the plan assumes the hardware is kept or sold at that value "
+            "(sensitivity: 'residual value none')",
+        ]
+    return lines
+
+
+def _flip_lines(result: Any) -> list[str]:
+    """Per input, the nearest change down and up that changes the recommended fleet."""
+    if not result.flip_points:
+        return []
+
+    def fleet(nodes: tuple[int, ...]) -> str:
+        return _fleet(result, nodes)
+
+    lines = [
+        "",
+        "where the recommendation changes (one input at a time, the nearest change each way; "
+        f"today {fleet(result.recommended.nodes)}):",
+    ]
+    for point in result.flip_points:
+        if point.nodes is None:
+            lines.append(f"  {point.parameter:<20} {point.label}: no change")
+        else:
+            lines.append(
+                f"  {point.parameter:<20} {point.label} ({point.value}): {fleet(point.nodes)}"
+            )
+    return lines
 
 
 def _current(result: Any) -> str:

@@ -30,7 +30,25 @@ from hybridgpu.planner.model import (
 from hybridgpu.planner.replay import replay_jobs
 
 ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float]]
-ReplayCache = dict[ReplayKey, Usage]
+CurvesKey = tuple[float, int, float | None]
+
+
+class SharedWork:
+    """Work the cost models of one plan's variants (the sensitivity table and its flip
+    points) share: job replays depend on the jobs, the fleet and the cloud's timing, demand
+    curves on the growth, the horizon and the preemptible share; neither on prices. Only for
+    variants of one history and one set of jobs."""
+
+    def __init__(self) -> None:
+        self.replays: dict[ReplayKey, Usage] = {}
+        self.curves: dict[CurvesKey, tuple[DurationCurve, DurationCurve]] = {}
+
+    def horizon_curves(self, inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:
+        key = (inputs.demand_growth_per_year, inputs.horizon_months, inputs.preemptible_share)
+        curves = self.curves.get(key)
+        if curves is None:
+            curves = self.curves[key] = _horizon_curves(inputs)
+        return curves
 
 
 class CostModel:
@@ -43,12 +61,10 @@ class CostModel:
     added to the fluid model of the grown demand.
     """
 
-    def __init__(self, inputs: PlanInputs, replays: ReplayCache | None = None) -> None:
+    def __init__(self, inputs: PlanInputs, shared: SharedWork | None = None) -> None:
         self.inputs = inputs
-        # Replays depend on the jobs, the fleet and the cloud's timing, not on prices: plans
-        # that differ only in prices or growth (the sensitivity table) share them.
-        self._replays: ReplayCache = {} if replays is None else replays
-        firm, total = _horizon_curves(inputs)
+        self._shared = SharedWork() if shared is None else shared
+        firm, total = self._shared.horizon_curves(inputs)
         self.firm = firm
         self.total = total
         self.horizon_hours = inputs.horizon_hours
@@ -61,7 +77,8 @@ class CostModel:
             window = _jobs_window_hours(inputs.jobs)
             self._replay_weight = inputs.horizon_months * HOURS_PER_MONTH / window
             if inputs.demand_growth_per_year != 0:
-                self._flat = _horizon_curves(replace(inputs, demand_growth_per_year=0.0))
+                flat = replace(inputs, demand_growth_per_year=0.0)
+                self._flat = self._shared.horizon_curves(flat)
 
     @property
     def max_useful_gpus(self) -> int:
@@ -105,10 +122,10 @@ class CostModel:
             cloud.idle_release_hours,
         )
         key = (tuple(sorted(sizes)), timing)
-        usage = self._replays.get(key)
+        usage = self._shared.replays.get(key)
         if usage is None:
             usage = replay_jobs(self.inputs.jobs, sizes, cloud, spot_allowed=spot_allowed)
-            self._replays[key] = usage
+            self._shared.replays[key] = usage
         return usage
 
     def cloud_dollars(self, nodes: Sequence[int]) -> float:

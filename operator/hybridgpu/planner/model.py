@@ -14,8 +14,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hybridgpu.core.cost import HOURS_PER_YEAR, CoreNodeCost
+from hybridgpu.models.capacityplan import DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR
 
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0
+
+
+def capital_recovery_factor(rate_per_year: float, years: float) -> float:
+    """The share of a purchase price to pay each year, for ``years`` years, to repay it with
+    interest at ``rate_per_year`` (an annuity): r / (1 - (1 + r)^-n); 1 / n at r = 0."""
+    if rate_per_year == 0:
+        return 1.0 / years
+    return rate_per_year / (1.0 - math.pow(1.0 + rate_per_year, -years))
+
+
+def book_value_share(rate_per_year: float, years: float, age_years: float) -> float:
+    """The share of the purchase price not yet recovered at ``age_years`` when it is recovered
+    as an annuity over ``years`` (1 new, 0 at the end of its life); straight line at r = 0."""
+    age = min(max(age_years, 0.0), years)
+    if rate_per_year == 0:
+        return 1.0 - age / years
+    life = math.pow(1.0 + rate_per_year, years)
+    return (life - math.pow(1.0 + rate_per_year, age)) / (life - 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +52,13 @@ class DemandSample:
 
 @dataclass(frozen=True, slots=True)
 class OwnedNodeType:
-    """A node type that can be owned, with what one node costs."""
+    """A node type that can be owned, with what one node costs.
+
+    Its capex is recovered as an annuity over ``amortization_years`` at
+    ``cost_of_capital_per_year`` (0.08 = 8 %), every hour of the horizon: a node is bought
+    again at the end of its life, and what it is still worth when the horizon ends is its
+    residual value (``residual_value_dollars``), not charged to the plan.
+    """
 
     name: str
     gpus_per_node: int
@@ -45,12 +70,19 @@ class OwnedNodeType:
     ops_per_node_hour: float = 0.0
     max_nodes: int | None = None
     current_nodes: int = 0
+    cost_of_capital_per_year: float = DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR / 100.0
+
+    @property
+    def capital_per_year_dollars(self) -> float:
+        """The annuity that repays one node's capex with interest over its amortization."""
+        factor = capital_recovery_factor(self.cost_of_capital_per_year, self.amortization_years)
+        return self.capex_dollars * factor
 
     @property
     def cost(self) -> CoreNodeCost:
-        """One node-hour: amortized capex, power with PUE, ops; dollars."""
+        """One node-hour: capital recovery, power with PUE, ops; dollars."""
         return CoreNodeCost(
-            capex_per_hour=self.capex_dollars / (self.amortization_years * HOURS_PER_YEAR),
+            capex_per_hour=self.capital_per_year_dollars / HOURS_PER_YEAR,
             power_per_hour=self.power_watts * self.pue * self.electricity_per_kwh / 1000.0,
             ops_per_hour=self.ops_per_node_hour,
         )
@@ -58,6 +90,19 @@ class OwnedNodeType:
     @property
     def node_hour_dollars(self) -> float:
         return self.cost.total_per_hour
+
+    def residual_value_dollars(self, horizon_years: float) -> float:
+        """What one node bought at the start (and again at the end of each life) is still
+        worth when the horizon ends: the capex its annuity has not yet recovered."""
+        age = math.fmod(horizon_years, self.amortization_years)
+        if age == 0:
+            return 0.0  # the horizon ends with a life: nothing left
+        rate = self.cost_of_capital_per_year
+        return self.capex_dollars * book_value_share(rate, self.amortization_years, age)
+
+    def purchases(self, horizon_years: float) -> int:
+        """How many times one node is bought over the horizon (again at each life's end)."""
+        return max(math.ceil(horizon_years / self.amortization_years - 1e-9), 1)
 
     @property
     def gpu_hour_dollars(self) -> float:

@@ -4,17 +4,21 @@ and the CapacityPlan status of it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import (
     CapacityPlanSpec,
     CapacityPlanStatus,
     MonthlyCost,
+    OwnedCapital,
     Recommendation,
     SensitivityRow,
 )
-from hybridgpu.planner.cost import CostModel, ReplayCache
+from hybridgpu.models.capacityplan import (
+    FlipPoint as FlipPointStatus,
+)
+from hybridgpu.planner.cost import CostModel, SharedWork
 from hybridgpu.planner.model import (
     CloudRates,
     DemandSample,
@@ -24,21 +28,42 @@ from hybridgpu.planner.model import (
     PlanInputs,
 )
 from hybridgpu.planner.optimize import OwnedSizeCost, cost_by_owned_gpus, optimal_fleet
+from hybridgpu.planner.sensitivity import (
+    FlipPoint,
+    SensitivityCase,
+    flip_points,
+    sensitivity_cases,
+)
 
 
 @dataclass(frozen=True, slots=True)
-class SensitivityCase:
-    """The plan again with one input changed."""
+class CapitalFigures:
+    """A fleet's hardware money over the horizon, dollars: ``charged`` (in the core cost) is
+    the value the hardware loses plus the cost of capital; ``residual_value`` is what it is
+    still worth at the end (book value), not charged."""
 
-    parameter: str
-    change: str
-    nodes: tuple[int, ...]
-    monthly_dollars: float
-    savings_vs_on_demand: float
+    capex: float
+    """The purchase price of the fleet bought at the start."""
+    purchases: float
+    """Everything bought over the horizon (nodes are bought again at the end of their life)."""
+    charged: float
+    residual_value: float
 
     @property
-    def total_nodes(self) -> int:
-        return sum(self.nodes)
+    def cost_of_capital(self) -> float:
+        return self.charged - (self.purchases - self.residual_value)
+
+
+def capital_figures(inputs: PlanInputs, nodes: Sequence[int]) -> CapitalFigures:
+    """Capex, capital charged over the horizon and residual value of ``nodes`` (per type)."""
+    years = inputs.horizon_months / 12
+    pairs = list(zip(inputs.node_types, nodes, strict=True))
+    return CapitalFigures(
+        capex=sum(n * t.capex_dollars for t, n in pairs),
+        purchases=sum(n * t.capex_dollars * t.purchases(years) for t, n in pairs),
+        charged=sum(n * t.capital_per_year_dollars * years for t, n in pairs),
+        residual_value=sum(n * t.residual_value_dollars(years) for t, n in pairs),
+    )
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,24 @@ class CapacityPlanResult:
     all_on_demand_dollars: float
     cost_curve: tuple[OwnedSizeCost, ...]
     sensitivity: tuple[SensitivityCase, ...] = field(default=())
+    flip_points: tuple[FlipPoint, ...] = field(default=())
+
+    @property
+    def runners_up(self) -> tuple[OwnedSizeCost | None, OwnedSizeCost | None]:
+        """The cheapest fleets owning fewer and more GPUs than the recommendation (None when
+        there is none): how flat the cost is around the choice."""
+        owned = self.recommended.owned_gpus
+        fewer = [c for c in self.cost_curve if c.owned_gpus < owned]
+        more = [c for c in self.cost_curve if c.owned_gpus > owned]
+        return (
+            min(fewer, key=lambda c: c.total_dollars) if fewer else None,
+            min(more, key=lambda c: c.total_dollars) if more else None,
+        )
+
+    @property
+    def capital(self) -> CapitalFigures:
+        """The recommended fleet's capex, capital charged and residual value."""
+        return capital_figures(self.inputs, self.recommended.nodes)
 
     @property
     def months(self) -> float:
@@ -85,63 +128,18 @@ def break_even_utilizations(inputs: PlanInputs) -> dict[str, float]:
     return {t.name: t.gpu_hour_dollars / od for t in inputs.node_types}
 
 
-def _with_electricity(inputs: PlanInputs, factor: float) -> PlanInputs:
-    types = tuple(
-        replace(t, electricity_per_kwh=t.electricity_per_kwh * factor) for t in inputs.node_types
-    )
-    return replace(inputs, node_types=types)
-
-
-def _with_amortization(inputs: PlanInputs, delta_years: float) -> PlanInputs:
-    types = tuple(
-        replace(t, amortization_years=max(t.amortization_years + delta_years, 0.5))
-        for t in inputs.node_types
-    )
-    return replace(inputs, node_types=types)
-
-
-def sensitivity_inputs(inputs: PlanInputs) -> list[tuple[str, str, PlanInputs]]:
-    """The inputs the sensitivity table varies: spot price, electricity, amortization, growth."""
-    cloud = inputs.cloud
-    growth = inputs.demand_growth_per_year
-    cases: list[tuple[str, str, PlanInputs]] = []
-    for pct in (-30, 30):
-        spot = replace(cloud, spot_per_gpu_hour=cloud.spot_per_gpu_hour * (1 + pct / 100))
-        cases.append(("spot price", f"{pct:+d}%", replace(inputs, cloud=spot)))
-    for pct in (-50, 50):
-        cases.append(("electricity price", f"{pct:+d}%", _with_electricity(inputs, 1 + pct / 100)))
-    for years in (-1, 1):
-        cases.append(("amortization years", f"{years:+d}y", _with_amortization(inputs, years)))
-    for points in (-20, 20):
-        grown = max(growth + points / 100, -0.9)
-        cases.append(
-            ("demand growth", f"{points:+d}pp/y", replace(inputs, demand_growth_per_year=grown))
-        )
-    return cases
-
-
 def plan_capacity(inputs: PlanInputs, *, with_sensitivity: bool = True) -> CapacityPlanResult:
     """The cheapest owned fleet for ``inputs`` and everything reported about it."""
-    replays: ReplayCache = {}
-    model = CostModel(inputs, replays)
+    shared = SharedWork()
+    model = CostModel(inputs, shared)
     curve = tuple(cost_by_owned_gpus(model))
     nodes = optimal_fleet(model)
     current = tuple(t.current_nodes for t in inputs.node_types)
     cases: list[SensitivityCase] = []
+    flips: list[FlipPoint] = []
     if with_sensitivity:
-        for parameter, change, varied in sensitivity_inputs(inputs):
-            other = CostModel(varied, replays)
-            other_nodes = optimal_fleet(other)
-            other_total = other.total_dollars(other_nodes)
-            cases.append(
-                SensitivityCase(
-                    parameter=parameter,
-                    change=change,
-                    nodes=other_nodes,
-                    monthly_dollars=other_total / varied.horizon_months,
-                    savings_vs_on_demand=_saving(other_total, other.all_on_demand_dollars()),
-                )
-            )
+        cases = sensitivity_cases(inputs, shared)
+        flips = flip_points(inputs, nodes, shared)
     return CapacityPlanResult(
         inputs=inputs,
         recommended=model.fleet_cost(nodes),
@@ -149,6 +147,7 @@ def plan_capacity(inputs: PlanInputs, *, with_sensitivity: bool = True) -> Capac
         all_on_demand_dollars=model.all_on_demand_dollars(),
         cost_curve=curve,
         sensitivity=tuple(cases),
+        flip_points=tuple(flips),
     )
 
 
@@ -173,6 +172,7 @@ def inputs_from_spec(
                 ops_per_node_hour=c.ops_per_node_hour,
                 max_nodes=c.max_nodes,
                 current_nodes=c.current_nodes,
+                cost_of_capital_per_year=spec.cost_of_capital_percent_per_year / 100.0,
             )
             for c in spec.candidates
         ),
@@ -195,11 +195,9 @@ def plan_status(result: CapacityPlanResult) -> CapacityPlanStatus:
     """The CapacityPlan status fields of a result (conditions and times are the caller's)."""
     fleet = result.recommended
     months = result.months
+    capital = result.capital
     return CapacityPlanStatus(
-        recommendations=[
-            Recommendation(name=t.name, nodes=n)
-            for t, n in zip(result.inputs.node_types, fleet.nodes, strict=True)
-        ],
+        recommendations=_recommendations(result.inputs, fleet.nodes),
         recommended_nodes=sum(fleet.nodes),
         expected_owned_utilization=round(fleet.owned_utilization, 4),
         expected_elastic_gpu_hours=round(fleet.elastic_gpu_hours / months, 1),
@@ -222,4 +220,26 @@ def plan_status(result: CapacityPlanResult) -> CapacityPlanStatus:
             )
             for c in result.sensitivity
         ],
+        owned_capital=OwnedCapital(
+            capex=round(capital.capex, 2),
+            charged=round(capital.charged, 2),
+            cost_of_capital=round(capital.cost_of_capital, 2),
+            residual_value=round(capital.residual_value, 2),
+        ),
+        flip_points=[
+            FlipPointStatus(
+                parameter=f.parameter,
+                change=f.label,
+                value=f.value,
+                recommended_nodes=None if f.nodes is None else sum(f.nodes),
+                recommendations=[] if f.nodes is None else _recommendations(result.inputs, f.nodes),
+            )
+            for f in result.flip_points
+        ],
     )
+
+
+def _recommendations(inputs: PlanInputs, nodes: Sequence[int]) -> list[Recommendation]:
+    return [
+        Recommendation(name=t.name, nodes=n) for t, n in zip(inputs.node_types, nodes, strict=True)
+    ]
