@@ -11,6 +11,7 @@ a checkpoint interval; owned nodes straight line, as GPUPool pricing bills them.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def pool(name: str, tier: str, gpus: int, max_nodes: int) -> PoolState:
     else:
         price = ON_DEMAND if tier == "elastic" else SPOT
         spec |= {"provider": {"type": "fake"}, "pricing": {"perNodeHour": price * gpus}}
-    manifest = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
+    manifest: dict[str, Any] = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
     manifest |= {"metadata": {"name": name}, "spec": spec}
     return PoolState(name=name, spec=GPUPool.model_validate(manifest).spec)
 

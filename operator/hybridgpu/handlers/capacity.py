@@ -38,8 +38,16 @@ class Providers:
     """Builds providers lazily, one per provider type (AWS one per region), and remembers
     interruption notices until the node they name is drained."""
 
-    def __init__(self, fake_factory: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        fake_factory: str,
+        clock: Callable[[], float] = time.time,
+        *,
+        cluster_name: str = "default",
+    ) -> None:
         self._fake_factory = fake_factory
+        self.cluster_name = cluster_name
+        """The hybridgpu.io/cluster tag of the AWS instances launched and found again."""
         self._clock = clock
         self._by_key: dict[str, CapacityProvider] = {}
         self._lock = threading.Lock()
@@ -80,7 +88,7 @@ class Providers:
             return provider
         aws = importlib.import_module("hybridgpu.cloud.aws")
         region = spec.provider.aws.region if spec.provider.aws else None
-        built: CapacityProvider = aws.AWSProvider(region=region)
+        built: CapacityProvider = aws.AWSProvider(region=region, cluster=self.cluster_name)
         return built
 
     def all_providers(self) -> list[CapacityProvider]:
