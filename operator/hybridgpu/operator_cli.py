@@ -60,6 +60,13 @@ def add_parsers(sub: Any) -> None:
         help="factory for pools with provider type fake (tests)",
     )
     run.add_argument(
+        "--cluster-name",
+        metavar="NAME",
+        help="this cluster's name, the hybridgpu.io/cluster tag of the cloud instances it "
+        "launches (default: $HYBRIDGPU_CLUSTER_NAME, else default); unique per cluster "
+        "sharing a cloud account",
+    )
+    run.add_argument(
         "--metrics-port", type=int, help="serve /metrics on this port (default: not served)"
     )
     run.add_argument(
@@ -195,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         lease_namespace=args.lease_namespace or env.lease_namespace,
         lease_seconds=args.lease_seconds,
         fake_provider=args.fake_provider or env.fake_provider,
+        cluster_name=args.cluster_name or env.cluster_name,
         trigger_debounce_seconds=env.trigger_debounce_seconds,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port if args.metrics_port is not None else env.metrics_port,

@@ -601,3 +601,35 @@ def test_fake_and_aws_providers_agree(aws: str) -> None:
 
     assert got_aws == got_fake
     assert got_fake["nodes_at_max"] == 4 and got_fake["target"] == 4
+
+
+def test_the_cluster_name_setting_tags_launches_and_separates_clusters(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clusters in one account, each operator with its --cluster-name: each launches
+    instances tagged with its own name and never counts the other's (the tag was always
+    "default", so two clusters' pools of one name were one pool)."""
+    from hybridgpu.handlers.capacity import Providers
+
+    make_template(aws)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws)  # how the operator is pointed at moto
+    spec = spot_spec(max_nodes=5)
+    europe = Providers("hybridgpu.cloud.fake:FakeProvider", cluster_name="prod-eu")
+    america = Providers("hybridgpu.cloud.fake:FakeProvider", cluster_name="prod-us")
+    for providers in (europe, america):
+        providers.set_pools({"spot": spec})
+
+    europe.scale_up("spot", 2)
+
+    launched = europe.for_spec(spec).instances("spot", spec)
+    described = client(aws, "ec2").describe_instances(InstanceIds=[i.instance_id for i in launched])
+    tags = [
+        {t["Key"]: t["Value"] for t in inst["Tags"]}["hybridgpu.io/cluster"]
+        for reservation in described["Reservations"]
+        for inst in reservation["Instances"]
+    ]
+    assert tags == ["prod-eu", "prod-eu"]
+    assert america.for_spec(spec).instances("spot", spec) == []
+    america.scale_up("spot", 1)
+    assert len(america.for_spec(spec).instances("spot", spec)) == 1
+    assert len(europe.for_spec(spec).instances("spot", spec)) == 2

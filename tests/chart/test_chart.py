@@ -59,6 +59,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "annotations": {"eks.amazonaws.com/role-arn": IRSA_ROLE},
     },
     "operator": {
+        "clusterName": "prod-eu-1",
         "leaseSeconds": 30,
         "healthPort": 8090,
         "verbose": True,
@@ -189,6 +190,9 @@ def test_deployment_runs_hybridgpu_run_with_flags_it_accepts(values_dir: Path) -
         assert parsed.liveness == f"http://0.0.0.0:{health_port}/healthz"
         assert parsed.metrics_port == metrics_port
         assert parsed.metrics_address == "0.0.0.0"  # reachable through the Service
+        assert parsed.cluster_name == (values or {}).get("operator", {}).get(
+            "clusterName", "default"
+        )
         webhook_port = (values or {}).get("webhook", {}).get("port", 9443)
         assert parsed.webhook_port == webhook_port
         assert parsed.webhook_address == "0.0.0.0"  # reachable through the webhook Service
@@ -740,7 +744,7 @@ def _pyproject() -> dict[str, Any]:
 
 def exported_metrics() -> dict[str, tuple[str, set[str]]]:
     """Series name -> (family, labels) of everything the operator exports."""
-    exported = ExportedMetrics(tokens_counter="vllm:generation_tokens_total")
+    exported = ExportedMetrics()
     series: dict[str, tuple[str, set[str]]] = {}
     for collector in vars(exported).values():
         if not isinstance(collector, MetricWrapperBase):

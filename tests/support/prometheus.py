@@ -4,7 +4,8 @@ Import the fixtures into a test module: ``from support.prometheus import dcgm, p
 
 - ``dcgm`` (session): a prometheus_client HTTP server on 127.0.0.1 serving the DCGM
   exporter's metrics (``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``,
-  ``DCGM_FI_DEV_XID_ERRORS``) and OpenCost's ``node_gpu_hourly_cost``; tests set values.
+  ``DCGM_FI_DEV_XID_ERRORS``), OpenCost's ``node_gpu_hourly_cost`` and vLLM's
+  ``vllm:generation_tokens_total``; tests set values.
 - ``prometheus`` (session): ``/usr/bin/prometheus`` on a free 127.0.0.1 port with a temp
   config scraping ``dcgm`` every second, its TSDB pre-filled with history by
   ``promtool tsdb create-blocks-from openmetrics`` (:data:`HISTORY`). Stopped at the end,
@@ -17,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -24,10 +26,11 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 
 from support.moto import free_port
 
@@ -57,13 +60,16 @@ def promtool_binary() -> str:
 
 @dataclass
 class FakeDCGM:
-    """What a DCGM exporter (plus OpenCost) would expose; set values per node and GPU."""
+    """What a DCGM exporter (plus OpenCost and vLLM) would expose; set values per node and
+    GPU."""
 
     registry: CollectorRegistry
     util: Gauge
     engine_active: Gauge
     xid: Gauge
     gpu_hourly_cost: Gauge
+    generated_tokens: Counter
+    """vLLM's vllm:generation_tokens_total, labels pod and kubernetes_node."""
     server: WSGIServer
 
     @property
@@ -95,8 +101,27 @@ def start_fake_dcgm() -> FakeDCGM:
     )
     xid = Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error.", labels, registry=registry)
     cost = Gauge("node_gpu_hourly_cost", "OpenCost GPU hourly cost.", ["node"], registry=registry)
-    server, _thread = start_http_server(0, "127.0.0.1", registry=registry)
-    return FakeDCGM(registry, util, engine, xid, cost, server)
+    tokens = Counter(
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        ["pod", "kubernetes_node"],
+        registry=registry,
+    )
+    app = make_wsgi_app(registry)
+
+    def text_format(environ: dict[str, object], start_response: Any) -> Any:
+        # The classic text format, as vLLM serves it: prometheus_client's OpenMetrics output
+        # would turn vllm:generation_tokens_total into vllm_generation_tokens_total.
+        return app({k: v for k, v in environ.items() if k != "HTTP_ACCEPT"}, start_response)
+
+    server = make_server("127.0.0.1", 0, text_format, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return FakeDCGM(registry, util, engine, xid, cost, tokens, server)
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return
 
 
 @pytest.fixture(scope="session")

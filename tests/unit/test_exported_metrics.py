@@ -310,17 +310,66 @@ def test_a_decision_repeated_by_consecutive_ticks_counts_once() -> None:
     )
 
 
-def test_cost_per_million_tokens_only_when_a_tokens_counter_is_configured() -> None:
-    plain = ExportedMetrics()
-    assert plain.cost_per_million_tokens_dollars is None
-    m = ExportedMetrics(tokens_counter="vllm:generation_tokens_total")
+def test_cost_per_million_tokens_is_the_pools_cost_over_its_tokens() -> None:
+    m = ExportedMetrics()
     snap = snapshot_with()
     m.record_plan(Plan(decided_at=T0), snap, T0)
+    labels = {"pool": "elastic", "tier": "elastic"}
+    assert m.registry.get_sample_value(PREFIX + "cost_per_million_tokens_dollars", labels) is None
+
     m.record_plan(Plan(decided_at=T0 + 3600), snap, T0 + 3600)  # 3 nodes x $32 for an hour
     m.record_tokens("elastic", 2_000_000)
 
-    got = sample(m, "cost_per_million_tokens_dollars", pool="elastic", tier="elastic")
-    assert got == pytest.approx(96.0 / 2)
+    assert sample(m, "cost_per_million_tokens_dollars", **labels) == pytest.approx(96.0 / 2)
+
+
+def two_policies() -> tuple[ClusterSnapshot, ClusterSnapshot]:
+    """Policy a's snapshot holds only the elastic pool, policy b's only the spot pool."""
+    a = ClusterSnapshot(
+        taken_at=T0,
+        pools=(PoolState("elastic", ELASTIC),),
+        nodes=(NodeState("e1", "elastic", 8),),
+    )
+    b = ClusterSnapshot(
+        taken_at=T0, pools=(PoolState("spot", SPOT),), nodes=(NodeState("s1", "spot", 8),)
+    )
+    return a, b
+
+
+def test_with_two_policies_each_pool_is_charged_for_all_the_time() -> None:
+    """Ticks of two policies alternate every 10 s for an hour: each pool costs its rate for
+    the whole hour, not only for the seconds after its own policy's ticks."""
+    m = ExportedMetrics()
+    a, b = two_policies()
+    for step in range(361):
+        m.record_plan(Plan(decided_at=T0 + 10 * step), a, T0 + 10 * step, policy="a")
+        m.record_plan(Plan(decided_at=T0 + 10 * step + 5), b, T0 + 10 * step + 5, policy="b")
+
+    assert sample(m, "cost_dollars_total", pool="elastic", tier="elastic") == pytest.approx(32.0)
+    assert sample(m, "cost_dollars_total", pool="spot", tier="spot") == pytest.approx(12.0)
+
+
+def test_with_two_policies_one_policys_tick_keeps_the_others_series_and_decisions() -> None:
+    m = ExportedMetrics()
+    a, b = two_policies()
+    release = ReleaseNode(pool="elastic", node="e1", reason="idle")
+    for tick in range(3):
+        m.record_plan(Plan(decided_at=T0 + tick, actions=(release,)), a, T0 + tick, policy="a")
+        m.record_plan(Plan(decided_at=T0 + tick), b, T0 + tick, policy="b")
+
+    # The release policy a repeats while it drains is one decision.
+    assert sample(m, "decisions_total", action="release_node") == 1
+    # Policy b's tick did not wipe the elastic pool's gauges.
+    assert sample(m, "pool_cost_per_hour_dollars", pool="elastic", tier="elastic") == 32.0
+    assert sample(m, "pool_nodes", pool="elastic", tier="elastic", state="ready") == 1
+    # A pool that leaves its policy loses its series.
+    empty = ClusterSnapshot(taken_at=T0 + 3, pools=(), nodes=())
+    m.record_plan(Plan(decided_at=T0 + 3), empty, T0 + 3, policy="a")
+    got = m.registry.get_sample_value(
+        PREFIX + "pool_cost_per_hour_dollars", {"pool": "elastic", "tier": "elastic"}
+    )
+    assert got is None
+    assert sample(m, "pool_cost_per_hour_dollars", pool="spot", tier="spot") == 12.0
 
 
 @pytest.mark.adapters

@@ -6,6 +6,7 @@ elastic/spot hour = the pool's price (static, or read from the provider for spot
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -81,18 +82,19 @@ def marginal_gpu_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = 
     return gpu_hour_dollars(spec, provider_price)
 
 
+def node_hour_from_gpu_prices(
+    spec: GPUPoolSpec, gpu_hour_dollars_of_nodes: Iterable[float]
+) -> float | None:
+    """A node-hour of the pool priced from what one GPU-hour of each of its nodes costs (e.g.
+    OpenCost's ``node_gpu_hourly_cost``), dollars: the dearest node's, so a budget computed
+    from it holds whichever node is added; None without a usable price."""
+    prices = [p for p in gpu_hour_dollars_of_nodes if math.isfinite(p) and p > 0]
+    return max(prices) * spec.gpu.per_node if prices else None
+
+
 def is_cloud(tier: str) -> bool:
     """Elastic and spot capacity is rented by the hour; core is owned."""
     return tier != Tier.CORE
-
-
-def cloud_cost_per_hour(pool_node_counts: Iterable[tuple[GPUPoolSpec, int, float | None]]) -> float:
-    """Cloud spend rate of (spec, node count, provider price) triples, dollars/hour."""
-    return sum(
-        node_hour_dollars(spec, price) * count
-        for spec, count, price in pool_node_counts
-        if is_cloud(spec.tier)
-    )
 
 
 def projected_month_dollars(spent: float, hourly: float, hours_left: float) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hybridgpu.core.cost import node_hour_from_gpu_prices
 from hybridgpu.core.decide import decide
 from hybridgpu.handlers.capacity import Providers
 from hybridgpu.handlers.options import OperatorOptions
@@ -28,11 +29,11 @@ from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, SCALINGPOLICIES
 from hybridgpu.kube.snapshot import Measurements, build_snapshot
 from hybridgpu.kube.status import policy_status, pool_status
 from hybridgpu.metrics.exported import METRICS, ExportedMetrics
-from hybridgpu.metrics.prometheus import PrometheusClient
+from hybridgpu.metrics.prometheus import PrometheusClient, TokenCounter
 from hybridgpu.models.actions import Plan
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.pool import GPUPoolSpec
-from hybridgpu.models.snapshot import BudgetState, MetricsHealth
+from hybridgpu.models.pool import GPUPoolSpec, Tier
+from hybridgpu.models.snapshot import BudgetState, ClusterSnapshot, MetricsHealth
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,30 @@ def spent_so_far(status: dict[str, Any], now: float) -> float:
     if last is None or month_hours(last)[0] != month_hours(now)[0]:
         return 0.0 if last is not None else spent
     return spent + float(budget.get("hourlyCost") or 0.0) * max(0.0, now - last) / 3600
+
+
+@dataclass
+class Measured:
+    """What one tick measured besides the cluster's objects."""
+
+    measurements: Measurements
+    provider_errors: dict[str, str]
+    """Pool -> why its provider failed."""
+    unhealthy: dict[str, list[str]]
+    """Pool -> instances replaced for never registering, one line each."""
+    tokens_by_node: dict[str, float]
+    """Tokens generated on each node since this policy's last tick."""
+
+
+def tokens_by_pool(snapshot: ClusterSnapshot, tokens_by_node: dict[str, float]) -> dict[str, float]:
+    """Tokens of the snapshot's nodes, added up per pool (other nodes are left out)."""
+    pool_of = {node.name: node.pool for node in snapshot.nodes}
+    out: dict[str, float] = {}
+    for node, tokens in tokens_by_node.items():
+        pool = pool_of.get(node)
+        if pool is not None:
+            out[pool] = out.get(pool, 0.0) + tokens
+    return out
 
 
 @dataclass
@@ -85,10 +110,12 @@ class Reconciler:
         self.metrics = metrics
         self.options = options
         self.clock = clock
-        self.providers = Providers(options.fake_provider, clock)
+        self.providers = Providers(options.fake_provider, clock, cluster_name=options.cluster_name)
         self.executor = PlanExecutor(cluster, self.providers, clock)
         self.idle_by_policy: dict[str, IdleTracker] = {}
         """Idle clocks by policy, then node: a policy's snapshot forgets only its own nodes."""
+        self.tokens_by_policy: dict[str, TokenCounter] = {}
+        """Last tokens counter values by policy (each reads on its own ticks)."""
         self.lease = LeaderLease(
             cluster, options.lease_namespace, LEASE_NAME, options.identity, options.lease_seconds
         )
@@ -107,6 +134,7 @@ class Reconciler:
     def forget_wake_event(self, policy: str) -> None:
         self._wake.pop(policy, None)
         self.idle_by_policy.pop(policy, None)
+        self.tokens_by_policy.pop(policy, None)
 
     def trigger_all(self) -> None:
         """Wake every policy's loop (pending GPU pods, nodes that came or went)."""
@@ -150,9 +178,7 @@ class Reconciler:
         ):
             objects = self.cluster.read_objects()  # a move finished: see its new pods
 
-        measured, provider_errors, unhealthy = self._measure(
-            policy, pools, objects.nodes, body, now
-        )
+        measured = self._measure(policy_name, policy, pools, objects.nodes, body, now)
         # Unpinned pods are the "default" policy's demand, or everyone's when there is none.
         owns_unpinned = policy_name == DEFAULT_POLICY or DEFAULT_POLICY not in {
             p["metadata"]["name"] for p in self.cluster.list_policies()
@@ -160,7 +186,7 @@ class Reconciler:
         snapshot = build_snapshot(
             objects,
             pools,
-            measured,
+            measured.measurements,
             self.idle_by_policy.setdefault(policy_name, IdleTracker()),
             now,
             unpinned_demand=owns_unpinned,
@@ -168,13 +194,19 @@ class Reconciler:
         plan = decide(snapshot, policy, now)
         result.plan = plan
         self.metrics.record_plan(
-            plan, snapshot, now, budget_limit_dollars=policy.budget.monthly_limit
+            plan,
+            snapshot,
+            now,
+            budget_limit_dollars=policy.budget.monthly_limit,
+            policy=policy_name,
         )
+        for pool, tokens in tokens_by_pool(snapshot, measured.tokens_by_node).items():
+            self.metrics.record_tokens(pool, tokens)
         execution = self.executor.execute(
             plan, snapshot, pools, policy=policy_name, dry_run=policy.dry_run
         )
         result.errors += execution.errors
-        provider_errors |= execution.provider_errors
+        measured.provider_errors |= execution.provider_errors
         if not policy.dry_run:
             result.errors += self.executor.finish_interrupted(snapshot, pools)
             self.executor.shape_nodes(objects.nodes, pools)
@@ -192,8 +224,6 @@ class Reconciler:
             pools,
             bodies,
             measured,
-            provider_errors,
-            unhealthy,
         )
         if plan.actions or plan.blocked:
             log.info("tick %s: %s", policy_name, "; ".join(plan.explain()))
@@ -222,21 +252,23 @@ class Reconciler:
 
     def _measure(
         self,
+        policy_name: str,
         policy: ScalingPolicySpec,
         pools: dict[str, GPUPoolSpec],
         nodes: list[dict[str, Any]],
         body: dict[str, Any],
         now: float,
-    ) -> tuple[Measurements, dict[str, str], dict[str, list[str]]]:
+    ) -> Measured:
         errors: dict[str, str] = {}
         unhealthy: dict[str, list[str]] = {}
         utilization: dict[str, float] = {}
         stale: set[str] = set()
         xid: dict[str, int] = {}
+        gpu_prices: dict[str, float] = {}
+        tokens: dict[str, float] = {}
         if policy.prometheus.url:
-            readings = PrometheusClient(policy.prometheus.url, clock=self.clock).readings(
-                policy.prometheus
-            )
+            client = PrometheusClient(policy.prometheus.url, clock=self.clock)
+            readings = client.readings(policy.prometheus)
             health = readings.health
             for node, reading in readings.utilization.items():
                 if reading.stale:
@@ -244,16 +276,22 @@ class Reconciler:
                 else:
                     utilization[node] = reading.percent
             xid = dict(readings.xid_gpus)
+            gpu_prices = dict(readings.gpu_hourly_cost_dollars)
+            if readings.token_counters is not None:
+                counter = self.tokens_by_policy.setdefault(policy_name, TokenCounter())
+                tokens = counter.increase_by_node(readings.token_counters, client.node_of)
         else:
             # No Prometheus configured: idle means "no GPU pods", which is never blind.
             health = MetricsHealth(available=True, reason="no Prometheus configured")
         selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
         joined: dict[str, int] = {}
+        members: dict[str, list[str]] = {}
         provider_ids: set[str] = set()
         for raw in nodes:
             member = pool_of_node(raw, selectors)
             if member is not None:
                 joined[member] = joined.get(member, 0) + 1
+                members.setdefault(member, []).append(str(raw["metadata"]["name"]))
             if (raw.get("spec") or {}).get("providerID"):
                 provider_ids.add(str(raw["spec"]["providerID"]))
         provisioning: dict[str, int] = {}
@@ -269,13 +307,21 @@ class Reconciler:
                     prices[name] = price
             except Exception as err:  # a failing provider must not stop the other pools
                 errors[name] = str(err)
+        for name, spec in pools.items():
+            # A spot pool priced fromProvider whose provider has no price: OpenCost's.
+            if spec.tier == Tier.SPOT and spec.pricing.from_provider and name not in prices:
+                found = node_hour_from_gpu_prices(
+                    spec, (gpu_prices[n] for n in members.get(name, []) if n in gpu_prices)
+                )
+                if found is not None:
+                    prices[name] = found
         deadlines = self.providers.poll_interruptions(errors)
         _, hours_left = month_hours(now)
         budget = BudgetState(
             spent_this_month_dollars=spent_so_far(body.get("status") or {}, now),
             hours_left_in_month=hours_left,
         )
-        return (
+        return Measured(
             Measurements(
                 utilization_by_node=utilization,
                 stale_nodes=frozenset(stale),
@@ -289,6 +335,7 @@ class Reconciler:
             ),
             errors,
             unhealthy,
+            tokens,
         )
 
     def _report(
@@ -300,10 +347,9 @@ class Reconciler:
         snapshot: Any,
         pools: dict[str, GPUPoolSpec],
         bodies: dict[str, Any],
-        measured: Measurements,
-        provider_errors: dict[str, str],
-        unhealthy: dict[str, list[str]],
+        measured: Measured,
     ) -> None:
+        budget = measured.measurements.budget
         status = body.get("status") or {}
         self.cluster.patch_status(
             SCALINGPOLICIES,
@@ -311,9 +357,9 @@ class Reconciler:
             policy_status(
                 plan,
                 generation=body["metadata"].get("generation"),
-                spent_this_month=measured.budget.spent_this_month_dollars,
-                hours_left_in_month=measured.budget.hours_left_in_month,
-                metrics_reason=measured.metrics.reason,
+                spent_this_month=budget.spent_this_month_dollars,
+                hours_left_in_month=budget.hours_left_in_month,
+                metrics_reason=measured.measurements.metrics.reason,
                 dry_run=policy.dry_run,
                 old_conditions=status.get("conditions") or [],
             ),
@@ -329,8 +375,8 @@ class Reconciler:
                     plan,
                     generation=bodies[name]["metadata"].get("generation"),
                     old_conditions=old.get("conditions") or [],
-                    provider_error=provider_errors.get(name),
-                    unregistered=unhealthy.get(name, []),
+                    provider_error=measured.provider_errors.get(name),
+                    unregistered=measured.unhealthy.get(name, []),
                     last_scale_time=old.get("lastScaleTime"),
                 ),
             )

@@ -22,6 +22,9 @@ class OperatorOptions:
     lease_seconds: float = 15.0
     fake_provider: str = DEFAULT_FAKE_PROVIDER
     """``module:attribute`` of the factory used for pools with provider type fake."""
+    cluster_name: str = "default"
+    """Tag value ``hybridgpu.io/cluster`` of the cloud instances this operator launches and
+    finds again: unique per cluster sharing a cloud account."""
     trigger_debounce_seconds: float = 0.3
     metrics_address: str = "127.0.0.1"
     metrics_port: int | None = None
@@ -46,6 +49,7 @@ class OperatorOptions:
             or "default",
             lease_seconds=float(env.get("HYBRIDGPU_LEASE_SECONDS", "15")),
             fake_provider=env.get("HYBRIDGPU_FAKE_PROVIDER", DEFAULT_FAKE_PROVIDER),
+            cluster_name=env.get("HYBRIDGPU_CLUSTER_NAME") or "default",
             trigger_debounce_seconds=float(env.get("HYBRIDGPU_DEBOUNCE_SECONDS", "0.3")),
             metrics_address=env.get("HYBRIDGPU_METRICS_ADDRESS", "127.0.0.1"),
             metrics_port=int(env["HYBRIDGPU_METRICS_PORT"])

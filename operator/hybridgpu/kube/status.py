@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hybridgpu.core.cost import node_hour_dollars
+from hybridgpu.core.cost import node_hour_dollars, projected_month_dollars
 from hybridgpu.kube.convert import rfc3339
 from hybridgpu.models.actions import Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.base import Condition
@@ -184,7 +184,10 @@ def policy_status(
         budget=BudgetStatus(
             spent_this_month=round(spent_this_month, 4),
             projected_month=round(
-                spent_this_month + plan.cloud_cost_per_hour * hours_left_in_month, 2
+                projected_month_dollars(
+                    spent_this_month, plan.cloud_cost_per_hour, hours_left_in_month
+                ),
+                2,
             ),
             hourly_cost=round(plan.cloud_cost_per_hour, 4),
         ),

@@ -6,15 +6,17 @@ reconcile tick with :meth:`ExportedMetrics.record_plan` (the plan and the snapsh
 decided on) and serves ``/metrics`` with :func:`serve`.
 
 Cost counters are integrals of cost rates over time, computed by :class:`CostMeter` from
-the times passed in (never the wall clock): between two observations every pool costs what
+the times passed in (never the wall clock): between two observations of a pool it costs what
 the first of them said (nodes, provisioning instances included, times the node-hour price
-of ``core.cost``). Each pool's cost is split over its GPUs: the share of GPUs allocated to a
-namespace's pods goes to ``namespace_cost_dollars_total``, the rest to
-``idle_gpu_cost_dollars_total``; the two add up to ``cost_dollars_total``.
+of ``core.cost``). Each ScalingPolicy's tick observes only its own pools, so everything kept
+between ticks is kept per pool, or per policy. Each pool's cost is split over its GPUs: the
+share of GPUs allocated to a namespace's pods goes to ``namespace_cost_dollars_total``, the
+rest to ``idle_gpu_cost_dollars_total``; the two add up to ``cost_dollars_total``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
@@ -66,6 +68,7 @@ class CostTotals:
     """(pool, tier) -> dollars of GPUs no pod requested."""
     allocated_gpu_hours: float = 0.0
     tokens_by_pool: dict[str, float] = field(default_factory=dict)
+    """pool -> tokens its nodes generated (see :meth:`ExportedMetrics.record_tokens`)."""
 
     @property
     def dollars(self) -> float:
@@ -103,26 +106,32 @@ def pool_rates(snapshot: ClusterSnapshot) -> dict[str, _PoolRate]:
 
 
 class CostMeter:
-    """Integrates pool cost rates over time (seconds since the epoch, passed in)."""
+    """Integrates pool cost rates over time (seconds since the epoch, passed in).
+
+    Each pool is charged from its own last observation: a snapshot (one ScalingPolicy's)
+    that leaves a pool out neither charges nor forgets it.
+    """
 
     def __init__(self) -> None:
         self.totals = CostTotals()
         self._rates: dict[str, _PoolRate] = {}
-        self._last: float | None = None
+        self._last: dict[str, float] = {}
 
     def observe(self, snapshot: ClusterSnapshot, now: float) -> CostTotals:
-        """Charge the time since the last observation at the rates seen then; take new rates.
+        """Charge each pool of the snapshot for the time since it was last observed, at the
+        rate seen then; take its new rate.
 
         Returns the increments charged by this call (for the counters).
         """
         charged = CostTotals()
-        if self._last is not None and now > self._last:
-            hours = min(now - self._last, MAX_INTEGRATION_STEP_SECONDS) / SECONDS_PER_HOUR
-            for pool, rate in self._rates.items():
-                self._charge(charged, pool, rate, hours)
-        if self._last is None or now > self._last:
-            self._last = now
-        self._rates = pool_rates(snapshot)
+        for pool, rate in pool_rates(snapshot).items():
+            last = self._last.get(pool)
+            if last is not None and now > last and pool in self._rates:
+                hours = min(now - last, MAX_INTEGRATION_STEP_SECONDS) / SECONDS_PER_HOUR
+                self._charge(charged, pool, self._rates[pool], hours)
+            if last is None or now > last:
+                self._last[pool] = now
+            self._rates[pool] = rate
         _merge(self.totals, charged)
         return charged
 
@@ -170,16 +179,15 @@ def _action_key(action: Action) -> tuple[str, ...] | None:
 
 
 class ExportedMetrics:
-    """The operator's metrics on one registry. ``tokens_counter`` (e.g. vLLM's
-    ``vllm:generation_tokens_total``) enables ``cost_per_million_tokens_dollars``."""
+    """The operator's metrics on one registry."""
 
-    def __init__(
-        self, registry: CollectorRegistry | None = None, *, tokens_counter: str | None = None
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.tokens_counter = tokens_counter
         self.meter = CostMeter()
-        self._ongoing: set[tuple[str, ...]] = set()
+        self._ongoing_by_policy: dict[str, set[tuple[str, ...]]] = {}
+        """Actions being carried out, by ScalingPolicy: counted when they first appear."""
+        self._pools_by_policy: dict[str, dict[str, str]] = {}
+        """pool -> tier of each policy's last tick: whose series to drop when a pool goes."""
         r = self.registry
         p = PREFIX
         self.pool_nodes = Gauge(
@@ -274,14 +282,14 @@ class ExportedMetrics:
             "All pools' cost divided by the GPU-hours allocated to pods since start, dollars.",
             registry=r,
         )
-        self.cost_per_million_tokens_dollars: Gauge | None = None
-        if tokens_counter:
-            self.cost_per_million_tokens_dollars = Gauge(
-                p + "cost_per_million_tokens_dollars",
-                f"Cost of the pool per million tokens of {tokens_counter}, dollars.",
-                ["pool", "tier"],
-                registry=r,
-            )
+        self.cost_per_million_tokens_dollars = Gauge(
+            p + "cost_per_million_tokens_dollars",
+            "Cost of the pool divided by the tokens its nodes generated (the ScalingPolicy's "
+            "prometheus.tokensQuery), times a million, since the operator started, dollars; "
+            "absent until tokens are counted.",
+            ["pool", "tier"],
+            registry=r,
+        )
         for level in Criticality:
             self.pending_gpu_requests.labels(criticality=level.value).set(0)
 
@@ -294,12 +302,13 @@ class ExportedMetrics:
         now: float,
         *,
         budget_limit_dollars: float | None = None,
+        policy: str = "default",
     ) -> None:
-        """Update every metric from one tick: the plan decided on ``snapshot`` at ``now``
-        (seconds since the epoch)."""
+        """Update every metric from one tick of ``policy``: the plan decided on ``snapshot``
+        at ``now`` (seconds since the epoch)."""
         self._record_cost(snapshot, now)
-        self._record_pools(snapshot)
-        self._record_actions(plan, snapshot)
+        self._record_pools(snapshot, policy)
+        self._record_actions(plan, snapshot, policy)
         for level in Criticality:
             gpus = plan.pending_gpus.get(level.value, 0)
             self.pending_gpu_requests.labels(criticality=level.value).set(gpus)
@@ -308,7 +317,8 @@ class ExportedMetrics:
             self.budget_limit_dollars.set(budget_limit_dollars)
 
     def record_tokens(self, pool: str, tokens: float) -> None:
-        """Add tokens generated on the pool's nodes (an increase of the tokens counter)."""
+        """Add tokens generated on the pool's nodes since its last tick (an increase of the
+        tokens counter over the same interval the tick's cost was charged for)."""
         if tokens > 0 and math.isfinite(tokens):
             totals = self.meter.totals.tokens_by_pool
             totals[pool] = totals.get(pool, 0.0) + tokens
@@ -335,23 +345,20 @@ class ExportedMetrics:
 
     def _record_token_cost(self) -> None:
         gauge = self.cost_per_million_tokens_dollars
-        if gauge is None:
-            return
         totals = self.meter.totals
         for (pool, tier), dollars in totals.by_pool.items():
             tokens = totals.tokens_by_pool.get(pool, 0.0)
             if tokens > 0:
                 gauge.labels(pool=pool, tier=tier).set(dollars / tokens * 1e6)
 
-    def _record_pools(self, snapshot: ClusterSnapshot) -> None:
+    def _record_pools(self, snapshot: ClusterSnapshot, policy: str) -> None:
         rates = self.meter.rates()
-        for gauge in (
-            self.pool_nodes,
-            self.pool_gpus,
-            self.pool_gpu_utilization_ratio,
-            self.pool_cost_per_hour_dollars,
-        ):
-            gauge.clear()  # pools that went away lose their series
+        now_pools = {pool.name: str(pool.tier) for pool in snapshot.pools}
+        # Pools that left this policy lose their series; other policies' pools keep theirs.
+        for gone, gone_tier in self._pools_by_policy.get(policy, {}).items():
+            if now_pools.get(gone) != gone_tier:
+                self._forget_pool(gone, gone_tier)
+        self._pools_by_policy[policy] = now_pools
         allocated_on: dict[str, int] = {}
         for pod in snapshot.pods:
             if pod.node is not None:
@@ -379,18 +386,33 @@ class ExportedMetrics:
             if fresh and snapshot.metrics.available:
                 ratio = sum(fresh) / len(fresh) / 100.0
                 self.pool_gpu_utilization_ratio.labels(pool=pool.name, tier=tier).set(ratio)
+            else:
+                _remove(self.pool_gpu_utilization_ratio, pool.name, tier)
             self.pool_cost_per_hour_dollars.labels(pool=pool.name, tier=tier).set(
                 rates.get(pool.name, 0.0)
             )
 
-    def _record_actions(self, plan: Plan, snapshot: ClusterSnapshot) -> None:
+    def _forget_pool(self, pool: str, tier: str) -> None:
+        for state in ("ready", "not_ready", "cordoned", "provisioning"):
+            _remove(self.pool_nodes, pool, tier, state)
+        for state in ("allocated", "idle"):
+            _remove(self.pool_gpus, pool, tier, state)
+        for gauge in (
+            self.pool_gpu_utilization_ratio,
+            self.pool_cost_per_hour_dollars,
+            self.cost_per_million_tokens_dollars,
+        ):
+            _remove(gauge, pool, tier)
+
+    def _record_actions(self, plan: Plan, snapshot: ClusterSnapshot, policy: str) -> None:
         tiers = {p.name: str(p.tier) for p in snapshot.pools}
+        before = self._ongoing_by_policy.get(policy, set())
         ongoing: set[tuple[str, ...]] = set()
         for action in plan.actions:
             key = _action_key(action)
             if key is not None:
                 ongoing.add(key)
-                if key in self._ongoing:
+                if key in before:
                     continue  # the same decision as last tick, still being carried out
             self.decisions.labels(action=action.kind.value).inc()
             if isinstance(action, ScaleUp):
@@ -404,7 +426,13 @@ class ExportedMetrics:
                 to_tier = tiers.get(action.to_pool or "", "requeue")
                 reason = "consolidate" if action.kind == ActionKind.CONSOLIDATE else "preempt"
                 self.preemptions.labels(from_tier=from_tier, to_tier=to_tier, reason=reason).inc()
-        self._ongoing = ongoing
+        self._ongoing_by_policy[policy] = ongoing
+
+
+def _remove(gauge: Gauge, *labels: str) -> None:
+    """Drop one series of ``gauge`` if it is there."""
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)
 
 
 METRICS = ExportedMetrics()
@@ -417,10 +445,13 @@ def record_plan(
     now: float,
     *,
     budget_limit_dollars: float | None = None,
+    policy: str = "default",
     metrics: ExportedMetrics = METRICS,
 ) -> None:
     """Update the operator's metrics from one tick (see :meth:`ExportedMetrics.record_plan`)."""
-    metrics.record_plan(plan, snapshot, now, budget_limit_dollars=budget_limit_dollars)
+    metrics.record_plan(
+        plan, snapshot, now, budget_limit_dollars=budget_limit_dollars, policy=policy
+    )
 
 
 def serve(port: int, addr: str = "127.0.0.1", *, metrics: ExportedMetrics = METRICS) -> WSGIServer:

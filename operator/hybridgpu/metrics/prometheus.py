@@ -7,6 +7,9 @@
   absent. Neither is ever reported as 0%.
 - GPUs with XID errors per node (``DCGM_FI_DEV_XID_ERRORS``, the last XID code of a GPU);
 - OpenCost's ``node_gpu_hourly_cost`` per node when it is there;
+- a counter of generated tokens per node (``tokensQuery``, vLLM's
+  ``vllm:generation_tokens_total`` by default), turned into tokens per tick by
+  :class:`TokenCounter`;
 - range queries for the TCO planner's demand history.
 
 Results are plain dataclasses keyed by Kubernetes node name, taken from the first non-empty
@@ -94,6 +97,9 @@ class GPUReadings:
     """GPUs of the node that reported a non-zero XID code within the window."""
     gpu_hourly_cost_dollars: dict[str, float] = field(default_factory=dict)
     """OpenCost's price of one GPU-hour of the node; empty when OpenCost is not there."""
+    token_counters: list[Sample] | None = None
+    """Current values of the tokens counter, one per series; None when it is not configured
+    or could not be read (not the same as no tokens)."""
 
     def utilization_percent(self, node: str) -> float | None:
         """The node's utilization, or None when it is unknown or stale (never 0 for unknown)."""
@@ -219,10 +225,10 @@ class PrometheusClient:
         samples = self.query(f"avg by ({self._by()}) ({OPENCOST_GPU_COST_METRIC})")
         return self._per_node(samples, mean=True)
 
-    def tokens_by_node(self, counter: str, window: str = "5m") -> dict[str, float]:
-        """Increase of a tokens counter (e.g. ``vllm:generation_tokens_total``) per node."""
-        samples = self.query(f"sum by ({self._by()}) (increase({counter}[{window}]))")
-        return self._per_node(samples, mean=False, add=True)
+    def token_counters(self, counter: str) -> list[Sample]:
+        """Current values of a tokens counter (e.g. ``vllm:generation_tokens_total``), one
+        sample per series; :class:`TokenCounter` turns them into tokens per node."""
+        return self.query(counter)
 
     def readings(self, spec: PrometheusSpec) -> GPUReadings:
         """One tick's GPU readings under a ScalingPolicy's ``prometheus`` settings.
@@ -255,12 +261,18 @@ class PrometheusClient:
                 health = MetricsHealth(available=True, age_seconds=freshest)
         xid: dict[str, int] = {}
         cost: dict[str, float] = {}
+        tokens: list[Sample] | None = None
         try:
             xid = self.xid_gpus(spec.window)
             cost = self.gpu_hourly_cost_dollars()
         except MetricsUnavailable as exc:
             log.warning("XID errors or GPU prices unavailable: %s", exc)
-        return GPUReadings(now, health, utilization, xid, cost)
+        if spec.tokens_query:
+            try:
+                tokens = self.token_counters(spec.tokens_query)
+            except MetricsUnavailable as exc:
+                log.warning("tokens counter %s unavailable: %s", spec.tokens_query, exc)
+        return GPUReadings(now, health, utilization, xid, cost, tokens)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -325,6 +337,39 @@ class PrometheusClient:
         if not isinstance(data, dict):
             raise MetricsUnavailable(f"Prometheus at {self.url} sent no data")
         return data
+
+
+class TokenCounter:
+    """Tokens generated per node between two reads of a tokens counter; one per
+    ScalingPolicy, since each policy reads on its own ticks.
+
+    Each series is followed on its own, as Prometheus' ``increase()`` does: a value below the
+    last one is a restart (the series counts again from 0). A series seen for the first time
+    only sets its baseline, so the first read of a policy counts nothing.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[tuple[str, str], ...], float] = {}
+
+    def increase_by_node(
+        self, samples: list[Sample], node_of: Callable[[dict[str, str]], str | None]
+    ) -> dict[str, float]:
+        """Tokens per node since the last call; series that name no node are left out."""
+        out: dict[str, float] = {}
+        seen: dict[tuple[tuple[str, str], ...], float] = {}
+        for sample in samples:
+            if not math.isfinite(sample.value):
+                continue
+            key = tuple(sorted(sample.labels.items()))
+            seen[key] = sample.value
+            before = self._last.get(key)
+            node = node_of(sample.labels)
+            if before is None or node is None:
+                continue
+            grown = sample.value - before if sample.value >= before else sample.value
+            out[node] = out.get(node, 0.0) + grown
+        self._last = seen
+        return out
 
 
 def _error_body(exc: urllib.error.HTTPError) -> dict[str, Any]:

@@ -28,6 +28,12 @@ class PrometheusSpec(SpecModel):
     stale_after: Duration = Field(
         default="2m", description="A sample older than this is stale: nothing is released on it."
     )
+    tokens_query: str = Field(
+        default="vllm:generation_tokens_total",
+        description="Counter of tokens generated (vLLM's by default), one series per server "
+        "with a node label (Hostname, node or kubernetes_node); gives "
+        "hybridgpu_cost_per_million_tokens_dollars per pool. Empty: not read.",
+    )
 
 
 class ScaleUpSpec(SpecModel):
