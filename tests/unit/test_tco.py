@@ -882,6 +882,15 @@ def test_plan_on_a_trace_finds_the_brute_force_optimum(jobs, t, cloud):
     assert model.total_dollars(nodes) == pytest.approx(brute, rel=1e-9)
 
 
+def test_marginal_analysis_is_refused_where_the_cost_is_not_convex():
+    jobs = [job(0, 10, 8), job(2, 3, 8)]
+    plan = PlanInputs(
+        tuple(history_from_jobs(jobs)), (node_type(),), CloudRates(3.0, 1.0), 2, jobs=tuple(jobs)
+    )
+    with pytest.raises(ValueError, match="fluid model only"):
+        optimal_single_type(CostModel(plan))
+
+
 def test_plan_on_a_trace_with_growth_adds_the_replay_overhead_to_the_grown_demand():
     jobs = [job(0, 10, 8), job(2, 3, 8), job(5, 1, 4, True), job(6, 4, 2)]
     history = tuple(history_from_jobs(jobs))

@@ -5,7 +5,8 @@ and how much to rent on demand and on spot.
 - ``replay``: a job trace placed on an owned fleet the way the operator places it;
 - ``cost``: what any owned fleet costs over the horizon (duration curves or job replays);
 - ``optimize``: the cheapest fleet;
-- ``plan``: the recommendation, its sensitivity, and the CapacityPlan status;
+- ``sensitivity``: the plan again with one input changed, and where the recommendation flips;
+- ``plan``: the recommendation, its capital figures, and the CapacityPlan status;
 - ``io``: demand histories, traces, Prometheus and plan files (reads files and the network);
 - ``cli``: ``hybridgpu plan``.
 

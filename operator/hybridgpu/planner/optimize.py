@@ -13,11 +13,16 @@ _COST_EPS = 1e-9
 
 
 def optimal_single_type(model: CostModel, type_index: int = 0) -> int:
-    """Fewest nodes of one type minimizing the total cost (others owned: none).
+    """Fewest nodes of one type minimizing the total cost (others owned: none), for the
+    fluid model only.
 
-    Buys the next node while the cloud dollars it saves exceed what it costs; the saving of
-    successive nodes never grows (convexity), so the first node that does not pay ends it.
+    Buys the next node while the cloud dollars it saves exceed what it costs. In the fluid
+    model the saving of successive nodes of one type never grows (the cloud bill is convex in
+    owned GPUs), so the first node that does not pay ends it. A job replay has no such
+    property, nor does a mix of types: ``optimal_fleet`` evaluates every owned size instead.
     """
+    if model.inputs.jobs:
+        raise ValueError("marginal analysis is exact for the fluid model only: use optimal_fleet")
     node = model.inputs.node_types[type_index]
     k = node.gpus_per_node
     node_dollars = node.node_hour_dollars * model.horizon_hours
