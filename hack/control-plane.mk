@@ -35,9 +35,15 @@ $(TOOLS_BIN)/kubectl $(TOOLS_BIN)/helm &:
 	$(TOOLS_BIN)/kubectl version --client
 	$(TOOLS_BIN)/helm version --short
 
-## make dev-cluster-up: start the control plane on 127.0.0.1 (a no-op when it is already up)
+## make dev-cluster-up: start the control plane on 127.0.0.1 with crds/ applied (a no-op when up)
 dev-cluster-up: control-plane tools
 	$(CONTROL_PLANE) up
+	@kubeconfig=$$($(CONTROL_PLANE) paths | sed -n 's/^KUBECONFIG=//p') && \
+	  $(HYBRIDGPU_KUBECTL) --kubeconfig="$$kubeconfig" apply --server-side \
+	    --field-manager=hybridgpu-dev -f crds/ >/dev/null && \
+	  $(HYBRIDGPU_KUBECTL) --kubeconfig="$$kubeconfig" wait --for=condition=Established \
+	    --timeout=60s -f crds/ >/dev/null && \
+	  echo "[dev-cluster] CRDs from crds/ applied" >&2
 	@echo "export KUBECONFIG=$$($(CONTROL_PLANE) paths | sed -n 's/^KUBECONFIG=//p')"
 	@echo "export PATH=$(TOOLS_BIN):\$$PATH"
 

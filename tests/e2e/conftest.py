@@ -1,5 +1,5 @@
 """e2e fixtures: the operator as a real subprocess (``hybridgpu run``) against the session's
-control plane, with kwok nodes as the cloud (tests/support/kwok_provider.py).
+control plane, with kwok nodes as the cloud (the product's kwok provider, hybridgpu.cloud.kwok).
 
 Every operator started is stopped after the test, also when it fails; then the test's
 GPUPools and ScalingPolicies are deleted and our finalizer is lifted (the operator that
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from hybridgpu.cloud.kwok import PROVIDER_PREFIX, kwok_node
 from support.controlplane import REPO_ROOT, KubeTest, gpu_job, wait_until
-from support.kwok_provider import PROVIDER_PREFIX, kwok_node
 
 GROUP, VERSION = "hybridgpu.io", "v1alpha1"
 FINALIZER = "hybridgpu.io/finalizer"
@@ -105,6 +105,7 @@ class Operators:
         kwok_delay_seconds: float = 1.0,
         lease_seconds: float = 3.0,
         extra_env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> OperatorProcess:
         identity = identity or f"op-{uuid.uuid4().hex[:6]}"
         log_path = self.log_dir / f"operator-{identity}-{len(self.started)}.log"
@@ -137,10 +138,11 @@ class Operators:
             str(lease_seconds),
             "--liveness",
             f"http://127.0.0.1:{liveness_port}/healthz",
-            "--fake-provider",
-            "support.kwok_provider:KwokProvider",
+            "--fake-provider",  # pools of type fake get kwok nodes too
+            "hybridgpu.cloud.kwok:KwokProvider",
             "--metrics-port",
             str(metrics_port),
+            *extra_args,  # later flags win
         ]
         with log_path.open("wb") as out:
             process = subprocess.Popen(
@@ -252,7 +254,7 @@ class Cluster:
             spec["pricing"] = {"capexPerNode": 250000}
         else:
             spec["pricing"] = {"perNodeHour": price}
-            spec["provider"] = {"type": "fake"}
+            spec["provider"] = {"type": "kwok"}
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "GPUPool",

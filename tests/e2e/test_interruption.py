@@ -8,8 +8,8 @@ import time
 import pytest
 
 from conftest import SPOT_TAINT, SPOT_TOLERATION, Cluster, Operators, wait_for
+from hybridgpu.cloud.kwok import INTERRUPTION_ANNOTATION
 from support.controlplane import gpu_job
-from support.kwok_provider import INTERRUPT_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,7 @@ def test_interrupted_spot_node_is_drained_and_its_job_completes_elsewhere(
     cluster.wait_ticking(policy)
 
     cluster.kube.core.patch_node(
-        first, {"metadata": {"annotations": {INTERRUPT_ANNOTATION: f"{time.time() + 120:.0f}"}}}
+        first, {"metadata": {"annotations": {INTERRUPTION_ANNOTATION: f"{time.time() + 120:.0f}"}}}
     )
     wait_for(
         lambda: cluster.kube.core.read_node(first).spec.unschedulable,

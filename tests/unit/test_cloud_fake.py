@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from hybridgpu.cloud.base import CapacityProvider, ProviderError
+from hybridgpu.cloud.base import CapacityProvider, Instance, InterruptionNotice, ProviderError
 from hybridgpu.cloud.fake import FakeProvider, ProviderCall
 from hybridgpu.cloud.static import StaticProvider
 from hybridgpu.models.pool import GPUPoolSpec
+from support.provider_contract import CONTRACT, ProviderHarness
 
 pytestmark = pytest.mark.unit
 
@@ -160,3 +163,28 @@ def test_static_provider_refuses_to_scale_owned_hardware() -> None:
         static.terminate("core", spec, "i-1")
     assert raised.value.retryable is False
     assert static.instances("core", spec) == [] and static.interruptions() == []
+
+
+class FakeHarness:
+    """The fake under the shared CapacityProvider contract (tests/support/provider_contract.py)."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.fake = FakeProvider(self.clock, provisioning_delay_seconds=90)
+        self.provider: CapacityProvider = self.fake
+        self.pools = 0
+
+    def new_pool(self, max_nodes: int) -> tuple[str, GPUPoolSpec]:
+        self.pools += 1
+        return f"pool-{self.pools}", elastic_spec(max_nodes)
+
+    def wait_booted(self, pool: str, spec: GPUPoolSpec) -> None:
+        self.clock.now += 90
+
+    def announce_interruption(self, instance: Instance, deadline: float) -> InterruptionNotice:
+        return self.fake.interrupt(instance.instance_id, lead_seconds=deadline - self.clock())
+
+
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda check: check.__name__)
+def test_the_fake_keeps_the_provider_contract(check: Callable[[ProviderHarness], None]) -> None:
+    check(FakeHarness())

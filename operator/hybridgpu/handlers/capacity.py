@@ -15,6 +15,7 @@ from hybridgpu.cloud.base import (
     InterruptionNotice,
     ProviderError,
 )
+from hybridgpu.cloud.kwok import KwokProvider
 from hybridgpu.cloud.static import StaticProvider
 from hybridgpu.models.pool import GPUPoolSpec, Tier
 
@@ -86,6 +87,8 @@ class Providers:
             except TypeError:
                 provider = factory()
             return provider
+        if kind == "kwok":
+            return KwokProvider(clock=self._clock)
         aws = importlib.import_module("hybridgpu.cloud.aws")
         region = spec.provider.aws.region if spec.provider.aws else None
         built: CapacityProvider = aws.AWSProvider(region=region, cluster=self.cluster_name)

@@ -66,6 +66,16 @@ class AWSProviderSpec(SpecModel):
     )
 
 
+class KwokProviderSpec(SpecModel):
+    """How the kwok provider's fake nodes come up (local trials on a control plane with kwok)."""
+
+    boot_delay: Duration | None = Field(
+        default=None,
+        description="Time from a scale-up until the kwok Node exists, like a cloud instance "
+        "booting (default: $HYBRIDGPU_KWOK_DELAY_SECONDS of the operator, else 10s).",
+    )
+
+
 class ProviderSpec(SpecModel):
     """How nodes of the pool are created and removed."""
 
@@ -77,11 +87,16 @@ class ProviderSpec(SpecModel):
         ),
     )
 
-    type: Literal["static", "aws", "fake"] = Field(
+    type: Literal["static", "aws", "kwok", "fake"] = Field(
         default="static",
-        description="static: nodes are what they are (owned hardware); aws: EC2; fake: tests.",
+        description="static: nodes are what they are (owned hardware); aws: EC2; kwok: fake "
+        "nodes on a cluster that runs kwok (local trials, `make demo`); fake: in memory, for "
+        "the simulator and tests (run against a cluster, its instances never become Nodes).",
     )
     aws: AWSProviderSpec | None = Field(default=None, description="AWS settings (type aws).")
+    kwok: KwokProviderSpec | None = Field(
+        default=None, description="kwok settings (type kwok; optional)."
+    )
 
 
 class PricingSpec(SpecModel):
@@ -201,7 +216,7 @@ class GPUPoolSpec(SpecModel):
         Rule(
             cel="self.tier != 'core' || !has(self.provider) || !has(self.provider.type) || "
             "self.provider.type != 'aws'",
-            message="core pools are owned hardware: provider.type must be static or fake",
+            message="core pools are owned hardware: provider.type must be static, kwok or fake",
             check=lambda s: s.tier != "core" or s.provider.type != "aws",
             field_path=".provider",
         ),
@@ -209,7 +224,7 @@ class GPUPoolSpec(SpecModel):
             cel="self.tier == 'core' || (has(self.provider) && has(self.provider.type) && "
             "self.provider.type != 'static')",
             message="elastic and spot pools scale through a cloud provider: provider.type must "
-            "be aws or fake",
+            "be aws, kwok or fake",
             check=lambda s: s.tier == "core" or s.provider.type != "static",
             field_path=".provider",
         ),

@@ -1,0 +1,299 @@
+"""A CapacityProvider whose machines are kwok fake Nodes, for local trials and tests.
+
+On a cluster that runs kwok (``make demo``, ``make dev-cluster-up``), a pool with
+``provider: {type: kwok}`` behaves like a cloud pool without a cloud: a scale-up creates, after
+a boot delay, one Node per instance, labelled ``hybridgpu.io/pool=<pool>`` and shaped like the
+pool (``nvidia.com/gpu`` capacity, the pool's labels and taints, annotated
+``kwok.x-k8s.io/node: fake`` so kwok plays its kubelet); terminate deletes the Node.
+
+Everything it knows comes from the cluster (its Nodes carry ``providerID: kwok://<pool>/<node>``)
+except launches still booting, which live in this process: an operator restarted during a boot
+forgets that launch, and its next tick asks again for the capacity still missing.
+
+A spot interruption is announced by annotating a node of the provider with
+``hybridgpu.io/kwok-interruption-at: <deadline, epoch seconds>``; the notice stays until the
+operator acknowledges it (the annotation is then removed) or the node is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from hybridgpu.cloud.base import Instance, InterruptionNotice, ProviderError
+from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.pool import GPUPoolSpec
+
+log = logging.getLogger(__name__)
+
+POOL_LABEL = "hybridgpu.io/pool"
+TIER_LABEL = "hybridgpu.io/tier"
+GPU_RESOURCE = "nvidia.com/gpu"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+"""kwok plays the kubelet of Nodes annotated ``kwok.x-k8s.io/node: fake``."""
+INTERRUPTION_ANNOTATION = "hybridgpu.io/kwok-interruption-at"
+PROVIDER_PREFIX = "kwok://"
+BOOT_DELAY_ENV = "HYBRIDGPU_KWOK_DELAY_SECONDS"
+DEFAULT_BOOT_DELAY_SECONDS = 10.0
+
+
+def default_boot_delay_seconds() -> float:
+    """$HYBRIDGPU_KWOK_DELAY_SECONDS, else 10 s: the boot delay of pools that set none."""
+    text = os.environ.get(BOOT_DELAY_ENV)
+    if not text:
+        return DEFAULT_BOOT_DELAY_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ProviderError(
+            f"{BOOT_DELAY_ENV}={text!r}: expected a finite number of seconds >= 0",
+            retryable=False,
+        )
+    return seconds
+
+
+def provider_id(pool: str, node: str) -> str:
+    """The Node.spec.providerID of a kwok instance: ``kwok://<pool>/<node>``."""
+    return f"{PROVIDER_PREFIX}{pool}/{node}"
+
+
+def kwok_node(name: str, pool: str, spec: GPUPoolSpec) -> dict[str, Any]:
+    """A kwok-managed Node of ``pool`` shaped like the pool's spec (labels, taints, GPUs)."""
+    gpus = str(spec.gpu.per_node)
+    capacity = {"cpu": "96", "memory": "1Ti", "pods": "110", GPU_RESOURCE: gpus}
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        POOL_LABEL: pool,
+        TIER_LABEL: str(spec.tier),
+        "nvidia.com/gpu.product": spec.gpu.model,
+        "nvidia.com/gpu.count": gpus,
+        **spec.labels,
+        **(spec.node_selector or {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": labels,
+        },
+        "spec": {
+            "providerID": provider_id(pool, name),
+            "taints": [t.to_wire() for t in spec.taints],
+        },
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def _api_client(kubeconfig: str | None) -> client.ApiClient:
+    """``kubeconfig``, else $KUBECONFIG (``hybridgpu run`` sets it from --kubeconfig), else the
+    in-cluster service account, else ~/.kube/config."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return config.new_client_from_config(config_file=path)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def _provider_error(action: str, err: ApiException) -> ProviderError:
+    # Conflicts, throttling and server errors pass; a forbidden or invalid request will not.
+    retryable = err.status in (409, 429) or (err.status or 0) >= 500
+    return ProviderError(f"kwok: {action}: {err.status} {err.reason}", retryable=retryable)
+
+
+@dataclass(slots=True)
+class _Boot:
+    pool: str
+    launched_at: float
+    timer: threading.Timer
+
+
+class KwokProvider:
+    """CapacityProvider backed by kwok Node objects (see the module docstring).
+
+    ``boot_delay_seconds`` applies to pools without ``provider.kwok.bootDelay`` (default:
+    $HYBRIDGPU_KWOK_DELAY_SECONDS, else 10 s). Times come from ``clock`` (epoch seconds); the
+    boot delay itself runs on a real timer.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        boot_delay_seconds: float | None = None,
+        kubeconfig: str | None = None,
+        api_client: client.ApiClient | None = None,
+    ) -> None:
+        self.clock = clock
+        self.boot_delay_seconds = (
+            default_boot_delay_seconds() if boot_delay_seconds is None else boot_delay_seconds
+        )
+        self.api = api_client if api_client is not None else _api_client(kubeconfig)
+        self.core = client.CoreV1Api(self.api)
+        self._lock = threading.Lock()
+        self._scale_lock = threading.Lock()
+        """Held by set_target: two ticks raising one pool at once would both launch the gap."""
+        self._booting: dict[str, _Boot] = {}
+        """Node name -> its launch, for instances still in their boot delay."""
+
+    def boot_delay_for(self, spec: GPUPoolSpec) -> float:
+        """Seconds from a scale-up of this pool until its Node exists."""
+        own = spec.provider.kwok.boot_delay if spec.provider.kwok else None
+        return self.boot_delay_seconds if own is None else parse_duration_seconds(own)
+
+    def close(self) -> None:
+        """Cancel launches still booting (they never become Nodes)."""
+        with self._lock:
+            boots, self._booting = list(self._booting.values()), {}
+        for boot in boots:
+            boot.timer.cancel()
+
+    # --- CapacityProvider -------------------------------------------------------------
+
+    def instances(self, pool: str, spec: GPUPoolSpec) -> list[Instance]:
+        nodes = self._nodes(pool)
+        out = [
+            Instance(
+                instance_id=n.metadata.name,
+                provider_id=n.spec.provider_id,
+                state="terminating" if n.metadata.deletion_timestamp else "running",
+                launched_at=n.metadata.creation_timestamp.timestamp(),
+            )
+            for n in nodes
+        ]
+        joined = {n.metadata.name for n in nodes}
+        with self._lock:
+            booting = [(name, b) for name, b in self._booting.items() if b.pool == pool]
+        out += [
+            Instance(name, provider_id(pool, name), "pending", launched_at=boot.launched_at)
+            for name, boot in booting
+            if name not in joined  # created a moment ago, not yet forgotten here
+        ]
+        return out
+
+    def target(self, pool: str, spec: GPUPoolSpec) -> int:
+        return sum(1 for i in self.instances(pool, spec) if i.state != "terminating")
+
+    def set_target(self, pool: str, spec: GPUPoolSpec, nodes: int) -> None:
+        delay = self.boot_delay_for(spec)
+        with self._scale_lock:
+            missing = min(nodes, spec.max_nodes) - self.target(pool, spec)
+            for _ in range(missing):
+                self._launch_later(pool, spec, delay)
+
+    def terminate(self, pool: str, spec: GPUPoolSpec, instance_id: str) -> None:
+        with self._lock:
+            boot = self._booting.get(instance_id)
+            if boot is not None and boot.pool == pool:
+                del self._booting[instance_id]
+                boot.timer.cancel()
+                return
+        try:
+            node = self.core.read_node(instance_id)
+        except ApiException as err:
+            if err.status == 404:
+                return  # already gone: terminating again is a no-op
+            raise _provider_error(f"read node {instance_id}", err) from err
+        if node.spec.provider_id != provider_id(pool, instance_id):
+            # Never ours (an owned node, another pool's): a provider deletes only what it made.
+            log.warning("kwok: %s is not an instance of pool %s: not deleted", instance_id, pool)
+            return
+        try:
+            self.core.delete_node(instance_id)
+        except ApiException as err:
+            if err.status != 404:
+                raise _provider_error(f"delete node {instance_id}", err) from err
+
+    def spot_price_per_node_hour(self, pool: str, spec: GPUPoolSpec) -> float | None:
+        return None  # kwok has no market: pools are priced by pricing.perNodeHour
+
+    def interruptions(self) -> list[InterruptionNotice]:
+        notices = []
+        for node in self._list_nodes():
+            deadline = (node.metadata.annotations or {}).get(INTERRUPTION_ANNOTATION)
+            if deadline is None or not (node.spec.provider_id or "").startswith(PROVIDER_PREFIX):
+                continue
+            try:
+                deadline_seconds = float(deadline)
+            except ValueError:
+                name = node.metadata.name
+                log.warning("kwok: node %s: %r is not epoch seconds", name, deadline)
+                continue
+            notices.append(
+                InterruptionNotice(
+                    instance_id=node.metadata.name,
+                    provider_id=node.spec.provider_id,
+                    deadline=deadline_seconds,
+                    kind="spot_interruption",
+                    receipt=f"{node.metadata.name}@{deadline}",
+                )
+            )
+        return notices
+
+    def acknowledge(self, notice: InterruptionNotice) -> None:
+        patch = {"metadata": {"annotations": {INTERRUPTION_ANNOTATION: None}}}
+        try:
+            self.core.patch_node(notice.instance_id, patch)
+        except ApiException as err:
+            if err.status != 404:
+                raise _provider_error(f"acknowledge notice on {notice.instance_id}", err) from err
+
+    # --- internals --------------------------------------------------------------------
+
+    def _list_nodes(self, **kwargs: Any) -> list[Any]:
+        try:
+            return list(self.core.list_node(**kwargs).items)
+        except ApiException as err:
+            raise _provider_error("list nodes", err) from err
+
+    def _nodes(self, pool: str) -> list[Any]:
+        nodes = self._list_nodes(label_selector=f"{POOL_LABEL}={pool}")
+        return [n for n in nodes if n.spec.provider_id == provider_id(pool, n.metadata.name)]
+
+    def _launch_later(self, pool: str, spec: GPUPoolSpec, delay_seconds: float) -> None:
+        name = f"{pool}-{uuid.uuid4().hex[:6]}"
+        timer = threading.Timer(delay_seconds, self._boot, args=(pool, spec, name))
+        timer.daemon = True
+        with self._lock:
+            self._booting[name] = _Boot(pool, self.clock(), timer)
+        timer.start()
+
+    def _boot(self, pool: str, spec: GPUPoolSpec, name: str) -> None:
+        """The boot delay is over: the instance registers its Node (on a timer thread)."""
+        with self._lock:
+            if name not in self._booting:
+                return  # terminated while booting
+        created = False
+        try:
+            self.core.create_node(kwok_node(name, pool, spec))
+            created = True
+        except ApiException as err:
+            # The launch failed; the pool's pending pods make the next tick ask again.
+            log.warning("kwok: cannot create node %s of %s: %s", name, pool, err.reason)
+        except Exception:
+            log.exception("kwok: cannot create node %s of %s", name, pool)
+        with self._lock:
+            terminated_meanwhile = self._booting.pop(name, None) is None
+        if created and terminated_meanwhile:
+            try:
+                self.core.delete_node(name)
+            except ApiException as err:
+                log.warning("kwok: cannot delete node %s terminated during boot: %s", name, err)

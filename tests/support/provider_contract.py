@@ -1,0 +1,116 @@
+"""The CapacityProvider contract the operator relies on, written once and run against every
+provider: the in-memory fake (tests/unit/test_cloud_fake.py) and the kwok provider on the real
+control plane (tests/adapters/test_kwok_provider.py).
+
+A provider under test comes in a ``ProviderHarness``, which knows how to let its boot delay
+pass (a fake clock moves, a real one is waited for) and how to announce an interruption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from hybridgpu.cloud.base import CapacityProvider, Instance, InterruptionNotice
+from hybridgpu.models.pool import GPUPoolSpec
+
+
+class ProviderHarness(Protocol):
+    provider: CapacityProvider
+
+    def new_pool(self, max_nodes: int) -> tuple[str, GPUPoolSpec]:
+        """A pool name no other check uses, and an elastic spec with ``max_nodes``."""
+        ...
+
+    def wait_booted(self, pool: str, spec: GPUPoolSpec) -> None:
+        """Let the boot delay pass until every launched instance of ``pool`` runs."""
+        ...
+
+    def announce_interruption(self, instance: Instance, deadline: float) -> InterruptionNotice:
+        """Make the provider announce that ``instance`` goes away at ``deadline``."""
+        ...
+
+
+def states(h: ProviderHarness, pool: str, spec: GPUPoolSpec) -> list[str]:
+    return sorted(i.state for i in h.provider.instances(pool, spec))
+
+
+def an_empty_pool_has_no_instances_no_target_and_no_price(h: ProviderHarness) -> None:
+    pool, spec = h.new_pool(4)
+    assert h.provider.instances(pool, spec) == []
+    assert h.provider.target(pool, spec) == 0
+    assert h.provider.spot_price_per_node_hour(pool, spec) is None
+
+
+def a_scale_up_is_capped_at_max_nodes_and_instances_run_after_the_boot_delay(
+    h: ProviderHarness,
+) -> None:
+    pool, spec = h.new_pool(3)
+
+    h.provider.set_target(pool, spec, 5)
+
+    assert h.provider.target(pool, spec) == 3
+    assert states(h, pool, spec) == ["pending"] * 3
+    h.wait_booted(pool, spec)
+    assert states(h, pool, spec) == ["running"] * 3
+    assert h.provider.target(pool, spec) == 3
+
+
+def repeating_a_target_never_doubles_capacity_and_a_lower_one_is_ignored(
+    h: ProviderHarness,
+) -> None:
+    pool, spec = h.new_pool(4)
+    h.provider.set_target(pool, spec, 2)
+    h.provider.set_target(pool, spec, 2)
+    h.provider.set_target(pool, spec, 1)  # nodes leave only through terminate
+
+    assert h.provider.target(pool, spec) == 2
+    assert len(h.provider.instances(pool, spec)) == 2
+    h.wait_booted(pool, spec)
+    h.provider.set_target(pool, spec, 2)
+    assert len(h.provider.instances(pool, spec)) == 2
+
+
+def terminate_removes_exactly_that_instance_and_lowers_the_target_by_one(
+    h: ProviderHarness,
+) -> None:
+    pool, spec = h.new_pool(4)
+    h.provider.set_target(pool, spec, 3)
+    h.wait_booted(pool, spec)
+    ids = sorted(i.instance_id for i in h.provider.instances(pool, spec))
+    victim = ids[1]
+
+    h.provider.terminate(pool, spec, victim)
+    h.provider.terminate(pool, spec, victim)  # a retry is a no-op
+
+    left = sorted(i.instance_id for i in h.provider.instances(pool, spec))
+    assert left == [ids[0], ids[2]]
+    assert h.provider.target(pool, spec) == 2
+
+
+def interruption_notices_stay_until_acknowledged(h: ProviderHarness) -> None:
+    pool, spec = h.new_pool(2)
+    h.provider.set_target(pool, spec, 1)
+    h.wait_booted(pool, spec)
+    instance = h.provider.instances(pool, spec)[0]
+
+    notice = h.announce_interruption(instance, deadline=2_000_000_000.0)
+
+    def mine() -> list[InterruptionNotice]:
+        return [n for n in h.provider.interruptions() if n.instance_id == instance.instance_id]
+
+    assert notice.provider_id == instance.provider_id and notice.deadline == 2_000_000_000.0
+    assert mine() == [notice]
+    assert mine() == [notice]
+    h.provider.acknowledge(notice)
+    assert mine() == []
+
+
+CONTRACT: list[Callable[[ProviderHarness], None]] = [
+    an_empty_pool_has_no_instances_no_target_and_no_price,
+    a_scale_up_is_capped_at_max_nodes_and_instances_run_after_the_boot_delay,
+    repeating_a_target_never_doubles_capacity_and_a_lower_one_is_ignored,
+    terminate_removes_exactly_that_instance_and_lowers_the_target_by_one,
+    interruption_notices_stay_until_acknowledged,
+]
+"""Every check a CapacityProvider must pass, in the order a reader meets them."""
