@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
+from tests.support.controlplane import wait_until
 
 from hybridgpu.cloud.aws import AWSProvider, instance_id_of, parse_event
 from hybridgpu.cloud.base import CapacityProvider, ProviderError
@@ -383,17 +384,23 @@ def test_a_notice_whose_zone_cannot_be_read_names_no_node_and_comes_back(
     instance_id, zone = real_instance(faulty_aws.upstream)
     body = event("EC2 Spot Instance Interruption Warning", {"instance-id": instance_id})
     sqs.send_message(QueueUrl=url, MessageBody=body)
+    # Long enough that one interruptions() call, however slow the machine, does not read
+    # the message a second time within itself.
+    visibility = 5
     cloud = provider(
         faulty_aws.endpoint_url,
         interruption_queue_urls=(url,),
-        visibility_timeout_seconds=1,
+        visibility_timeout_seconds=visibility,
         max_attempts=1,
     )
     faulty_aws.fail("DescribeInstances", UNAVAILABLE, times=1)
 
     assert cloud.interruptions() == []  # not placed: not handed out with an empty ID
-    time.sleep(1.5)
-    (notice,) = cloud.interruptions()
+    # The message comes back once its visibility runs out, and the zone is read this time.
+    notices = wait_until(
+        cloud.interruptions, timeout_seconds=visibility + 30, what="the notice read again"
+    )
+    (notice,) = notices
     assert notice.provider_id == f"aws:///{zone}/{instance_id}"
 
 

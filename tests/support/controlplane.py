@@ -251,6 +251,9 @@ def node_is_ready(node: client.V1Node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
 
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def create_gpu_nodes(
     plane: ControlPlane,
     pool: str,
@@ -275,7 +278,14 @@ def create_gpu_nodes(
 
         def all_ready() -> bool:
             nodes = plane.core.list_node(label_selector=selector).items
-            ready = {n.metadata.name for n in nodes if node_is_ready(n)}
+            # Ready, and the controller-manager has lifted the not-ready taint it put on at
+            # registration: until then the scheduler says "untolerated taint", not "no GPUs".
+            ready = {
+                n.metadata.name
+                for n in nodes
+                if node_is_ready(n)
+                and not any(t.key in LIFECYCLE_TAINTS for t in n.spec.taints or [])
+            }
             return ready.issuperset(names)
 
         wait_until(all_ready, timeout_seconds=timeout_seconds, what=f"nodes of pool {pool} Ready")
