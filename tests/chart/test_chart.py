@@ -200,6 +200,8 @@ def test_deployment_runs_hybridgpu_run_with_flags_it_accepts(values_dir: Path) -
         assert ports == {"health": health_port, "metrics": metrics_port, "webhook": webhook_port}
         probe = container(deployment)["livenessProbe"]["httpGet"]
         assert (probe["path"], probe["port"]) == ("/healthz", "health")
+        ready = container(deployment)["readinessProbe"]["httpGet"]
+        assert (ready["path"], ready["port"]) == ("/readyz", "metrics")  # the start-up checks
 
 
 def test_pod_name_is_the_lease_identity(values_dir: Path) -> None:

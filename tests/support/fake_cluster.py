@@ -15,6 +15,7 @@ from hybridgpu.kube.cluster import ClusterObjects, ObjectRef
 from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
 from hybridgpu.kube.errors import NotFound
 from hybridgpu.kube.names import CORDONED_BY_ANNOTATION, JOB_NAME_LABEL, POOL_LABEL
+from hybridgpu.models.crd import all_crds
 
 Obj = dict[str, Any]
 
@@ -114,6 +115,10 @@ class FakeCluster:
         self.events: list[Obj] = []
         self.leases: dict[tuple[str, str], Obj] = {}
         self.writes: list[tuple[str, str]] = []
+        self.crds: dict[str, Obj] = {
+            crd["metadata"]["name"]: copy.deepcopy(crd) for crd in all_crds().values()
+        }
+        """Installed CustomResourceDefinitions by name: this release's, unless a test says."""
 
     # --- test setup ---------------------------------------------------------------------
     def add_node(self, node: Obj) -> None:
@@ -136,6 +141,13 @@ class FakeCluster:
     # --- KubeCluster --------------------------------------------------------------------
     def close(self) -> None:
         return None
+
+    def server(self) -> str:
+        return "https://fake-apiserver"
+
+    def read_crd(self, name: str) -> Obj | None:
+        crd = self.crds.get(name)
+        return copy.deepcopy(crd) if crd is not None else None
 
     def list_pools(self) -> list[Obj]:
         return copy.deepcopy(list(self.pools.values()))

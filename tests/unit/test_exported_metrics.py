@@ -3,6 +3,7 @@ decisions are counted once, and unknown utilization is absent rather than zero."
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -435,3 +436,23 @@ def test_cost_splits_add_up_and_do_not_depend_on_tick_spacing(
     assert fine.totals.dollars == pytest.approx(coarse.totals.dollars)
     hourly = sum(coarse.rates().values())
     assert coarse.totals.dollars == pytest.approx(hourly)
+
+
+@pytest.mark.adapters
+def test_readyz_answers_503_with_the_problems_until_there_are_none() -> None:
+    problems = ["CRD gpupools.hybridgpu.io is not installed: apply this release's crds/"]
+    server = serve(0, metrics=ExportedMetrics(), readiness=lambda: problems)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/readyz", timeout=5)
+        assert refused.value.code == 503
+        assert refused.value.read().decode() == f"not ready: {problems[0]}\n"
+        problems.clear()
+        with urllib.request.urlopen(f"{url}/readyz", timeout=5) as response:
+            assert response.read() == b"ok\n"
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+            assert b"hybridgpu_reconcile_duration_seconds" in response.read()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -353,6 +353,20 @@ class AWSProvider:
             )
         del self._held[message_id]
 
+    def credentials_problem(self) -> str | None:
+        """Why no AWS call can succeed, in one line; None when the standard chain found
+        credentials (checked locally: no call is made)."""
+        try:
+            found = self._session.get_credentials()
+        except BotoCoreError as exc:
+            return f"AWS credentials cannot be loaded: {exc}"
+        if found is None:
+            return (
+                "no AWS credentials found (IRSA: a service account annotated with "
+                "eks.amazonaws.com/role-arn; AWS_ACCESS_KEY_ID; or an instance profile)"
+            )
+        return None
+
     # --- helpers ----------------------------------------------------------------------
 
     def watch_queue(self, queue_url: str) -> None:

@@ -20,6 +20,7 @@ from hybridgpu.core.cost import node_hour_from_gpu_prices
 from hybridgpu.core.decide import decide
 from hybridgpu.handlers.capacity import Providers
 from hybridgpu.handlers.options import OperatorOptions
+from hybridgpu.handlers.preflight import Preflight
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import IdleTracker, epoch_of, pool_of_node, pool_selector
 from hybridgpu.kube.errors import KubeError
@@ -112,6 +113,8 @@ class Reconciler:
         self.clock = clock
         self.providers = Providers(options.fake_provider, clock, cluster_name=options.cluster_name)
         self.executor = PlanExecutor(cluster, self.providers, clock)
+        self.preflight = Preflight(cluster, self.providers, options)
+        """Whether the operator can work at all; started by the start-up handler."""
         self.idle_by_policy: dict[str, IdleTracker] = {}
         """Idle clocks by policy, then node: a policy's snapshot forgets only its own nodes."""
         self.tokens_by_policy: dict[str, TokenCounter] = {}
@@ -159,6 +162,8 @@ class Reconciler:
 
     def _tick(self, policy_name: str) -> TickResult:
         now = self.clock()
+        if not self.preflight.checked:
+            self.preflight.check()  # the first tick reports what the checks found
         if not self.lease.acquire(now):
             return TickResult(policy=policy_name, leader=False)
         body = self.cluster.get_policy(policy_name)
@@ -362,6 +367,8 @@ class Reconciler:
                 metrics_reason=measured.measurements.metrics.reason,
                 dry_run=policy.dry_run,
                 old_conditions=status.get("conditions") or [],
+                operator_problems=self.preflight.problems,
+                operator_reason=self.preflight.reason,
             ),
         )
         for name in pools:

@@ -41,16 +41,22 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         settings.admission.server = admission.webhook_server(options)
         if not options.webhook_cert_dir:
             settings.admission.managed = admission.MANAGED_CONFIGURATION
-    if options.metrics_port is not None and "metrics_server" not in memo:
-        memo["metrics_server"] = serve(options.metrics_port, options.metrics_address)
     if "reconciler" not in memo:
         memo["reconciler"] = Reconciler(KubeCluster(load_api_client(options.kubeconfig)), options)
+    # Readiness: the API answers, our CRDs are current, every pool's provider can be built.
+    preflight = memo["reconciler"].preflight
+    preflight.start()
+    if options.metrics_port is not None and "metrics_server" not in memo:
+        memo["metrics_server"] = serve(
+            options.metrics_port, options.metrics_address, readiness=lambda: preflight.problems
+        )
 
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
     reconciler = memo.get("reconciler")
     if reconciler is not None:
+        reconciler.preflight.stop()
         reconciler.cluster.close()
     server = memo.get("metrics_server")
     if server is not None:
@@ -73,6 +79,13 @@ def last_tick_age(memo: kopf.Memo, **_: Any) -> float | None:
     if not reconciler.last_tick_at:
         return None
     return round(time.time() - reconciler.last_tick_at, 1)
+
+
+@kopf.on.probe(id="notReady")
+def not_ready(memo: kopf.Memo, **_: Any) -> list[str]:
+    """Why the operator cannot work (start-up checks), one line each; readiness is /readyz."""
+    reconciler: Reconciler | None = memo.get("reconciler")
+    return list(reconciler.preflight.problems) if reconciler is not None else []
 
 
 @kopf.on.probe(id="leader")

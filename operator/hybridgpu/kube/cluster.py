@@ -82,6 +82,7 @@ class KubeCluster:
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)
+        self.apiextensions = client.ApiextensionsV1Api(api)
 
     def close(self) -> None:
         self.api.close()
@@ -100,6 +101,25 @@ class KubeCluster:
     def _json(self, what: str, fn: Callable[[], Any]) -> Any:
         response = self._call(what, fn)
         return json.loads(response.data)
+
+    def server(self) -> str:
+        """The API server's URL, for messages."""
+        return str(self.api.configuration.host)
+
+    def read_crd(self, name: str) -> Obj | None:
+        """The CustomResourceDefinition ``name`` as a dict; None when it is not installed.
+        Bounded in time: it is how the operator finds out whether it can work at all."""
+        try:
+            return dict(
+                self._json(
+                    f"read CustomResourceDefinition {name}",
+                    lambda: self.apiextensions.read_custom_resource_definition(
+                        name, _preload_content=False, _request_timeout=(5, 10)
+                    ),
+                )
+            )
+        except NotFound:
+            return None
 
     def list_pools(self) -> list[Obj]:
         """Every GPUPool, as dicts."""

@@ -151,8 +151,11 @@ def policy_status(
     metrics_reason: str = "",
     dry_run: bool = False,
     old_conditions: Iterable[Mapping[str, Any]] = (),
+    operator_problems: Sequence[str] = (),
+    operator_reason: str = "ChecksPassed",
 ) -> dict[str, Any]:
-    """The status of a ScalingPolicy after a tick, as a wire dict."""
+    """The status of a ScalingPolicy after a tick, as a wire dict. ``operator_problems``
+    (one line each) are why the operator cannot work as configured (its start-up checks)."""
     lines = plan.explain()
     if dry_run:
         lines = ["dry run: nothing was changed", *lines]
@@ -174,6 +177,14 @@ def policy_status(
             "BudgetExceeded" if plan.budget_exceeded else "WithinBudget",
             "; ".join(budget_reasons)
             or ("budget exceeded" if plan.budget_exceeded else "cloud spend is within budget"),
+            generation,
+        ),
+        condition(
+            "OperatorReady",
+            not operator_problems,
+            operator_reason if operator_problems else "ChecksPassed",
+            "; ".join(operator_problems)
+            or "the Kubernetes API, the CRDs and every pool's provider were checked",
             generation,
         ),
     ]

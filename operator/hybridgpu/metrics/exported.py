@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIServer
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from hybridgpu.core.cost import node_hour_dollars
 from hybridgpu.models.actions import (
@@ -454,7 +458,43 @@ def record_plan(
     )
 
 
-def serve(port: int, addr: str = "127.0.0.1", *, metrics: ExportedMetrics = METRICS) -> WSGIServer:
-    """Serve ``/metrics`` on ``addr:port`` in a daemon thread; ``shutdown()`` stops it."""
-    server, _thread = start_http_server(port, addr, registry=metrics.registry)
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def serve(
+    port: int,
+    addr: str = "127.0.0.1",
+    *,
+    metrics: ExportedMetrics = METRICS,
+    readiness: Callable[[], Sequence[str]] | None = None,
+) -> WSGIServer:
+    """Serve ``/metrics`` on ``addr:port`` in a daemon thread; ``shutdown()`` stops it.
+
+    With ``readiness`` (why the operator cannot work, one line each), ``/readyz`` answers 200
+    ``ok`` when it returns nothing, else 503 with the lines: the pod's readiness probe.
+    """
+    metrics_app = make_wsgi_app(metrics.registry)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") != "/readyz" or readiness is None:
+            return metrics_app(environ, start_response)
+        problems = list(readiness())
+        text = "ok\n" if not problems else "not ready: " + "; ".join(problems) + "\n"
+        body = text.encode()
+        status = "200 OK" if not problems else "503 Service Unavailable"
+        headers = [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+        ]
+        start_response(status, headers)
+        return [body]
+
+    server = make_server(addr, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

@@ -289,3 +289,35 @@ def _collect_rules(schema: dict[str, Any], path: str) -> list[tuple[str, str]]:
     for name, sub in schema.get("properties", {}).items():
         found += _collect_rules(sub, f"{path}.{name}")
     return found
+
+
+def _field_paths(schema: dict[str, Any], path: str, out: set[str]) -> None:
+    for name, child in (schema.get("properties") or {}).items():
+        here = f"{path}.{name}" if path else name
+        out.add(here)
+        _field_paths(child, here, out)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        _field_paths(items, f"{path}[]", out)
+
+
+def crd_drift(installed: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """Why an installed CRD cannot serve this operator's models, in one line; None when it
+    can. An older CRD lacks fields the models have: the apiserver would prune them from
+    every object the operator writes or reads."""
+    name = expected["metadata"]["name"]
+    versions = {v.get("name"): v for v in (installed.get("spec") or {}).get("versions") or []}
+    ours = versions.get(VERSION)
+    if ours is None or not ours.get("served"):
+        served = sorted(str(v) for v, spec in versions.items() if spec.get("served"))
+        return f"CRD {name} does not serve {VERSION} (serves: {', '.join(served) or 'nothing'})"
+    have: set[str] = set()
+    want: set[str] = set()
+    _field_paths((ours.get("schema") or {}).get("openAPIV3Schema") or {}, "", have)
+    (wanted_version,) = expected["spec"]["versions"]
+    _field_paths(wanted_version["schema"]["openAPIV3Schema"], "", want)
+    missing = sorted(want - have)
+    if not missing:
+        return None
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return f"CRD {name} is older than this operator: it has no {shown}"

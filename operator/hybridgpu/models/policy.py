@@ -176,7 +176,7 @@ class ScalingPolicyStatus(SpecModel):
     )
     budget: BudgetStatus = Field(default_factory=BudgetStatus, description="Spend.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="MetricsAvailable, BudgetExceeded."
+        default_factory=list, description="MetricsAvailable, BudgetExceeded, OperatorReady."
     )
     observed_generation: int | None = Field(
         default=None, description="metadata.generation the status reflects."
