@@ -99,6 +99,7 @@ def pending(
     job: bool = True,
     ns: str = "team",
     pool_pin: str | None = None,
+    models: tuple[str, ...] = (),
 ) -> tuple[GPUPod, JobState | None]:
     c = Criticality(crit)
     pod = GPUPod(
@@ -109,8 +110,9 @@ def pending(
         job=f"{ns}/{name}" if job else None,
         pool=pool_pin,
         pending_since=since,
+        gpu_models=models,
     )
-    state = JobState(ns, name, c, gpus, pool=pool_pin) if job else None
+    state = JobState(ns, name, c, gpus, pool=pool_pin, gpu_models=models) if job else None
     return pod, state
 
 

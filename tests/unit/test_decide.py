@@ -110,6 +110,35 @@ CASES = {
         ],
         want=[("preempt", "team/batch", "spot"), ("scale_up", "spot", 1)],
     ),
+    "critical work preempts on core before it fills a free GPU of an elastic node": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("batch", "c1", 8, "preemptible"),
+            running("svc", "c2", 8, "critical"),
+            running("web", "e1", 4),
+            pending("urgent", 4, "critical"),
+        ],
+        want=[("preempt", "team/batch", "spot"), ("scale_up", "spot", 1)],
+    ),
+    "standard work preempts on core before it fills an elastic node on its way": Case(
+        pools=[STANDARD_POOLS[0], pool("elastic", "elastic", provisioning=1), STANDARD_POOLS[2]],
+        workloads=[
+            running("batch", "c1", 8, "preemptible"),
+            running("svc", "c2", 8, "critical"),
+            pending("train", 8),
+        ],
+        want=[("preempt", "team/batch", "spot"), ("scale_up", "spot", 1)],
+    ),
+    "with nothing to preempt, firm work fills a free GPU of an elastic node": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc1", "c1", 8, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            running("web", "e1", 4),
+            pending("urgent", 4, "critical"),
+        ],
+        want=[],
+    ),
     "the cheapest victims are chosen: the smaller Job": Case(
         workloads=[
             running("big", "c1", 6, "preemptible"),
@@ -288,6 +317,71 @@ CASES = {
         pools=[pool("elastic", "elastic"), pool("elastic-b", "elastic", price=10.0)],
         workloads=[pending("p", 8, pool_pin="elastic")],
         want=[("scale_up", "elastic", 1)],
+    ),
+    # Node shapes: the pending set is packed across every pool it may grow.
+    "two small pods get two small nodes, not a half-empty big one": Case(
+        pools=[
+            pool("core", "core", max_nodes=1),
+            pool("spot-1g", "spot", per_node=1, price=1.0),
+            pool("spot-8g", "spot", price=7.6),
+        ],
+        nodes=[node("c1", "core")],
+        # The 8-GPU pod takes the free owned node; the two 1-GPU pods need new nodes.
+        workloads=[pending("big", 8, "preemptible")]
+        + [pending(f"p{i}", 1, "preemptible") for i in range(2)],
+        want=[("scale_up", "spot-1g", 2)],
+    ),
+    "eight small pods fill one big node when it is cheaper than eight small ones": Case(
+        pools=[pool("spot-1g", "spot", per_node=1, price=1.0), pool("spot-8g", "spot", price=7.6)],
+        nodes=[],
+        workloads=[pending(f"p{i}", 1, "preemptible") for i in range(9)],
+        want=[("scale_up", "spot-1g", 1), ("scale_up", "spot-8g", 1)],
+    ),
+    "two 4-GPU pods share an 8-GPU node cheaper than two 4-GPU nodes": Case(
+        pools=[
+            pool("elastic-4g", "elastic", per_node=4, price=12.0),
+            pool("elastic-8g", "elastic", price=22.0),
+        ],
+        nodes=[],
+        workloads=[pending("a", 4), pending("b", 4)],
+        want=[("scale_up", "elastic-8g", 1)],
+    ),
+    "one 4-GPU pod gets a 4-GPU node, not a half-empty 8-GPU one": Case(
+        pools=[
+            pool("elastic-4g", "elastic", per_node=4, price=12.0),
+            pool("elastic-8g", "elastic", price=22.0),
+        ],
+        nodes=[],
+        workloads=[pending("a", 4)],
+        want=[("scale_up", "elastic-4g", 1)],
+    ),
+    "a pod and the small ones that fill its node go together": Case(
+        pools=[
+            pool("elastic-1g", "elastic", per_node=1, price=3.0),
+            pool("elastic-8g", "elastic", price=24.0),
+        ],
+        nodes=[],
+        # 4+2+1+1 fill one 8-GPU node ($24/h); apart they would need it and two 1g ($30/h).
+        workloads=[pending("a", 4), pending("b", 2), pending("c", 1), pending("d", 1)],
+        want=[("scale_up", "elastic-8g", 1)],
+    ),
+    "when the cheapest shape is at maxNodes the next one takes the rest": Case(
+        pools=[
+            pool("elastic-4g", "elastic", per_node=4, price=12.0),
+            pool("elastic-8g", "elastic", price=22.0, max_nodes=1),
+        ],
+        nodes=[],
+        workloads=[pending(f"p{i}", 4) for i in range(4)],
+        want=[("scale_up", "elastic-4g", 2), ("scale_up", "elastic-8g", 1)],
+    ),
+    "pods that may run only on one GPU model get only pools of that model": Case(
+        pools=[
+            pool("t4", "elastic", per_node=1, price=0.5, gpu={"model": "T4", "perNode": 1}),
+            pool("a100", "elastic", per_node=1, price=4.0),
+        ],
+        nodes=[],
+        workloads=[pending("any", 1), pending("needs-a100", 1, models=("A100",))],
+        want=[("scale_up", "a100", 1), ("scale_up", "t4", 1)],
     ),
     "elastic scale-up picks the cheapest pool per GPU": Case(
         nodes=[],

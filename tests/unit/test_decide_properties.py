@@ -38,6 +38,22 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict]:
         ),
         pool("spot", "spot", per_node=per_node, max_nodes=sp_max, idle_for="5m"),
     ]
+    # A second node shape per cloud tier (the scale-up packs pending pods across shapes).
+    small = draw(st.sampled_from([None, 1, 2, 4]))
+    if small is not None and small < per_node:
+        discount = draw(st.sampled_from([0.8, 1.0, 1.25]))
+        for tier, price in (("elastic", 24.0), ("spot", 8.0)):
+            pools.append(
+                pool(
+                    f"{tier}-small",
+                    tier,
+                    per_node=small,
+                    max_nodes=draw(st.integers(0, 4)),
+                    provisioning=draw(st.integers(0, 1)),
+                    price=price * small / per_node * discount,
+                    idle_for="5m",
+                )
+            )
     nodes = [node(f"c{i}", "core", per_node) for i in range(core_n)]
     counts = {"elastic": draw(st.integers(0, el_max)), "spot": draw(st.integers(0, sp_max))}
     for tier, count in counts.items():

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from hybridgpu.core.cost import is_cloud, marginal_gpu_hour_dollars, node_hour_dollars
+from hybridgpu.core.shapes import Shape, pack
 from hybridgpu.models.actions import (
     Action,
     ActionKind,
@@ -171,8 +172,6 @@ class _Decider:
         self.pending_pods: list[GPUPod] = []
         self.requeued: list[_Demand] = []
         self._movable_cache: dict[str, JobState | None] = {}
-        self.class_gpus: dict[bool, int] = {}
-        """Pending GPUs of critical+standard (False) and preemptible (True) work."""
         self._preempt_failed_at: dict[tuple[str, ...], int] = {}
         """Per GPU-model restriction, the smallest pod size for which no core node could be
         freed: larger ones fail too."""
@@ -288,9 +287,7 @@ class _Decider:
         self.future_nodes.add(name)
         ledger.future[ledger.per_node][name] = None
 
-    def _take_best_fit(
-        self, ledger: _PoolLedger, gpus: int, demand: _Demand | None = None, future: bool = False
-    ) -> str | None:
+    def _take_best_fit(self, ledger: _PoolLedger, gpus: int, future: bool = False) -> str | None:
         buckets = ledger.future if future else ledger.buckets
         for free in range(gpus, ledger.per_node + 1):
             bucket = buckets[free]
@@ -299,10 +296,6 @@ class _Decider:
                 buckets[free - gpus][name] = None
                 self.node_free[name] = free - gpus
                 self.reserved.add(name)
-                if demand is not None and name in self.new_node_names:
-                    reasons = ledger.scale_reasons
-                    reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
-                    ledger.scale_gpus += demand.gpus
                 return name
         return None
 
@@ -471,55 +464,130 @@ class _Decider:
     def _cheapest_for(
         self, candidates: list[_PoolLedger], gpus: int, preemptible: bool
     ) -> _PoolLedger | None:
-        """The pool whose new node costs least per GPU that will actually be used: a big node
-        is cheap per GPU only when enough pending work of the class fills it."""
+        """The pool whose new node costs least for one pod of ``gpus`` alone (several pods
+        are packed across pools by ``_buy_for``); ties go to the smaller node."""
         if not candidates:
             return None
-        fill = max(gpus, self.class_gpus.get(preemptible, 0))
         return min(
-            candidates, key=lambda p: (p.node_price / min(p.per_node, fill), p.per_node, p.name)
+            candidates, key=lambda p: (p.node_price / min(p.per_node, gpus), p.per_node, p.name)
         )
+
+    def _launch_candidates(self, demand: _Demand) -> list[_PoolLedger]:
+        """The cloud pools whose shapes a pod that fits nowhere is packed into: the launchable
+        ones of its scale target's tier with its GPU model (pods of one such set are packed
+        together; the packing puts each only into nodes big enough for it)."""
+        target = self._scale_target(demand)
+        if target is None or demand.pool is not None or not target.state.launchable:
+            return [] if target is None else [target]
+        return [
+            p
+            for p in self.pools.values()
+            if p.tier == target.tier and p.state.launchable and _has_model(p, demand.models)
+        ]
 
     def _place_demand(self) -> None:
         # Criticality first; within it the largest pods first (first-fit decreasing packs
         # well, and places the same pods the same way on the next tick), then the oldest.
-        for demand in self.pending:
-            flexible = demand.criticality == PREEMPTIBLE
-            self.class_gpus[flexible] = self.class_gpus.get(flexible, 0) + demand.gpus
         order = sorted(self.pending, key=attrgetter("order"))
-        preemptible: list[_Demand] = []
-        for demand in order:
-            if demand.criticality == PREEMPTIBLE:
-                preemptible.append(demand)
-                continue
-            self._place_one(demand)
+        self._place_all([d for d in order if d.criticality != PREEMPTIBLE])
         # Jobs preempted above joined the preemptible queue; older work first.
+        preemptible = [d for d in order if d.criticality == PREEMPTIBLE]
         preemptible.extend(self.requeued_by_preemption)
-        for demand in sorted(preemptible, key=attrgetter("order")):
-            self._place_one(demand)
+        self._place_all(sorted(preemptible, key=attrgetter("order")))
 
     requeued_by_preemption: list[_Demand]
 
-    def _place_one(self, demand: _Demand) -> None:
-        # Nodes that exist first, then nodes on their way: a pod lands where it would have
-        # landed on the tick that asked for those nodes, so the next tick asks for no more.
+    def _place_all(self, demands: list[_Demand]) -> None:
+        """Place pods in order on nodes that exist; the rest on nodes on their way, buying
+        the cheapest packing of new nodes for those that fit nowhere."""
+        later = [d for d in demands if not self._place_now(d)]
+        if later:
+            self._place_on_the_way(later)
+
+    def _place_now(self, demand: _Demand) -> bool:
         order = self._free_order(demand)
-        for future in (False, True):
+        if demand.criticality != PREEMPTIBLE:
+            # Owned GPUs, freed by preemption if need be, before a cloud node is filled or
+            # bought: owned GPUs never hold preemptible work while firm work pays on-demand.
             for ledger in order:
-                if self._take_best_fit(ledger, demand.gpus, demand, future) is not None:
-                    return
-        if demand.criticality != PREEMPTIBLE and self._preempt_for(demand):
-            return
+                if ledger.tier == CORE and self._take_best_fit(ledger, demand.gpus):
+                    return True
+            if self._preempt_for(demand):
+                return True
+        return any(self._take_best_fit(ledger, demand.gpus) is not None for ledger in order)
+
+    def _fill_future(self, demands: list[_Demand]) -> list[tuple[_Demand, str | None]]:
+        """Each pod in order on the fullest node on its way that takes it, cheapest pool
+        first: how the next tick will place them, so it asks for no more."""
+        placed: list[tuple[_Demand, str | None]] = []
+        for demand in demands:
+            where = None
+            for ledger in self._free_order(demand):
+                where = self._take_best_fit(ledger, demand.gpus, future=True)
+                if where is not None:
+                    break
+            placed.append((demand, where))
+        return placed
+
+    def _place_on_the_way(self, demands: list[_Demand]) -> None:
+        placed = self._fill_future(demands)
+        if any(where is None for _, where in placed) and self._buy_for(
+            [d for d, where in placed if where is None]
+        ):
+            # Place them all again as the next tick will, over every node on its way.
+            for demand, where in placed:
+                if where is not None:
+                    self._adjust(where, demand.gpus)
+            placed = self._fill_future(demands)
+        for demand, where in placed:
+            if where is None:
+                where = self._launch_one(demand)
+            if where is not None and where in self.new_node_names:
+                ledger = self.pools[self.node_pool[where]]
+                reasons = ledger.scale_reasons
+                reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
+                ledger.scale_gpus += demand.gpus
+
+    def _buy_for(self, demands: list[_Demand]) -> bool:
+        """Open new nodes for pods that fit nowhere: per set of pools they may grow, the
+        packing across those pools' node shapes with the fewest dollars per hour (a
+        half-empty big node only when that is cheaper than smaller ones). False when no
+        node was opened."""
+        groups: dict[tuple[str, ...], dict[int, int]] = {}
+        for demand in demands:
+            pools = tuple(p.name for p in self._launch_candidates(demand))
+            if pools:
+                sizes = groups.setdefault(pools, {})
+                sizes[demand.gpus] = sizes.get(demand.gpus, 0) + 1
+        opened = 0
+
+        def open_node(shape: Shape) -> bool:
+            nonlocal opened
+            if self._open_node(self.pools[shape.pool]) is not None:
+                return False
+            opened += 1
+            return True
+
+        for pools, sizes in sorted(groups.items()):
+            ledgers = [self.pools[name] for name in pools]
+            pack(sizes, [Shape(p.name, p.per_node, p.node_price) for p in ledgers], open_node)
+        return opened > 0
+
+    def _launch_one(self, demand: _Demand) -> str | None:
+        """A pod the packing left out (a limit stopped it, or the next tick would place it
+        elsewhere): room on its own cheapest pool, a new node there, or the reason why not."""
         target = self._scale_target(demand)
         if target is None:
             self._block(demand.pool or "-", "no_pool", demand)
-            return
-        if self._take_best_fit(target, demand.gpus, demand, future=True) is None:
+            return None
+        where = self._take_best_fit(target, demand.gpus, future=True)
+        if where is None:
             cause = self._open_node(target)
             if cause is not None:
                 self._block(target, cause, demand)
-                return
-            self._take_best_fit(target, demand.gpus, demand, future=True)
+                return None
+            where = self._take_best_fit(target, demand.gpus, future=True)
+        return where
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it."""
@@ -820,8 +888,7 @@ class _Decider:
                 )
                 self.requeued_by_preemption = []
                 self._release_job_pods(victim, target.name)
-                for demand in self.requeued_by_preemption:
-                    self._place_one(demand)
+                self._place_all(self.requeued_by_preemption)
             self.requeued_by_preemption = []
 
     def _core_room(self, pod_gpus: list[int], models: tuple[str, ...] = ()) -> _PoolLedger | None:
