@@ -212,7 +212,24 @@ INVALID_CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "static provider on an elastic pool": (
         with_changes(elastic_pool(), {"provider": {"type": "static"}}),
-        ("spec.provider", "provider.type must be aws, kwok or fake"),
+        ("spec.provider", "provider.type must be aws, karpenter, clusterapi, kwok or fake"),
+    ),
+    "karpenter provider without its NodePool": (
+        with_changes(elastic_pool(), {"provider": {"type": "karpenter"}}),
+        ("spec.provider", "provider.karpenter is required"),
+    ),
+    "machineDeployment not NAMESPACE/NAME": (
+        with_changes(
+            elastic_pool(),
+            {"provider": {"type": "clusterapi", "clusterapi": {"machineDeployment": "gpu-md"}}},
+        ),
+        ("spec.provider.clusterapi.machineDeployment", "should match"),
+    ),
+    "karpenter provider on a core pool": (
+        with_changes(
+            core_pool(), {"provider": {"type": "karpenter", "karpenter": {"nodePool": "a"}}}
+        ),
+        ("spec.provider", "core pools are owned hardware"),
     ),
     "aws provider on a core pool": (
         with_changes(core_pool(), {"provider": {"type": "aws", "aws": {"region": "us-east-1"}}}),

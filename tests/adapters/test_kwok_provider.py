@@ -49,6 +49,9 @@ class KwokHarness:
     def new_pool(self, max_nodes: int) -> tuple[str, GPUPoolSpec]:
         return f"kwok-{uuid.uuid4().hex[:6]}", pool_spec(max_nodes)
 
+    def settle(self, pool: str, spec: GPUPoolSpec) -> None:
+        pass  # launches are counted from the request on
+
     def wait_booted(self, pool: str, spec: GPUPoolSpec) -> None:
         wait_until(
             lambda: all(i.state == "running" for i in self.provider.instances(pool, spec)),

@@ -178,6 +178,9 @@ class FakeHarness:
         self.pools += 1
         return f"pool-{self.pools}", elastic_spec(max_nodes)
 
+    def settle(self, pool: str, spec: GPUPoolSpec) -> None:
+        pass  # the fake acts at once
+
     def wait_booted(self, pool: str, spec: GPUPoolSpec) -> None:
         self.clock.now += 90
 

@@ -55,6 +55,24 @@ BAD = {
     ),
     "bad duration": (patched(ELASTIC, scaleDown={"idleFor": "ten minutes"}), "pattern"),
     "aws without settings": (patched(ELASTIC, provider={"type": "aws"}), "provider.aws"),
+    "karpenter without its NodePool": (
+        patched(ELASTIC, provider={"type": "karpenter"}),
+        "provider.karpenter is required",
+    ),
+    "clusterapi without its MachineDeployment": (
+        patched(ELASTIC, provider={"type": "clusterapi"}),
+        "provider.clusterapi is required",
+    ),
+    "machineDeployment without a namespace": (
+        patched(
+            ELASTIC, provider={"type": "clusterapi", "clusterapi": {"machineDeployment": "gpu-md"}}
+        ),
+        "pattern",
+    ),
+    "core on karpenter": (
+        patched(CORE, provider={"type": "karpenter", "karpenter": {"nodePool": "gpu"}}),
+        "owned hardware",
+    ),
 }
 
 

@@ -26,10 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from hybridgpu.cloud import kubeapi
 from hybridgpu.cloud.base import Instance, InterruptionNotice, ProviderError
+from hybridgpu.cloud.kubeapi import provider_error
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import GPUPoolSpec
 
@@ -100,23 +102,8 @@ def kwok_node(name: str, pool: str, spec: GPUPoolSpec) -> dict[str, Any]:
     }
 
 
-def _api_client(kubeconfig: str | None) -> client.ApiClient:
-    """``kubeconfig``, else $KUBECONFIG (``hybridgpu run`` sets it from --kubeconfig), else the
-    in-cluster service account, else ~/.kube/config."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        return config.new_client_from_config(config_file=path)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
-
-
 def _provider_error(action: str, err: ApiException) -> ProviderError:
-    # Conflicts, throttling and server errors pass; a forbidden or invalid request will not.
-    retryable = err.status in (409, 429) or (err.status or 0) >= 500
-    return ProviderError(f"kwok: {action}: {err.status} {err.reason}", retryable=retryable)
+    return provider_error("kwok", action, err)
 
 
 @dataclass(slots=True)
@@ -146,7 +133,7 @@ class KwokProvider:
         self.boot_delay_seconds = (
             default_boot_delay_seconds() if boot_delay_seconds is None else boot_delay_seconds
         )
-        self.api = api_client if api_client is not None else _api_client(kubeconfig)
+        self.api = api_client if api_client is not None else kubeapi.api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self._lock = threading.Lock()
         self._scale_lock = threading.Lock()

@@ -15,6 +15,8 @@ from hybridgpu.cloud.base import (
     InterruptionNotice,
     ProviderError,
 )
+from hybridgpu.cloud.clusterapi import ClusterAPIProvider
+from hybridgpu.cloud.karpenter import KarpenterProvider
 from hybridgpu.cloud.kwok import KwokProvider
 from hybridgpu.cloud.static import StaticProvider
 from hybridgpu.models.pool import GPUPoolSpec, Tier
@@ -89,6 +91,10 @@ class Providers:
             return provider
         if kind == "kwok":
             return KwokProvider(clock=self._clock)
+        if kind == "karpenter":
+            return KarpenterProvider(clock=self._clock)
+        if kind == "clusterapi":
+            return ClusterAPIProvider(clock=self._clock)
         aws = importlib.import_module("hybridgpu.cloud.aws")
         region = spec.provider.aws.region if spec.provider.aws else None
         built: CapacityProvider = aws.AWSProvider(region=region, cluster=self.cluster_name)

@@ -76,6 +76,32 @@ class KwokProviderSpec(SpecModel):
     )
 
 
+class KarpenterProviderSpec(SpecModel):
+    """The Karpenter NodePool that provisions the pool's nodes; hybridgpu only sets its limits."""
+
+    node_pool: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+        description="Name of the karpenter.sh/v1 NodePool. hybridgpu sets its "
+        "spec.limits[nvidia.com/gpu] to the GPUs of the nodes it allows (never above maxNodes x "
+        "gpu.perNode) and releases a node by deleting its NodeClaim; Karpenter launches.",
+    )
+
+
+class ClusterAPIProviderSpec(SpecModel):
+    """The Cluster API MachineDeployment whose replicas are the pool's nodes."""
+
+    machine_deployment: str = Field(
+        min_length=3,
+        max_length=317,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+        description="NAMESPACE/NAME of the cluster.x-k8s.io MachineDeployment. hybridgpu raises "
+        "spec.replicas (never above maxNodes) and removes a chosen Machine by annotating it "
+        "cluster.x-k8s.io/delete-machine before lowering replicas.",
+    )
+
+
 class ProviderSpec(SpecModel):
     """How nodes of the pool are created and removed."""
 
@@ -85,15 +111,34 @@ class ProviderSpec(SpecModel):
             message="provider.aws is required when provider.type is aws",
             check=lambda s: s.type != "aws" or s.aws is not None,
         ),
+        Rule(
+            cel="!has(self.type) || self.type != 'karpenter' || has(self.karpenter)",
+            message="provider.karpenter is required when provider.type is karpenter",
+            check=lambda s: s.type != "karpenter" or s.karpenter is not None,
+        ),
+        Rule(
+            cel="!has(self.type) || self.type != 'clusterapi' || has(self.clusterapi)",
+            message="provider.clusterapi is required when provider.type is clusterapi",
+            check=lambda s: s.type != "clusterapi" or s.clusterapi is not None,
+        ),
     )
 
-    type: Literal["static", "aws", "kwok", "fake"] = Field(
+    type: Literal["static", "aws", "karpenter", "clusterapi", "kwok", "fake"] = Field(
         default="static",
-        description="static: nodes are what they are (owned hardware); aws: EC2; kwok: fake "
-        "nodes on a cluster that runs kwok (local trials, `make demo`); fake: in memory, for "
-        "the simulator and tests (run against a cluster, its instances never become Nodes).",
+        description="static: nodes are what they are (owned hardware); aws: EC2 launched by "
+        "hybridgpu; karpenter: a Karpenter NodePool provisions, hybridgpu sets its limits and "
+        "deletes NodeClaims; clusterapi: a Cluster API MachineDeployment (any cloud or bare "
+        "metal); kwok: fake nodes on a cluster that runs kwok (local trials, `make demo`); "
+        "fake: in memory, for the simulator and tests (run against a cluster, its instances "
+        "never become Nodes).",
     )
     aws: AWSProviderSpec | None = Field(default=None, description="AWS settings (type aws).")
+    karpenter: KarpenterProviderSpec | None = Field(
+        default=None, description="Karpenter settings (type karpenter)."
+    )
+    clusterapi: ClusterAPIProviderSpec | None = Field(
+        default=None, description="Cluster API settings (type clusterapi)."
+    )
     kwok: KwokProviderSpec | None = Field(
         default=None, description="kwok settings (type kwok; optional)."
     )
@@ -215,16 +260,17 @@ class GPUPoolSpec(SpecModel):
         ),
         Rule(
             cel="self.tier != 'core' || !has(self.provider) || !has(self.provider.type) || "
-            "self.provider.type != 'aws'",
-            message="core pools are owned hardware: provider.type must be static, kwok or fake",
-            check=lambda s: s.tier != "core" or s.provider.type != "aws",
+            "!(self.provider.type in ['aws', 'karpenter'])",
+            message="core pools are owned hardware: provider.type must be static, clusterapi, "
+            "kwok or fake",
+            check=lambda s: s.tier != "core" or s.provider.type not in ("aws", "karpenter"),
             field_path=".provider",
         ),
         Rule(
             cel="self.tier == 'core' || (has(self.provider) && has(self.provider.type) && "
             "self.provider.type != 'static')",
             message="elastic and spot pools scale through a cloud provider: provider.type must "
-            "be aws, kwok or fake",
+            "be aws, karpenter, clusterapi, kwok or fake",
             check=lambda s: s.tier == "core" or s.provider.type != "static",
             field_path=".provider",
         ),

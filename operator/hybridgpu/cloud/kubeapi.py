@@ -1,0 +1,56 @@
+"""What the providers that act through Kubernetes objects share: the API client they are given
+or find, and their API errors as the project's ProviderError."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from hybridgpu.cloud.base import ProviderError
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """``kubeconfig``, else $KUBECONFIG (``hybridgpu run`` sets it from --kubeconfig), else the
+    in-cluster service account, else ~/.kube/config."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return config.new_client_from_config(config_file=path)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def provider_error(provider: str, action: str, err: ApiException) -> ProviderError:
+    """``err`` as a ProviderError: conflicts, throttling and server errors are retryable; a
+    forbidden, missing or invalid request will not pass by itself."""
+    retryable = err.status in (409, 429) or (err.status or 0) >= 500
+    return ProviderError(f"{provider}: {action}: {err.status} {err.reason}", retryable=retryable)
+
+
+def epoch_seconds(timestamp: str | None) -> float:
+    """An RFC 3339 timestamp of a custom object (``2025-01-02T03:04:05Z``) in epoch seconds;
+    0.0 when absent (callers treat 0 as unknown)."""
+    if not timestamp:
+        return 0.0
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def condition_true(obj: dict[str, Any], type_: str) -> bool:
+    """Whether the object's status has condition ``type_`` with status True."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conditions)
+
+
+def api_problem(provider: str, what: str, err: ApiException) -> str:
+    """One line for the operator's readiness: why ``what`` cannot be read."""
+    if err.status == 404:
+        return f"{what} is not served by the API server: is {provider} installed?"
+    if err.status in (401, 403):
+        return f"not allowed to read {what}: grant the RBAC of docs/providers.md"
+    return f"cannot read {what}: {err.status} {err.reason}"
