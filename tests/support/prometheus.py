@@ -58,15 +58,35 @@ def promtool_binary() -> str:
     return _binary("HYBRIDGPU_PROMTOOL", "/usr/bin/promtool")
 
 
+class DCGMField:
+    """One DCGM exporter field: a series per GPU (labels gpu, UUID, Hostname) that also
+    names the pod the GPU is allocated to (``namespace``, ``pod``; empty when none, and
+    Prometheus drops empty labels), as the exporter's Kubernetes mapping does."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+
+    def labels(self, namespace: str = "", pod: str = "", **gpu: str) -> Gauge:
+        return self.gauge.labels(namespace=namespace, pod=pod, **gpu)
+
+    def remove_node(self, node: str) -> None:
+        for labels in [s.labels for m in self.gauge.collect() for s in m.samples]:
+            if labels.get("Hostname") == node:
+                self.gauge.remove(*(labels[k] for k in DCGM_LABELS))
+
+
+DCGM_LABELS = ("gpu", "UUID", "Hostname", "namespace", "pod")
+
+
 @dataclass
 class FakeDCGM:
     """What a DCGM exporter (plus OpenCost and vLLM) would expose; set values per node and
     GPU."""
 
     registry: CollectorRegistry
-    util: Gauge
-    engine_active: Gauge
-    xid: Gauge
+    util: DCGMField
+    engine_active: DCGMField
+    xid: DCGMField
     gpu_hourly_cost: Gauge
     generated_tokens: Counter
     """vLLM's vllm:generation_tokens_total, labels pod and kubernetes_node."""
@@ -81,25 +101,47 @@ class FakeDCGM:
             labels = {"gpu": str(gpu), "UUID": f"GPU-{node}-{gpu}", "Hostname": node}
             self.util.labels(**labels).set(percent)
 
+    def set_pod_utilization(
+        self,
+        node: str,
+        namespace: str,
+        pod: str,
+        percent: float,
+        *,
+        gpu: int = 0,
+        engine_active: bool = False,
+    ) -> None:
+        """The GPU ``gpu`` of ``node``, allocated to ``namespace/pod``, at ``percent``: in
+        DCGM_FI_DEV_GPU_UTIL, or as a ratio in DCGM_FI_PROF_GR_ENGINE_ACTIVE."""
+        labels = {"gpu": str(gpu), "UUID": f"GPU-{node}-{gpu}", "Hostname": node}
+        if engine_active:
+            self.engine_active.labels(namespace, pod, **labels).set(percent / 100)
+        else:
+            self.util.labels(namespace, pod, **labels).set(percent)
+
     def forget_node(self, node: str) -> None:
         """The node's exporter stopped reporting (its series vanish from the next scrape)."""
-        for gauge in (self.util, self.engine_active, self.xid):
-            for labels in [s.labels for m in gauge.collect() for s in m.samples]:
-                if labels.get("Hostname") == node:
-                    gauge.remove(labels["gpu"], labels["UUID"], labels["Hostname"])
+        for field in (self.util, self.engine_active, self.xid):
+            field.remove_node(node)
 
 
 def start_fake_dcgm() -> FakeDCGM:
     registry = CollectorRegistry()
-    labels = ["gpu", "UUID", "Hostname"]
-    util = Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels, registry=registry)
-    engine = Gauge(
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "Ratio of time the graphics engine is active.",
-        labels,
-        registry=registry,
+    labels = list(DCGM_LABELS)
+    util = DCGMField(
+        Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels, registry=registry)
     )
-    xid = Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error.", labels, registry=registry)
+    engine = DCGMField(
+        Gauge(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "Ratio of time the graphics engine is active.",
+            labels,
+            registry=registry,
+        )
+    )
+    xid = DCGMField(
+        Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error.", labels, registry=registry)
+    )
     cost = Gauge("node_gpu_hourly_cost", "OpenCost GPU hourly cost.", ["node"], registry=registry)
     tokens = Counter(
         "vllm:generation_tokens",

@@ -62,9 +62,9 @@ def mutation(
     criticality: Criticality | None, pod_spec: Mapping[str, Any], rules: AdmissionRules
 ) -> list[PatchOperation]:
     """JSON patch operations that give a pod of ``criticality`` its priority class and, when
-    preemptible, a required node affinity to core and spot nodes. No operations when the pod
-    has no criticality or already has what it needs; a priority class the pod names itself
-    is kept."""
+    preemptible, a required node affinity to core and spot nodes (unless a node selector pins
+    it to one pool). No operations when the pod has no criticality or already has what it
+    needs; a priority class the pod names itself is kept."""
     if criticality is None:
         return []
     ops: list[PatchOperation] = []
@@ -77,7 +77,11 @@ def mutation(
             _add("/spec/priority", priority_class.value),
             _add("/spec/preemptionPolicy", priority_class.preemption_policy),
         ]
-    if criticality == Criticality.PREEMPTIBLE and not rules.allow_on_demand_for_preemptible:
+    # A pod pinned to one pool by name (the operator's move, e.g. a Job whose deadline sent
+    # it to on-demand) goes where the pin says: the pool decides its tier.
+    pinned = (pod_spec.get("nodeSelector") or {}).get(rules.pool_label)
+    preemptible = criticality == Criticality.PREEMPTIBLE
+    if preemptible and not rules.allow_on_demand_for_preemptible and not pinned:
         affinity = _restricted_to_tiers(pod_spec, rules.tier_label, PREEMPTIBLE_TIERS)
         if affinity is not None:
             ops.append(_add("/spec/affinity", affinity))

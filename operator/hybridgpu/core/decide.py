@@ -22,6 +22,13 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from hybridgpu.core.cost import is_cloud, marginal_gpu_hour_dollars, node_hour_dollars
+from hybridgpu.core.deadline import (
+    Slack,
+    may_be_moved,
+    must_leave_spot,
+    must_start_on_demand,
+    slack_of,
+)
 from hybridgpu.core.shapes import Shape, pack
 from hybridgpu.models.actions import (
     Action,
@@ -31,6 +38,7 @@ from hybridgpu.models.actions import (
     HandleInterruption,
     MoveJob,
     Plan,
+    ReclaimIdle,
     ReleaseNode,
     ScaleUp,
 )
@@ -178,6 +186,11 @@ class _Decider:
         self.pending_gpus: dict[str, int] = {c.value: 0 for c in Criticality}
         self.unhealthy: dict[str, str] = {}
         """Cloud nodes to replace this tick, by name: why (they no longer hold maxNodes)."""
+        self.deadline_margin = 2 * parse_duration_seconds(policy.interval)
+        """Slack a Job with a deadline keeps: it is looked at again only an interval later."""
+        self.stop_seconds = parse_duration_seconds(policy.preemption.checkpoint_grace_period)
+        self.progress_by_job: dict[str, float] = {}
+        """Saved progress of running Jobs with an expected duration (Plan field)."""
 
     # ---------------------------------------------------------------- ledger
     def _build(self) -> None:
@@ -671,6 +684,8 @@ class _Decider:
             return None
         if job.started_at is None or self.now - job.started_at < self.min_runtime:
             return None
+        if job.deadline_at is not None and not self._deadline_allows_move(job):
+            return None
         return job
 
     def _job_gpus(self, job_key: str) -> int:
@@ -1041,7 +1056,9 @@ class _Decider:
         on it belongs to a preemptible Job (which requeues)."""
         if node.utilization_percent is None or node.utilization_percent >= threshold:
             return False
-        return all(self._movable(p.job) is not None for p in pods)
+        return all(self._movable(p.job) is not None for p in pods) and self._fits_elsewhere(
+            node, pods
+        )
 
     def _replace_unhealthy(self) -> None:
         for name, reason in sorted(self.unhealthy.items()):
@@ -1060,6 +1077,219 @@ class _Decider:
                     )
                 )
 
+    # ------------------------------------------------------------ 2b. deadlines
+    def _deadlines(self) -> None:
+        """Preemptible Jobs with a deadline wait for spot or owned GPUs while their slack
+        allows, and move to on-demand when waiting (or staying on spot) longer could miss
+        it (core/deadline.py; docs/concepts.md, "Deadlines")."""
+        demands: dict[str, list[_Demand]] = {}
+        for demand in self.pending:
+            if demand.job is not None:
+                demands.setdefault(demand.job, []).append(demand)
+        for key in sorted(self.jobs):
+            job = self.jobs[key]
+            if job.deadline_at is None or job.criticality != PREEMPTIBLE:
+                continue
+            if key in self.moving or job.suspended:
+                continue  # a move finishes first; a Job its owner suspended stays so
+            slack = self._slack(job)
+            if slack is None:
+                continue
+            placed = [p.node for p in self.pods_of_job.get(key, []) if p.node is not None]
+            if placed:
+                self.progress_by_job[key] = slack.saved
+            # Pods on a node being interrupted are requeued already: the Job waits.
+            bound = [n for n in placed if n in self.nodes and not self._interrupted(n)]
+            from_pool: str | None
+            if bound:
+                on_spot = [n for n in bound if self._tier_of_node(n) == SPOT]
+                if not on_spot or not must_leave_spot(slack, self.deadline_margin):
+                    continue
+                doing, from_pool = "runs on spot", self.node_pool[on_spot[0]]
+            elif key in demands and must_start_on_demand(
+                slack, job.checkpoint_seconds, self.deadline_margin
+            ):
+                doing, from_pool = "waits", job.pool
+            else:
+                continue
+            target = self._on_demand_target(job)
+            if target is None:
+                self.notes.append(f"Job {key} may miss its deadline: no on-demand pool can run it")
+                continue
+            for demand in demands.get(key, []):
+                demand.pool = target.name
+            if bound:
+                self.actions.append(self._deadline_action(job, slack, target, doing, from_pool))
+                self._release_job_pods(job, target.name)
+            elif job.pool != target.name:
+                self.actions.append(self._deadline_action(job, slack, target, doing, from_pool))
+                self.moving.add(key)
+
+    def _interrupted(self, node: str) -> bool:
+        return self.nodes[node].interruption_deadline is not None
+
+    def _tier_of_node(self, node: str) -> str | None:
+        ledger = self.pools.get(self.node_pool.get(node, ""))
+        return None if ledger is None else ledger.tier
+
+    def _slack(self, job: JobState) -> Slack | None:
+        started = [
+            p.started_at
+            for p in self.pods_of_job.get(job.key, [])
+            if p.node is not None and p.started_at is not None
+        ]
+        return slack_of(
+            job,
+            min(started) if started else None,
+            self.now,
+            restart_seconds=self.restart_hours * 3600.0,
+            stop_seconds=self.stop_seconds,
+        )
+
+    def _deadline_allows_move(self, job: JobState) -> bool:
+        """A Job with a deadline is preempted, drained or moved off on-demand only while it
+        would keep the slack to try spot again."""
+        slack = self._slack(job)
+        return slack is None or may_be_moved(slack, job.checkpoint_seconds, self.deadline_margin)
+
+    def _on_demand_target(self, job: JobState) -> _PoolLedger | None:
+        """The elastic pool whose GPU is cheapest for the Job (one that can launch first)."""
+        fitting = [
+            p
+            for p in self.pools.values()
+            if p.tier == ELASTIC
+            and p.per_node >= job.gpus_per_pod
+            and _has_model(p, job.gpu_models)
+        ]
+        return min(
+            fitting, key=lambda p: (not p.state.launchable, p.gpu_price, p.name), default=None
+        )
+
+    def _deadline_action(
+        self, job: JobState, slack: Slack, target: _PoolLedger, doing: str, from_pool: str | None
+    ) -> MoveJob:
+        left_h = max(slack.time_left, 0.0) / 3600
+        work_h = slack.work_left / 3600
+        return MoveJob(
+            namespace=job.namespace,
+            job=job.name,
+            from_pool=from_pool,
+            to_pool=target.name,
+            gpus=job.gpus_per_pod * job.parallelism,
+            kind=ActionKind.DEADLINE,
+            reason=f"Job {job.key} {doing} with {left_h:.1f} h to its deadline and "
+            f"{work_h:.1f} h of work left: waiting longer could miss it, so it moves to "
+            f"on-demand pool {target.name} (${target.gpu_price:.2f}/GPU-h)",
+        )
+
+    def _fits_elsewhere(self, node: NodeState, pods: list[GPUPod]) -> bool:
+        """Whether the pods of an under-used node fit on free GPUs of other nodes they may
+        use (taken for them when they do): only then does draining it pack the work tighter.
+        Otherwise its Jobs would wait for a new node and idle there as they idled here, and
+        the drain would repeat every idleFor (measured in bench/idle_reclaim.py)."""
+        ledger = self.pools[node.pool]
+        free = self.node_free.get(node.name)
+        if free is not None:
+            del ledger.buckets[free][node.name]  # not onto itself
+        taken: list[tuple[str, int]] = []
+        try:
+            for pod in sorted(pods, key=lambda p: (-p.gpus, p.key)):
+                demand = _Demand(
+                    pod.gpus, pod.criticality, 0.0, pod.key, pod.pool, pod.job, pod.gpu_models
+                )
+                for target in self._free_order(demand):
+                    name = self._take_best_fit(target, pod.gpus)
+                    if name is not None:
+                        taken.append((name, pod.gpus))
+                        break
+                else:
+                    for name, gpus in taken:
+                        self._adjust(name, gpus)
+                    return False
+            return True
+        finally:
+            if free is not None:
+                ledger.buckets[free][node.name] = None
+
+    # ------------------------------------------------------------- idle reclaim
+    def _reclaim_idle(self) -> None:
+        """Workloads that opted in (hybridgpu.io/idle-timeout) and held GPUs below the idle
+        threshold for that long give them back: their Job is suspended, a bare pod evicted.
+        Never while metrics are unavailable; critical work only when it opts in too."""
+        opted: set[tuple[str, str]] = set()
+        for pod in self.snap.pods:
+            if pod.input_error:
+                self.notes.append(f"pod {pod.key}: {pod.input_error}")
+            if pod.idle_timeout_seconds is not None and pod.node is not None:
+                opted.add(("job", pod.job) if pod.job is not None else ("pod", pod.key))
+        if not opted:
+            return
+        # Every running pod of an opted-in workload, opted in itself or not: all must be idle.
+        by_owner: dict[tuple[str, str], list[GPUPod]] = {}
+        for pod in self.snap.pods:
+            owner = ("job", pod.job) if pod.job is not None else ("pod", pod.key)
+            if owner in opted and pod.node is not None:
+                by_owner.setdefault(owner, []).append(pod)
+        candidates = sorted(by_owner.items())
+        if not self.snap.metrics.available:
+            self.notes.append(
+                f"utilization data unavailable ({self.snap.metrics.reason or 'stale'}): idle "
+                f"reclaim of {len(candidates)} workload(s) skipped (fail static)"
+            )
+            return
+        for (kind, name), pods in candidates:
+            action = self._reclaim_one(kind, name, pods)
+            if action is not None:
+                self.actions.append(action)
+
+    def _reclaim_one(self, kind: str, name: str, pods: list[GPUPod]) -> ReclaimIdle | None:
+        first = pods[0]
+        if kind == "job":
+            job = self.jobs.get(name)
+            if job is None or job.suspended or name in self.moving:
+                return None
+        elif not first.bare:
+            return None  # owned by a controller that would only recreate it
+        if any(p.terminating for p in pods):
+            return None
+        critical = any(p.criticality == Criticality.CRITICAL for p in pods)
+        if critical and not all(p.reclaim_critical for p in pods):
+            return None
+        idle_for: list[float] = []
+        for pod in pods:
+            timeout = pod.idle_timeout_seconds
+            if timeout is None or pod.idle_since is None or self.now - pod.idle_since < timeout:
+                return None
+            idle_for.append(self.now - pod.idle_since)
+        idle_seconds = min(idle_for)
+        gpus = sum(p.gpus for p in pods)
+        node = first.node or ""
+        ledger = self.pools.get(self.node_pool.get(node, ""))
+        if ledger is None:
+            return None
+        gpu_hour = ledger.node_price / max(ledger.per_node, 1)
+        held = gpus * gpu_hour * idle_seconds / 3600
+        spec = ledger.state.spec.scale_down
+        used = max((p.utilization_percent or 0.0) for p in pods)
+        what = f"Job {name}" if kind == "job" else f"bare pod {name}"
+        then = "suspend it (resume: set spec.suspend=false)" if kind == "job" else "evict it"
+        namespace, short = name.split("/", 1)
+        return ReclaimIdle(
+            namespace=namespace,
+            name=short,
+            job=kind == "job",
+            pool=ledger.name,
+            node=node,
+            gpus=gpus,
+            idle_seconds=idle_seconds,
+            held_dollars=held,
+            reason=f"{what} held {gpus} GPU(s) of {ledger.tier} pool {ledger.name} below "
+            f"{spec.idle_utilization_percent:g}% utilization (now {used:.0f}%) for "
+            f"{_hours_minutes(idle_seconds)}, past its idle-timeout "
+            f"{_hours_minutes(first.idle_timeout_seconds or 0.0)}: ${held:.2f} of GPU time "
+            f"held idle; {then}",
+        )
+
     # ------------------------------------------------------------------- run
     def run(self) -> Plan:
         self._candidates_cache = {}
@@ -1067,11 +1297,13 @@ class _Decider:
         self._build()
         self._interruptions()
         self._collect_pending()
+        self._deadlines()
         self._place_demand()
         self.requeued_by_preemption = []
         self._consolidate()
         self._emit_scale_ups()
         self._release_idle()
+        self._reclaim_idle()
         self._replace_unhealthy()
         self._gpu_health()
         blocked = tuple(
@@ -1098,7 +1330,16 @@ class _Decider:
             budget_exceeded=over_month or any(b.cause.startswith("budget") for b in blocked),
             metrics_available=self.snap.metrics.available,
             notes=tuple(self.notes),
+            progress_seconds_by_job=dict(self.progress_by_job),
         )
+
+
+def _hours_minutes(seconds: float) -> str:
+    """``1h05m`` (or ``42m``, ``30s``) for a span of seconds."""
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    hours, minutes = divmod(int(seconds // 60), 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
 
 
 def decide(snapshot: ClusterSnapshot, policy: ScalingPolicySpec, now: float) -> Plan:

@@ -212,6 +212,8 @@ class Reconciler:
         )
         result.errors += execution.errors
         measured.provider_errors |= execution.provider_errors
+        for reclaimed in execution.reclaimed:
+            self.metrics.record_reclaimed(reclaimed, str(pools[reclaimed.pool].tier))
         if not policy.dry_run:
             result.errors += self.executor.finish_interrupted(snapshot, pools)
             self.executor.shape_nodes(objects.nodes, pools)
@@ -268,6 +270,7 @@ class Reconciler:
         unhealthy: dict[str, list[str]] = {}
         utilization: dict[str, float] = {}
         stale: set[str] = set()
+        pod_utilization: dict[str, float] = {}
         xid: dict[str, int] = {}
         gpu_prices: dict[str, float] = {}
         tokens: dict[str, float] = {}
@@ -281,6 +284,9 @@ class Reconciler:
                 else:
                     utilization[node] = reading.percent
             xid = dict(readings.xid_gpus)
+            pod_utilization = {
+                k: r.percent for k, r in readings.pod_utilization.items() if not r.stale
+            }
             gpu_prices = dict(readings.gpu_hourly_cost_dollars)
             if readings.token_counters is not None:
                 counter = self.tokens_by_policy.setdefault(policy_name, TokenCounter())
@@ -330,6 +336,7 @@ class Reconciler:
             Measurements(
                 utilization_by_node=utilization,
                 stale_nodes=frozenset(stale),
+                utilization_by_pod=pod_utilization,
                 xid_errors_by_node=xid,
                 metrics=health,
                 provisioning_by_pool=provisioning,

@@ -4,7 +4,9 @@ snapshot types ``core.decide`` reads. No I/O here: every function is unit-tested
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,11 +14,16 @@ from hybridgpu.kube.names import (
     CHECKPOINT_ANNOTATION,
     CORDONED_BY_ANNOTATION,
     CRITICALITY_LABEL,
+    DEADLINE_ANNOTATION,
+    EXPECTED_DURATION_ANNOTATION,
     GPU_RESOURCE,
+    IDLE_RECLAIM_CRITICAL_ANNOTATION,
+    IDLE_TIMEOUT_ANNOTATION,
     INTERRUPTION_ANNOTATION,
     MOVE_ANNOTATION,
     PINNED_ANNOTATION,
     POOL_LABEL,
+    PROGRESS_ANNOTATION,
     RELEASING_ANNOTATION,
 )
 from hybridgpu.models.base import parse_duration_seconds
@@ -136,11 +143,16 @@ def unschedulable_since(pod: Obj) -> float | None:
     return None
 
 
-def gpu_pod(pod: Obj, job_criticality: Mapping[str, Criticality]) -> GPUPod | None:
+def gpu_pod(
+    pod: Obj,
+    job_criticality: Mapping[str, Criticality],
+    job_annotations: Mapping[str, Mapping[str, str]] | None = None,
+) -> GPUPod | None:
     """The snapshot view of a pod, or None when it holds and wants no GPU.
 
     Terminal pods hold nothing. A pod not bound to a node counts only once the scheduler
-    said it fits nowhere (Unschedulable): a pod it has not tried yet may well fit.
+    said it fits nowhere (Unschedulable): a pod it has not tried yet may well fit. Idle
+    reclaim annotations are read from the pod, else from its Job (``job_annotations``).
     """
     status = pod.get("status") or {}
     if status.get("phase") in TERMINAL_POD_PHASES:
@@ -163,6 +175,10 @@ def gpu_pod(pod: Obj, job_criticality: Mapping[str, Criticality]) -> GPUPod | No
     criticality = parse_criticality(labels_of(pod).get(CRITICALITY_LABEL))
     if criticality is None and job is not None:
         criticality = job_criticality.get(job)
+    notes = annotations_of(pod)
+    if job is not None and job_annotations and IDLE_TIMEOUT_ANNOTATION not in notes:
+        notes = job_annotations.get(job) or {}
+    idle_timeout, error = idle_timeout_of(notes)
     return GPUPod(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
@@ -174,7 +190,31 @@ def gpu_pod(pod: Obj, job_criticality: Mapping[str, Criticality]) -> GPUPod | No
         pending_since=pending_since,
         started_at=epoch_of(status.get("startTime")),
         gpu_models=pod_spec_gpu_models(spec),
+        bare=is_bare(pod),
+        terminating=bool(meta.get("deletionTimestamp")),
+        idle_timeout_seconds=idle_timeout,
+        reclaim_critical=_is_true(notes.get(IDLE_RECLAIM_CRITICAL_ANNOTATION)),
+        input_error=error,
     )
+
+
+def idle_timeout_of(annotations: Mapping[str, str]) -> tuple[float | None, str | None]:
+    """The idle-timeout opt-in in seconds (None when absent), and why it was not understood
+    (then it is None too: a workload is never reclaimed on a value we could not read)."""
+    raw = annotations.get(IDLE_TIMEOUT_ANNOTATION)
+    if raw is None:
+        return None, None
+    try:
+        seconds = parse_duration_seconds(str(raw).strip())
+    except ValueError as err:
+        return None, f"annotation {IDLE_TIMEOUT_ANNOTATION}: {err}; not reclaimed"
+    if seconds <= 0:
+        return None, f"annotation {IDLE_TIMEOUT_ANNOTATION}: {raw!r} must be longer than 0"
+    return seconds, None
+
+
+def _is_true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "true"
 
 
 def job_is_finished(job: Obj) -> bool:
@@ -221,6 +261,9 @@ def job_state(job: Obj) -> JobState | None:
     status = job.get("status") or {}
     pool = (pod_spec.get("nodeSelector") or {}).get(POOL_LABEL)
     checkpoint, error = checkpoint_interval(annotations_of(job))
+    created = epoch_of(meta.get("creationTimestamp"))
+    deadline = job_deadline(annotations_of(job), created)
+    errors = "; ".join(e for e in (error, deadline.error) if e) or None
     return JobState(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
@@ -235,8 +278,85 @@ def job_state(job: Obj) -> JobState | None:
         pinned_by_operator=pool is not None and annotations_of(job).get(PINNED_ANNOTATION) == pool,
         gpu_models=pod_spec_gpu_models(pod_spec),
         checkpoint_seconds=checkpoint,
-        input_error=error,
+        created_at=created,
+        deadline_at=deadline.deadline_at,
+        expected_duration_seconds=deadline.expected_seconds,
+        progress_seconds=deadline.progress_seconds,
+        input_error=errors,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class JobDeadline:
+    """A Job's deadline annotations, read: all None (and progress 0) when absent or bad."""
+
+    deadline_at: float | None = None
+    expected_seconds: float | None = None
+    progress_seconds: float = 0.0
+    error: str | None = None
+
+
+def job_deadline(annotations: Mapping[str, str], created_at: float | None) -> JobDeadline:
+    """hybridgpu.io/deadline (an RFC 3339 time, or a duration counted from ``created_at``),
+    hybridgpu.io/expected-duration and hybridgpu.io/progress of a Job. A deadline needs an
+    expected duration; a value that cannot be read is reported and the deadline ignored
+    (the Job then behaves as one without), never guessed."""
+    raw_deadline = annotations.get(DEADLINE_ANNOTATION)
+    raw_expected = annotations.get(EXPECTED_DURATION_ANNOTATION)
+    raw_progress = annotations.get(PROGRESS_ANNOTATION)
+    errors: list[str] = []
+    progress = 0.0
+    if raw_progress is not None:
+        try:
+            progress = float(raw_progress)
+            if not math.isfinite(progress) or progress < 0:
+                raise ValueError
+        except ValueError:
+            progress = 0.0
+            errors.append(
+                f"annotation {PROGRESS_ANNOTATION}: {raw_progress!r} is not a number of seconds "
+                ">= 0; counted as 0"
+            )
+    if raw_deadline is None:
+        return JobDeadline(progress_seconds=progress, error="; ".join(errors) or None)
+    deadline = _deadline_epoch(str(raw_deadline).strip(), created_at)
+    expected: float | None = None
+    if deadline is None:
+        errors.append(
+            f"annotation {DEADLINE_ANNOTATION}: {raw_deadline!r} is neither an RFC 3339 time "
+            "nor a duration from creation (e.g. 2025-07-01T18:00:00Z or 36h); ignored"
+        )
+    if raw_expected is None:
+        errors.append(
+            f"annotation {DEADLINE_ANNOTATION} needs {EXPECTED_DURATION_ANNOTATION} (the run time "
+            "the Job needs, e.g. 6h); the deadline is ignored"
+        )
+    else:
+        try:
+            expected = parse_duration_seconds(str(raw_expected).strip())
+            if expected <= 0:
+                raise ValueError(f"{raw_expected!r} must be longer than 0")
+        except ValueError as err:
+            expected = None
+            errors.append(f"annotation {EXPECTED_DURATION_ANNOTATION}: {err}; deadline ignored")
+    error = "; ".join(errors) or None
+    if deadline is None or expected is None:
+        return JobDeadline(progress_seconds=progress, error=error)
+    return JobDeadline(deadline, expected, progress, error)
+
+
+def _deadline_epoch(text: str, created_at: float | None) -> float | None:
+    try:
+        return parse_duration_seconds(text) + created_at if created_at is not None else None
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None  # a time without a zone is ambiguous: RFC 3339 requires one
+    return moment.timestamp()
 
 
 def checkpoint_interval(annotations: Mapping[str, str]) -> tuple[float | None, str | None]:

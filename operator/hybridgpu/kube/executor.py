@@ -7,6 +7,7 @@ implement on top of the pool's CapacityProvider (``kube`` does not import ``clou
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from hybridgpu.kube.names import (
     INTERRUPTION_ANNOTATION,
     MOVE_ANNOTATION,
     POOL_LABEL,
+    PROGRESS_ANNOTATION,
+    RECLAIMED_ANNOTATION,
     RELEASING_ANNOTATION,
     TIER_LABEL,
     VERSION,
@@ -49,6 +52,7 @@ from hybridgpu.models.actions import (
     HandleInterruption,
     MoveJob,
     Plan,
+    ReclaimIdle,
     ReleaseNode,
     ScaleUp,
 )
@@ -65,6 +69,8 @@ EVENT_REASONS = {
     "consolidate": "Consolidate",
     "release_node": "ReleaseNode",
     "cordon_unhealthy": "CordonUnhealthy",
+    "deadline": "DeadlineOnDemand",
+    "reclaim_idle": "IdleReclaimed",
 }
 EVENT_REPEAT_SECONDS = 60.0
 """The same state Event (blocked, metrics unavailable) is bumped at most this often: ticks
@@ -101,6 +107,8 @@ class Execution:
     errors: list[str] = field(default_factory=list)
     provider_errors: dict[str, str] = field(default_factory=dict)
     events: int = 0
+    reclaimed: list[ReclaimIdle] = field(default_factory=list)
+    """Idle reclaims carried out this run (not the ones already done, nor dry runs)."""
 
 
 def pool_ref(name: str) -> ObjectRef:
@@ -132,6 +140,8 @@ class PlanExecutor:
         self.capacity = capacity
         self.clock = clock
         self._posted: dict[tuple[str, str, str, str], float] = {}
+        self._progress: Mapping[str, float] = {}
+        """The plan being executed's saved progress by Job, recorded on Jobs it stops."""
 
     # ------------------------------------------------------------------ plan
     def execute(
@@ -146,6 +156,7 @@ class PlanExecutor:
         """Carry out ``plan`` (or, with ``dry_run``, only post what would happen)."""
         result = Execution()
         prefix = "dry run, not done: " if dry_run else ""
+        self._progress = plan.progress_seconds_by_job
         for action in plan.actions:
             if not dry_run:
                 try:
@@ -180,6 +191,12 @@ class PlanExecutor:
     def _ref_of(self, action: Action) -> ObjectRef:
         if isinstance(action, MoveJob):
             return job_ref(action.namespace, action.job)
+        if isinstance(action, ReclaimIdle):
+            if action.job:
+                return job_ref(action.namespace, action.name)
+            return ObjectRef(
+                kind="Pod", name=action.name, api_version="v1", namespace=action.namespace
+            )
         if isinstance(action, HandleInterruption | CordonUnhealthy):
             return node_ref(action.node)
         return pool_ref(action.pool)
@@ -240,6 +257,32 @@ class PlanExecutor:
             self.release_node(action.pool, action.node, pools, result, cordon_as=None)
         elif isinstance(action, CordonUnhealthy):
             self.cluster.cordon(action.node, "xid-errors")
+        elif isinstance(action, ReclaimIdle) and self.reclaim(action):
+            result.reclaimed.append(action)
+
+    def reclaim(self, action: ReclaimIdle) -> bool:
+        """Suspend the idle Job (recording why on it) or evict the idle bare pod through the
+        Eviction API (PodDisruptionBudgets hold); False when it was already done."""
+        if not action.job:
+            return self.cluster.evict(action.namespace, action.name)
+        try:
+            job = self.cluster.get_job(action.namespace, action.name)
+        except NotFound:
+            return False
+        if (job.get("spec") or {}).get("suspend"):
+            return False
+        record = {
+            "at": round(self.clock()),
+            "idleSeconds": round(action.idle_seconds),
+            "gpus": action.gpus,
+            "heldDollars": round(action.held_dollars, 2),
+        }
+        patch = {
+            "metadata": {"annotations": {RECLAIMED_ANNOTATION: json.dumps(record, sort_keys=True)}},
+            "spec": {"suspend": True},
+        }
+        self.cluster.patch_job(action.namespace, action.name, patch)
+        return True
 
     # ------------------------------------------------------------- releasing
     def release_node(
@@ -341,7 +384,12 @@ class PlanExecutor:
         pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
         from_pool = (pod_spec.get("nodeSelector") or {}).get(POOL_LABEL)
         move = Move(to_pool=to_pool, from_pool=from_pool, step=STEP_SUSPEND, since=self.clock())
-        job = self.cluster.patch_job(namespace, name, start_patch(move))
+        patch = start_patch(move)
+        saved = self._progress.get(f"{namespace}/{name}")
+        if saved is not None:
+            # Its next run's deadline arithmetic starts from what its checkpoints saved.
+            patch["metadata"]["annotations"][PROGRESS_ANNOTATION] = f"{saved:.0f}"
+        job = self.cluster.patch_job(namespace, name, patch)
         self.advance_move(job, pools)
 
     def advance_moves(self, jobs: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]) -> int:

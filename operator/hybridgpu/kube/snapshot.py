@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from hybridgpu.kube.cluster import ClusterObjects
 from hybridgpu.kube.convert import (
     IdleTracker,
+    Obj,
     gpu_pod,
     is_idle,
     job_criticality,
@@ -44,6 +45,8 @@ class Measurements:
     deadline_by_provider_id: Mapping[str, float] = field(default_factory=dict)
     xid_errors_by_node: Mapping[str, int] = field(default_factory=dict)
     budget: BudgetState = field(default_factory=BudgetState)
+    utilization_by_pod: Mapping[str, float] = field(default_factory=dict)
+    """Average GPU utilization of each pod's GPUs (``namespace/name``), percent; fresh only."""
 
 
 def build_snapshot(
@@ -65,11 +68,13 @@ def build_snapshot(
     """
     jobs: list[JobState] = []
     criticality: dict[str, Criticality] = {}
+    job_notes: dict[str, Mapping[str, str]] = {}
     moving: set[str] = set()
     for raw in objects.jobs:
         meta = raw.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         criticality[key] = job_criticality(raw)
+        job_notes[key] = meta.get("annotations") or {}
         state = job_state(raw)
         if state is None:
             continue
@@ -82,7 +87,7 @@ def build_snapshot(
     pods: list[GPUPod] = []
     gpu_pods_on: dict[str, int] = {}
     for raw in objects.pods:
-        pod = gpu_pod(raw, criticality)
+        pod = gpu_pod(raw, criticality, job_notes)
         if pod is None or (pod.job is not None and pod.job in moving):
             continue
         if pod.node is None and not _is_demand_of(pod.pool, pools, unpinned_demand):
@@ -92,6 +97,7 @@ def build_snapshot(
             gpu_pods_on[pod.node] = gpu_pods_on.get(pod.node, 0) + 1
 
     selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
+    pods = _with_pod_idleness(pods, objects.nodes, selectors, pools, measured, idle, now)
     nodes: list[NodeState] = []
     for raw in objects.nodes:
         pool = pool_of_node(raw, selectors)
@@ -115,7 +121,10 @@ def build_snapshot(
                 xid_errors=measured.xid_errors_by_node.get(name, 0),
             )
         )
-    idle.forget_all_but(n.name for n in nodes)
+    idle.forget_all_but(
+        [n.name for n in nodes]
+        + [_pod_clock(p.key) for p in pods if p.idle_timeout_seconds is not None]
+    )
 
     return ClusterSnapshot(
         taken_at=now,
@@ -135,6 +144,44 @@ def build_snapshot(
         metrics=measured.metrics,
         budget=measured.budget,
     )
+
+
+def _pod_clock(key: str) -> str:
+    """The IdleTracker key of a pod's idle clock (nodes are keyed by bare name)."""
+    return f"pod:{key}"
+
+
+def _with_pod_idleness(
+    pods: list[GPUPod],
+    nodes: Sequence[Obj],
+    selectors: Mapping[str, Mapping[str, str]],
+    pools: Mapping[str, GPUPoolSpec],
+    measured: Measurements,
+    idle: IdleTracker,
+    now: float,
+) -> list[GPUPod]:
+    """Bound pods that opted in to idle reclaim, with their per-pod utilization and the start
+    of their idle stretch (fresh utilization below their node's pool threshold). A pod with
+    no fresh reading is never idle: its clock starts again, so stale metrics can only delay
+    a reclaim. Other pods are left as they are (no per-pod work for them)."""
+    if not any(p.idle_timeout_seconds is not None for p in pods):
+        return pods
+    pool_of: dict[str, str] = {}
+    for raw in nodes:
+        pool = pool_of_node(raw, selectors)
+        if pool is not None:
+            pool_of[str((raw.get("metadata") or {}).get("name"))] = pool
+    out: list[GPUPod] = []
+    for pod in pods:
+        pool = pool_of.get(pod.node) if pod.node is not None else None
+        if pool is None or pod.idle_timeout_seconds is None:
+            out.append(pod)
+            continue
+        used = measured.utilization_by_pod.get(pod.key)
+        threshold = pools[pool].scale_down.idle_utilization_percent
+        since = idle.observe(_pod_clock(pod.key), used is not None and used < threshold, now)
+        out.append(replace(pod, utilization_percent=used, idle_since=since))
+    return out
 
 
 def _is_demand_of(pinned_to: str | None, pools: Mapping[str, GPUPoolSpec], unpinned: bool) -> bool:

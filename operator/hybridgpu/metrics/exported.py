@@ -34,6 +34,7 @@ from hybridgpu.models.actions import (
     HandleInterruption,
     MoveJob,
     Plan,
+    ReclaimIdle,
     ReleaseNode,
     ScaleUp,
 )
@@ -177,6 +178,8 @@ def _action_key(action: Action) -> tuple[str, ...] | None:
     occurrence is new, as for scale-ups, whose earlier requests the snapshot already counts)."""
     if isinstance(action, MoveJob):
         return (action.kind.value, action.namespace, action.job, str(action.to_pool))
+    if isinstance(action, ReclaimIdle):
+        return (action.kind.value, action.namespace, action.name)
     if isinstance(action, ScaleUp):
         return None
     return (action.kind.value, action.pool, action.node)
@@ -237,9 +240,16 @@ class ExportedMetrics:
             ["pool", "tier"],
             registry=r,
         )
+        self.reclaimed_gpu_hours = Counter(
+            p + "reclaimed_gpu_hours",
+            "GPU-hours that workloads opted in to idle reclaim had held below the idle "
+            "threshold when the operator suspended (Job) or evicted (bare pod) them.",
+            ["namespace", "tier"],
+            registry=r,
+        )
         self.preemptions = Counter(
             p + "preemptions",
-            "Jobs moved between tiers (reason: preempt, consolidate).",
+            "Jobs moved between tiers (reason: preempt, consolidate, deadline).",
             ["from_tier", "to_tier", "reason"],
             registry=r,
         )
@@ -327,6 +337,12 @@ class ExportedMetrics:
             totals = self.meter.totals.tokens_by_pool
             totals[pool] = totals.get(pool, 0.0) + tokens
         self._record_token_cost()
+
+    def record_reclaimed(self, action: ReclaimIdle, tier: str) -> None:
+        """Count one idle reclaim the executor carried out (a dry run records none)."""
+        self.reclaimed_gpu_hours.labels(namespace=action.namespace, tier=tier).inc(
+            action.idle_gpu_hours
+        )
 
     def observe_reconcile(self, seconds: float) -> None:
         """Record how long one tick took, seconds."""
@@ -428,7 +444,10 @@ class ExportedMetrics:
             elif isinstance(action, MoveJob):
                 from_tier = tiers.get(action.from_pool or "", "none")
                 to_tier = tiers.get(action.to_pool or "", "requeue")
-                reason = "consolidate" if action.kind == ActionKind.CONSOLIDATE else "preempt"
+                reason = {
+                    ActionKind.CONSOLIDATE: "consolidate",
+                    ActionKind.DEADLINE: "deadline",
+                }.get(action.kind, "preempt")
                 self.preemptions.labels(from_tier=from_tier, to_tier=to_tier, reason=reason).inc()
         self._ongoing_by_policy[policy] = ongoing
 

@@ -7,6 +7,9 @@
   absent. Neither is ever reported as 0%.
 - GPUs with XID errors per node (``DCGM_FI_DEV_XID_ERRORS``, the last XID code of a GPU);
 - OpenCost's ``node_gpu_hourly_cost`` per node when it is there;
+- per-pod GPU utilization (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, else ``DCGM_FI_DEV_GPU_UTIL``,
+  on the series the DCGM exporter labels with the pod it allocated the GPU to), for idle
+  reclaim;
 - a counter of generated tokens per node (``tokensQuery``, vLLM's
   ``vllm:generation_tokens_total`` by default), turned into tokens per tick by
   :class:`TokenCounter`;
@@ -87,6 +90,27 @@ class NodeUtilization:
 
 
 @dataclass(frozen=True, slots=True)
+class PodUtilization:
+    """GPU utilization of one pod's GPUs over the window."""
+
+    pod: str
+    """``namespace/name``."""
+    percent: float
+    age_seconds: float | None
+    stale: bool
+    metric: str
+    """The DCGM field it was read from."""
+
+
+POD_UTILIZATION_METRICS = (ENGINE_ACTIVE_METRIC, DEFAULT_UTILIZATION_METRIC)
+"""Per-pod utilization, in order of preference: the engine-active ratio measures work done,
+GPU_UTIL only that a kernel ran; a pod absent from the first is looked up in the second."""
+POD_LABELS = ("exported_namespace", "exported_pod", "namespace", "pod")
+"""The DCGM exporter's pod labels; ``exported_`` ones when Prometheus renamed them because
+the scrape target had its own (``honor_labels: false``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GPUReadings:
     """Everything one tick reads from Prometheus, keyed by node name."""
 
@@ -100,6 +124,8 @@ class GPUReadings:
     token_counters: list[Sample] | None = None
     """Current values of the tokens counter, one per series; None when it is not configured
     or could not be read (not the same as no tokens)."""
+    pod_utilization: dict[str, PodUtilization] = field(default_factory=dict)
+    """Per pod (``namespace/name``); empty when the exporter does not label pods."""
 
     def utilization_percent(self, node: str) -> float | None:
         """The node's utilization, or None when it is unknown or stale (never 0 for unknown)."""
@@ -214,6 +240,44 @@ class PrometheusClient:
             )
         return out
 
+    def pod_utilization(
+        self, window: str = "5m", stale_after: str = "2m"
+    ) -> dict[str, PodUtilization]:
+        """Average GPU utilization of each pod's GPUs over ``window``, percent, with the age
+        of its newest sample (stale past ``stale_after``), from the first metric of
+        POD_UTILIZATION_METRICS that has the pod."""
+        by = ", ".join(POD_LABELS)
+        now = self._clock()
+        limit = parse_duration_seconds(stale_after)
+        out: dict[str, PodUtilization] = {}
+        for metric in POD_UTILIZATION_METRICS:
+            try:
+                values = self.query(f"avg by ({by}) (avg_over_time({metric}[{window}]))")
+                newest = self.query(f"max by ({by}) (timestamp({metric}))")
+            except MetricsQueryError as exc:
+                log.warning("per-pod %s unreadable: %s", metric, exc)
+                continue
+            newest_at: dict[str, float] = {}
+            for sample in newest:
+                key = pod_of(sample.labels)
+                if key is not None:
+                    newest_at[key] = max(newest_at.get(key, sample.value), sample.value)
+            scale = utilization_scale(metric)
+            for sample in values:
+                key = pod_of(sample.labels)
+                if key is None or key in out or not math.isfinite(sample.value):
+                    continue
+                last = newest_at.get(key)
+                age = max(now - last, 0.0) if last is not None else None
+                out[key] = PodUtilization(
+                    pod=key,
+                    percent=min(max(sample.value * scale, 0.0), 100.0),
+                    age_seconds=age,
+                    stale=age is None or age > limit,
+                    metric=metric,
+                )
+        return out
+
     def xid_gpus(self, window: str = "5m") -> dict[str, int]:
         """GPUs per node that reported a non-zero XID error code within ``window``."""
         by = self._by()
@@ -272,7 +336,12 @@ class PrometheusClient:
                 tokens = self.token_counters(spec.tokens_query)
             except MetricsUnavailable as exc:
                 log.warning("tokens counter %s unavailable: %s", spec.tokens_query, exc)
-        return GPUReadings(now, health, utilization, xid, cost, tokens)
+        pods: dict[str, PodUtilization] = {}
+        try:
+            pods = self.pod_utilization(spec.window, spec.stale_after)
+        except MetricsUnavailable as exc:
+            log.warning("per-pod GPU utilization unavailable (no idle reclaim): %s", exc)
+        return GPUReadings(now, health, utilization, xid, cost, tokens, pods)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -337,6 +406,16 @@ class PrometheusClient:
         if not isinstance(data, dict):
             raise MetricsUnavailable(f"Prometheus at {self.url} sent no data")
         return data
+
+
+def pod_of(labels: dict[str, str]) -> str | None:
+    """``namespace/name`` of the pod a DCGM series is labelled with, or None."""
+    name = labels.get("exported_pod") or labels.get("pod")
+    if labels.get("exported_pod"):
+        namespace = labels.get("exported_namespace")
+    else:
+        namespace = labels.get("namespace")
+    return f"{namespace}/{name}" if name and namespace else None
 
 
 class TokenCounter:

@@ -13,6 +13,9 @@ class ActionKind(StrEnum):
     CONSOLIDATE = "consolidate"
     RELEASE_NODE = "release_node"
     CORDON_UNHEALTHY = "cordon_unhealthy"
+    DEADLINE = "deadline"
+    """A Job with a deadline moves to on-demand: waiting longer would miss it."""
+    RECLAIM_IDLE = "reclaim_idle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +75,32 @@ class CordonUnhealthy:
     kind: ActionKind = ActionKind.CORDON_UNHEALTHY
 
 
-Action = HandleInterruption | MoveJob | ScaleUp | ReleaseNode | CordonUnhealthy
+@dataclass(frozen=True, slots=True)
+class ReclaimIdle:
+    """Suspend a Job (``job`` True) or evict a bare pod whose GPUs sat idle past its
+    idle-timeout; the GPUs go back to the pool."""
+
+    namespace: str
+    name: str
+    """The Job's name, or the bare pod's."""
+    job: bool
+    pool: str
+    node: str
+    gpus: int
+    idle_seconds: float
+    """How long its GPUs have been below the utilization threshold."""
+    held_dollars: float
+    """What those GPUs cost while idle (their pool's price per GPU-hour times the idle
+    GPU-hours), dollars."""
+    reason: str
+    kind: ActionKind = ActionKind.RECLAIM_IDLE
+
+    @property
+    def idle_gpu_hours(self) -> float:
+        return self.gpus * self.idle_seconds / 3600.0
+
+
+Action = HandleInterruption | MoveJob | ScaleUp | ReleaseNode | CordonUnhealthy | ReclaimIdle
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +128,10 @@ class Plan:
     budget_exceeded: bool = False
     metrics_available: bool = True
     notes: tuple[str, ...] = ()
+    progress_seconds_by_job: dict[str, float] = field(default_factory=dict)
+    """Work each running Job with an expected duration has saved so far (``namespace/name``
+    -> seconds): recorded on the Job when the operator stops it, so its next run's deadline
+    arithmetic starts from there."""
 
     def counts(self) -> dict[str, int]:
         """Number of actions by kind."""

@@ -97,6 +97,24 @@ class GPUPod:
     gpu_models: tuple[str, ...] = ()
     """GPU models the pod may run on (node affinity or selector on nvidia.com/gpu.product,
     compared with a pool's gpu.model); empty: any."""
+    bare: bool = False
+    """Owned by nothing (no controller would recreate it)."""
+    terminating: bool = False
+    """Being deleted (it holds its GPUs until it has exited)."""
+    idle_timeout_seconds: float | None = None
+    """Opt-in to idle reclaim (annotation hybridgpu.io/idle-timeout on the pod or its Job):
+    after this long below the utilization threshold its Job is suspended, or the bare pod
+    evicted. None: never reclaimed."""
+    reclaim_critical: bool = False
+    """A critical pod is reclaimed only when this is also set (annotation
+    hybridgpu.io/idle-reclaim-critical: "true")."""
+    idle_since: float | None = None
+    """Start of the current stretch with fresh per-pod GPU utilization below the pool's
+    idle threshold; None while busy, or when its utilization is unknown or stale."""
+    utilization_percent: float | None = None
+    """The pod's GPU utilization over the policy window; None when unknown or stale."""
+    input_error: str | None = None
+    """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once: decide() reads it in hot loops."""
 
@@ -136,6 +154,16 @@ class JobState:
     """Progress between its checkpoints (annotation hybridgpu.io/checkpoint-interval): a move
     loses the work since the last one. None: not said (a move loses only the policy's
     restartOverhead); 0: it never checkpoints (a move loses all it did)."""
+    created_at: float | None = None
+    """When the Job was created, seconds since the epoch."""
+    deadline_at: float | None = None
+    """When it must have finished (annotation hybridgpu.io/deadline: an RFC 3339 time, or a
+    duration from creation), seconds since the epoch; None: no deadline."""
+    expected_duration_seconds: float | None = None
+    """Run time it needs from scratch (annotation hybridgpu.io/expected-duration)."""
+    progress_seconds: float = 0.0
+    """Work its earlier runs saved in checkpoints (annotation hybridgpu.io/progress, written
+    by the operator when it stops the Job, or by the workload itself), seconds."""
     input_error: str | None = None
     """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
     key: str = field(init=False, repr=False, compare=False)

@@ -221,7 +221,16 @@ def compare(
     results: dict[str, PolicyResult] = {}
     for name, (run_pools, run_policy) in runs.items():
         step = (lambda f, n=name: progress(n, f)) if progress else None
-        results[name] = Simulation(name, run_pools, run_policy, jobs, settings, progress=step).run()
+        # Deadlines and idle reclaim are hybridgpu's: the baselines ignore the annotations.
+        results[name] = Simulation(
+            name,
+            run_pools,
+            run_policy,
+            jobs,
+            settings,
+            progress=step,
+            reads_annotations=name == "hybridgpu",
+        ).run()
     window = trace_window_seconds(jobs)
     hourly_core = core_cost_per_hour(pools)
     for name, result in results.items():

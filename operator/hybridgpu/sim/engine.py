@@ -17,11 +17,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hybridgpu.core.cost import is_cloud, node_hour_dollars
+from hybridgpu.core.deadline import (
+    banked_seconds,
+    first_checkpoint_seconds,
+    must_leave_spot,
+    must_start_on_demand,
+    slack_of,
+)
 from hybridgpu.core.decide import decide
 from hybridgpu.models.actions import (
+    ActionKind,
     HandleInterruption,
     MoveJob,
     Plan,
+    ReclaimIdle,
     ReleaseNode,
     ScaleUp,
 )
@@ -62,6 +71,8 @@ SERIES_STEP_SECONDS = 600.0
 # With nothing new happening, the simulated operator still looks this often (consolidation
 # and other decisions that ripen with time).
 HEARTBEAT_SECONDS = 600.0
+# GPU utilization of a running job whose trace gives none: busy.
+BUSY_UTILIZATION_PERCENT = 90.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,10 @@ class SimSettings:
     """When a spot pool can launch at all; None: always."""
     spot_correlated: CorrelatedTrace | None = None
     """Interruptions that take a share of a spot pool at once; replaces the per-node ones."""
+    spot_trace_aligned: bool = False
+    """Replay ``spot_trace`` per pool, from the same offset as ``spot_availability``: a node
+    is taken at the first preemption after its launch in the pool's own replay (as one
+    instance's measured life), instead of from a random point of the trace."""
     seed: int = 1
 
 
@@ -103,6 +118,13 @@ class _Node:
     interruption_deadline: float | None = None
     idle_since: float | None = None
     removed_at: float | None = None
+    used_gpu_percent: float = 0.0
+    """Sum over its jobs of GPUs times their utilization: the node's DCGM average is this
+    over its GPUs (free GPUs read 0%)."""
+
+    @property
+    def utilization_percent(self) -> float:
+        return self.used_gpu_percent / self.gpus if self.gpus else 0.0
 
 
 @dataclass
@@ -124,6 +146,47 @@ class _Job:
     wait_seconds: float = 0.0
     done: bool = False
     run_id: int = 0
+    saved_estimate: float = 0.0
+    """The progress the operator has recorded on the Job (hybridgpu.io/progress): what its
+    earlier runs saved, counted as conservatively as the operator counts it."""
+    reclaimed_at: float | None = None
+
+
+@dataclass
+class DeadlineStats:
+    """How the jobs with a deadline fared."""
+
+    jobs: int = 0
+    missed: int = 0
+    """Finished after their deadline, or never."""
+    on_demand_moves: int = 0
+    """Moves to on-demand the deadline rule decided."""
+
+    def to_json(self) -> dict[str, int]:
+        return {"jobs": self.jobs, "missed": self.missed, "on_demand_moves": self.on_demand_moves}
+
+
+@dataclass
+class ReclaimStats:
+    """What idle reclaim took back from workloads that held GPUs at low utilization."""
+
+    workloads: int = 0
+    idle_gpu_hours: float = 0.0
+    """GPU-hours they had held idle when reclaimed (the operator's
+    hybridgpu_reclaimed_gpu_hours_total)."""
+    freed_gpu_hours: float = 0.0
+    """GPU-hours they would still have held had they not been reclaimed."""
+    freed_dollars: float = 0.0
+    """Those GPU-hours at the price of the GPUs they held (each pool's node-hour price per
+    GPU; for owned GPUs a sunk cost, so the saving shows in the cloud spend instead)."""
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            "workloads": self.workloads,
+            "idle_gpu_hours": round(self.idle_gpu_hours, 1),
+            "freed_gpu_hours": round(self.freed_gpu_hours, 1),
+            "freed_dollars": round(self.freed_dollars, 2),
+        }
 
 
 @dataclass
@@ -151,6 +214,8 @@ class PolicyResult:
     max_lateness_seconds: dict[str, float] = field(default_factory=dict)
     """Per criticality, the most any job finished after arrival + duration (inf when one
     never finished): what the fluid bound's SLO is checked against."""
+    deadlines: DeadlineStats = field(default_factory=DeadlineStats)
+    idle_reclaim: ReclaimStats = field(default_factory=ReclaimStats)
 
     @property
     def work_gpu_hours(self) -> float:
@@ -182,6 +247,8 @@ class PolicyResult:
             "jobs": self.jobs,
             "scale_ups": self.scale_ups,
             "releases": self.releases,
+            "deadlines": self.deadlines.to_json(),
+            "idle_reclaim": self.idle_reclaim.to_json(),
         }
 
 
@@ -209,8 +276,12 @@ class Simulation:
         *,
         horizon_seconds: float | None = None,
         progress: Callable[[float], None] | None = None,
+        reads_annotations: bool = True,
     ) -> None:
+        """``reads_annotations`` False: the operator ignores the jobs' deadlines and
+        idle-timeouts, as the baselines do (no autoscaler knows them)."""
         self.name = name
+        self.reads_annotations = reads_annotations
         self.pools = {p.name: p for p in pools}
         self.policy = policy
         self.settings = settings
@@ -246,11 +317,21 @@ class Simulation:
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         self.heartbeat = max(self.interval, HEARTBEAT_SECONDS)
         # Owned pools only and no preemption: the operator has nothing it could do.
-        self.operator_can_act = policy.preemption.enabled or any(
-            is_cloud(p.spec.tier) for p in pools
+        self.operator_can_act = (
+            policy.preemption.enabled
+            or any(is_cloud(p.spec.tier) for p in pools)
+            or (reads_annotations and any(j.idle_timeout_seconds for j in self.trace))
         )
         self.grace = parse_duration_seconds(policy.pending_grace_period)
         self.idle_for = {p.name: parse_duration_seconds(p.spec.scale_down.idle_for) for p in pools}
+        self.idle_percent = {p.name: p.spec.scale_down.idle_utilization_percent for p in pools}
+        # What the operator assumes a restart costs, and gives a stopping Job: its deadline
+        # arithmetic (core.deadline) uses them, and so does the progress it records.
+        self.restart_seconds = parse_duration_seconds(policy.preemption.restart_overhead)
+        self.stop_seconds = parse_duration_seconds(policy.preemption.checkpoint_grace_period)
+        self.deadline_margin = 2 * self.interval
+        self.reclaimed = ReclaimStats()
+        self.deadline_moves = 0
         last_arrival = max((j.arrival_seconds for j in self.trace), default=0.0)
         self.horizon = horizon_seconds or (
             last_arrival + max((j.duration_seconds for j in self.trace), default=0.0) * 4 + 86400
@@ -326,7 +407,11 @@ class Simulation:
             return
         trace = self.settings.spot_trace
         if trace is not None:
-            delay = trace.seconds_to_next_interruption(self.rng.randrange(trace.length))
+            if self.settings.spot_trace_aligned and node.pool in self.spot_offsets:
+                offset = self.spot_offsets[node.pool] + int(self.now // trace.gap_seconds)
+            else:
+                offset = self.rng.randrange(trace.length)
+            delay = trace.seconds_to_next_interruption(offset)
         elif self.settings.spot_hazard_per_hour > 0:
             delay = self.rng.expovariate(self.settings.spot_hazard_per_hour / 3600)
         else:
@@ -402,7 +487,8 @@ class Simulation:
         self.running.add(job.index)
         node.free -= job.trace.gpus
         node.jobs.add(job.index)
-        node.idle_since = None
+        node.used_gpu_percent += job.trace.gpus * self._utilization(job)
+        self._refresh_idle(node)
         job.node = node.name
         job.run_started = self.now
         job.wait_seconds += self.now - job.pending_since
@@ -419,8 +505,10 @@ class Simulation:
         if node is not None:
             node.free += job.trace.gpus
             node.jobs.discard(job.index)
+            node.used_gpu_percent -= job.trace.gpus * self._utilization(job)
             if not node.jobs:
-                node.idle_since = self.now
+                node.used_gpu_percent = 0.0  # no float residue on an empty node
+            self._refresh_idle(node)
             ran = self.now - job.run_started if job.run_started is not None else 0.0
             self.work_by_tier[node.tier] += ran * job.trace.gpus / 3600
             if requeue:
@@ -428,6 +516,12 @@ class Simulation:
                 saved = self._checkpointed(job, reached)
                 lost = ran - (saved - job.progress)
                 job.progress = saved
+                # What the operator records on the Job when it stops (never more than true).
+                job.saved_estimate = min(
+                    job.saved_estimate
+                    + banked_seconds(ran, self.restart_seconds, self._known_checkpoint(job)),
+                    saved,
+                )
             else:
                 lost = min(ran, job.run_overhead)
             job.lost_seconds += lost
@@ -447,6 +541,24 @@ class Simulation:
         else:
             job.done = True
             job.finished_at = self.now
+
+    def _utilization(self, job: _Job) -> float:
+        value = job.trace.utilization_percent
+        return BUSY_UTILIZATION_PERCENT if value is None else value
+
+    def _refresh_idle(self, node: _Node) -> None:
+        """A node is idle with no jobs, or with its GPUs used below its pool's threshold (as
+        the operator's IdleTracker sees it); the stretch starts when it became so."""
+        idle = not node.jobs or node.utilization_percent < self.idle_percent[node.pool]
+        if not idle:
+            node.idle_since = None
+        elif node.idle_since is None:
+            node.idle_since = max(self.now, node.ready_at)
+
+    def _known_checkpoint(self, job: _Job) -> float:
+        """The checkpoint interval the operator is told (the Job's annotation)."""
+        every = job.trace.checkpoint_seconds
+        return self.settings.checkpoint_interval_seconds if every is None else every
 
     def _checkpointed(self, job: _Job, reached: float) -> float:
         """The progress saved by the job's last checkpoint at or before ``reached``."""
@@ -474,7 +586,7 @@ class Simulation:
                     cordoned=node.cordoned,
                     created_at=node.launched_at,
                     idle_since=node.idle_since,
-                    utilization_percent=90.0 if busy else 0.0,
+                    utilization_percent=node.utilization_percent if busy else 0.0,
                     interruption_deadline=node.interruption_deadline,
                 )
             )
@@ -509,6 +621,11 @@ class Simulation:
         if cached is not None and cached[0] == job.run_id and cached[1].pool == job.pool:
             return cached[1], cached[2]
         crit = job.trace.criticality
+        trace = job.trace
+        used = self._utilization(job)
+        host = self.nodes.get(job.node) if job.node else None
+        # Per-pod DCGM utilization, idle from the start of the run when below the threshold.
+        idle = host is not None and used < self.idle_percent[host.pool]
         pod = GPUPod(
             namespace="sim",
             name=job.trace.name,
@@ -520,7 +637,11 @@ class Simulation:
             pending_since=job.pending_since,
             started_at=job.run_started,
             gpu_models=job.trace.gpu_models,
+            idle_timeout_seconds=trace.idle_timeout_seconds if self.reads_annotations else None,
+            idle_since=job.run_started if idle else None,
+            utilization_percent=used if host is not None else None,
         )
+        deadline = trace.deadline_at if self.reads_annotations else None
         state = JobState(
             namespace="sim",
             name=job.trace.name,
@@ -536,6 +657,14 @@ class Simulation:
                 if job.trace.checkpoint_seconds is None
                 else job.trace.checkpoint_seconds
             ),
+            created_at=trace.arrival_seconds,
+            deadline_at=deadline,
+            expected_duration_seconds=(
+                None
+                if deadline is None
+                else trace.expected_duration_seconds or trace.duration_seconds
+            ),
+            progress_seconds=job.saved_estimate,
         )
         self._views[job.index] = (job.run_id, pod, state)
         return pod, state
@@ -562,10 +691,16 @@ class Simulation:
                     self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
                 self.releases += 1
                 self._remove(node)
+            elif isinstance(action, ReclaimIdle):
+                job = by_name.get(f"{action.namespace}/{action.name}")
+                if job is not None and job.node is not None:
+                    self._reclaim(job)
             elif isinstance(action, MoveJob):
                 job = by_name.get(action.job_key)
                 if job is None:
                     continue
+                if action.kind == ActionKind.DEADLINE:
+                    self.deadline_moves += 1
                 self.preemptions += 1
                 if job.node is not None:
                     self._stop(job, requeue=True, pool=action.to_pool)
@@ -579,6 +714,22 @@ class Simulation:
                 for index in sorted(node.jobs):
                     self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
         return plan
+
+    def _reclaim(self, job: _Job) -> None:
+        """The operator suspended an idle Job: what it held idle, and what it would still
+        have held (its run to the end), are counted; its user does not come back for it."""
+        node = self.nodes[job.node or ""]
+        assert job.run_started is not None
+        left = job.run_overhead + job.trace.duration_seconds - job.progress
+        ends_at = job.run_started + left
+        gpu_hour = node.price / node.gpus
+        self.reclaimed.workloads += 1
+        self.reclaimed.idle_gpu_hours += job.trace.gpus * (self.now - job.run_started) / 3600
+        freed = job.trace.gpus * max(ends_at - self.now, 0.0) / 3600
+        self.reclaimed.freed_gpu_hours += freed
+        self.reclaimed.freed_dollars += freed * gpu_hour
+        self._stop(job, requeue=False)
+        job.reclaimed_at = self.now
 
     def _account(self, until: float) -> None:
         """Split the cloud bill from the last accounted moment to ``until`` into the causes
@@ -643,8 +794,10 @@ class Simulation:
         there is work or cloud capacity, and the moment an idle node's idleFor or a pending
         pod's grace period runs out. Between events and wake-ups decide() would see the same
         cluster and decide the same, so the simulation skips those ticks."""
-        if not self._needs_ticks() or not self.operator_can_act:
+        if not self.operator_can_act:
             return math.inf
+        if not self._needs_ticks():
+            return self._rules_due()  # an idle-timeout may still run out on owned GPUs
         wake = self.now + self.heartbeat
         for node in self.nodes.values():
             if node.idle_since is not None and is_cloud(node.tier):
@@ -659,7 +812,38 @@ class Simulation:
             ready = self.jobs[index].pending_since + self.grace
             if ready > self.now:
                 wake = min(wake, ready)
-        return wake
+        return min(wake, self._rules_due())
+
+    def _rules_due(self) -> float:
+        """The first moment a deadline or idle-reclaim rule may fire for a job as things
+        stand (the real operator looks every interval; the simulation only then)."""
+        due = math.inf
+        for index in self.running | self.pending:
+            job = self.jobs[index]
+            pod, state = self._job_view(job)
+            if pod.idle_timeout_seconds is not None and pod.idle_since is not None:
+                due = min(due, pod.idle_since + pod.idle_timeout_seconds)
+            slack = slack_of(
+                state,
+                job.run_started,
+                self.now,
+                restart_seconds=self.restart_seconds,
+                stop_seconds=self.stop_seconds,
+            )
+            if slack is None or state.criticality != Criticality.PREEMPTIBLE:
+                continue
+            host = self.nodes.get(job.node) if job.node else None
+            if host is None:
+                if must_start_on_demand(slack, state.checkpoint_seconds, self.deadline_margin):
+                    continue  # already due: the tick that follows the next event acts
+                # Slack shrinks one for one while it waits; the rule fires at the margin.
+                margin = self.deadline_margin + first_checkpoint_seconds(
+                    slack, state.checkpoint_seconds
+                )
+                due = min(due, self.now + max(slack.seconds - margin, 0.0))
+            elif host.tier == Tier.SPOT and not must_leave_spot(slack, self.deadline_margin):
+                due = min(due, self.now + max(slack.seconds - self.deadline_margin, 0.0))
+        return due
 
     def run(self) -> PolicyResult:
         self._add_core_nodes()
@@ -675,7 +859,8 @@ class Simulation:
         dirty = True
         outstanding = len(self.trace)
         while self.now <= self.horizon:
-            if outstanding == 0 and not any(is_cloud(n.tier) for n in self.nodes.values()):
+            left = outstanding - self.reclaimed.workloads
+            if left == 0 and not any(is_cloud(n.tier) for n in self.nodes.values()):
                 break
             next_event = self.events[0][0] if self.events else math.inf
             if not self.operator_can_act:
@@ -786,6 +971,12 @@ class Simulation:
             finished = math.inf if j.finished_at is None else j.finished_at
             late = finished - j.trace.arrival_seconds - j.trace.duration_seconds
             lateness[j.trace.criticality] = max(lateness[j.trace.criticality], late)
+        deadlines = DeadlineStats(on_demand_moves=self.deadline_moves)
+        for j in self.jobs:
+            due = j.trace.deadline_at
+            if due is not None:
+                deadlines.jobs += 1
+                deadlines.missed += j.finished_at is None or j.finished_at > due + 1e-6
         return PolicyResult(
             name=self.name,
             total_cost_dollars=sum(cost.values()),
@@ -805,4 +996,6 @@ class Simulation:
             series=self.series,
             cost_terms_dollars=self._cost_terms(),
             max_lateness_seconds=lateness,
+            deadlines=deadlines,
+            idle_reclaim=self.reclaimed,
         )

@@ -42,6 +42,23 @@ class TraceJob:
     """Progress between two checkpoints; None: the simulation's default, 0: never."""
     gpu_models: tuple[str, ...] = ()
     """GPU models it may run on (a pool's gpu.model); empty: any."""
+    deadline_seconds: float | None = None
+    """It must have finished this long after it arrived (hybridgpu.io/deadline as a
+    duration from creation); None: no deadline."""
+    expected_duration_seconds: float | None = None
+    """What its owner said it needs (hybridgpu.io/expected-duration); None: its real
+    duration, when it has a deadline."""
+    utilization_percent: float | None = None
+    """GPU utilization while it runs; None: busy (the simulator's 90%)."""
+    idle_timeout_seconds: float | None = None
+    """hybridgpu.io/idle-timeout: reclaimed after this long below the idle threshold."""
+
+    @property
+    def deadline_at(self) -> float | None:
+        """Seconds into the trace by which it must have finished; None: no deadline."""
+        if self.deadline_seconds is None:
+            return None
+        return self.arrival_seconds + self.deadline_seconds
 
 
 def parse_gpu_models(raw: str | None) -> tuple[str, ...]:
@@ -242,14 +259,27 @@ def load_trace(
     raise UserError(f"trace format {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
 
 
+OPTIONAL_SECONDS_COLUMNS = (
+    "deadline_seconds",
+    "expected_duration_seconds",
+    "idle_timeout_seconds",
+)
+"""Optional CSV columns in seconds; an empty cell means not given."""
+
+
 def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     """Jobs of a plain CSV: name, arrival_seconds, duration_seconds, gpus, criticality, and
-    optionally checkpoint_interval_seconds (empty: the simulation's default; 0: never) and
-    gpu_models (``A|B``: the pool GPU models it may run on; empty: any)."""
+    optionally checkpoint_interval_seconds (empty: the simulation's default; 0: never),
+    gpu_models (``A|B``: the pool GPU models it may run on; empty: any), deadline_seconds
+    (after arrival), expected_duration_seconds (empty with a deadline: the real duration),
+    utilization_percent (0-100; empty: busy) and idle_timeout_seconds (idle reclaim opt-in).
+    Every optional cell may be empty."""
     path = Path(path)
     required = ("name", "arrival_seconds", "duration_seconds", "gpus", "criticality")
     reader, header = _open_csv(path, required)
     has_checkpoints = "checkpoint_interval_seconds" in header
+    optional = [c for c in OPTIONAL_SECONDS_COLUMNS if c in header]
+    has_utilization = "utilization_percent" in header
     jobs: list[TraceJob] = []
     allowed = {c.value for c in Criticality}
     for line, row in enumerate(reader, start=2):
@@ -279,6 +309,25 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
             if has_checkpoints
             else None
         )
+        seconds: dict[str, float | None] = {}
+        for column in optional:
+            value = _number(path, line, column, row[column], allow_empty=True)
+            if value is not None and value <= 0:
+                raise UserError(
+                    f"{path}:{line}: field {column!r} is {row[column]!r}; expected seconds > 0 "
+                    "(or an empty cell)"
+                )
+            seconds[column] = None if value is None else value / time_scale
+        utilization = (
+            _number(path, line, "utilization_percent", row["utilization_percent"], allow_empty=True)
+            if has_utilization
+            else None
+        )
+        if utilization is not None and utilization > 100:
+            raise UserError(
+                f"{path}:{line}: field 'utilization_percent' is {row['utilization_percent']!r}; "
+                "expected a percent from 0 to 100"
+            )
         jobs.append(
             TraceJob(
                 row["name"],
@@ -288,6 +337,10 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 Criticality(crit),
                 None if every is None else every / time_scale,
                 parse_gpu_models(row.get("gpu_models")),
+                deadline_seconds=seconds.get("deadline_seconds"),
+                expected_duration_seconds=seconds.get("expected_duration_seconds"),
+                utilization_percent=utilization,
+                idle_timeout_seconds=seconds.get("idle_timeout_seconds"),
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
@@ -298,7 +351,8 @@ def synthetic(seed: int = 7, hours: float = 72.0) -> list[TraceJob]:
     """The built-in scenario: three days of a research cluster, seeded and deterministic.
 
     A daily cycle of critical inference and standard training jobs peaking in working hours
-    over a steady stream of preemptible batch work, with a burst on the second day.
+    over a steady stream of preemptible batch work, with a burst on the second day, and a
+    few notebooks left open over night (:func:`idle_notebooks`).
     """
     rng = random.Random(seed)
     jobs: list[TraceJob] = []
@@ -331,8 +385,39 @@ def synthetic(seed: int = 7, hours: float = 72.0) -> list[TraceJob]:
             i += 1
             duration = min(rng.expovariate(1 / mean), 12 * 3600) + 300
             jobs.append(TraceJob(f"{crit.value}-{i:04d}", t, duration, rng.choice(sizes), crit))
+    jobs += idle_notebooks(seed, hours)
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
     return jobs
+
+
+NOTEBOOK_IDLE_TIMEOUT_SECONDS = 3600.0
+NOTEBOOK_UTILIZATION_PERCENT = 2.0
+
+
+def idle_notebooks(seed: int = 7, hours: float = 72.0) -> list[TraceJob]:
+    """Interactive notebooks opened in the afternoon and left holding their GPUs over night
+    at ~2% utilization: two a day (one standard, one preemptible: a scratch notebook on
+    spot), 1 or 2 GPUs, 8-14 h, opted in to idle reclaim (hybridgpu.io/idle-timeout: 1h).
+    Their own random stream, so the rest of the scenario is the same with or without them."""
+    rng = random.Random(f"{seed}:notebooks")
+    out: list[TraceJob] = []
+    for day in range(math.ceil(hours / 24)):
+        for i in range(2):
+            arrival = (day * 24 + rng.uniform(13, 18)) * 3600
+            if arrival >= hours * 3600:
+                continue
+            out.append(
+                TraceJob(
+                    f"notebook-{day}-{i}",
+                    arrival,
+                    rng.uniform(8, 14) * 3600,
+                    rng.choice((1, 2)),
+                    (Criticality.STANDARD, Criticality.PREEMPTIBLE)[i],
+                    utilization_percent=NOTEBOOK_UTILIZATION_PERCENT,
+                    idle_timeout_seconds=NOTEBOOK_IDLE_TIMEOUT_SECONDS,
+                )
+            )
+    return out
 
 
 @dataclass(frozen=True, slots=True)
