@@ -238,6 +238,7 @@ class Cluster:
         taints: list[dict[str, str]] | None = None,
         labels: dict[str, str] | None = None,
         idle_for: str = "2s",
+        provider: dict[str, Any] | None = None,
     ) -> str:
         name = self.name(short)
         spec: dict[str, Any] = {
@@ -254,7 +255,7 @@ class Cluster:
             spec["pricing"] = {"capexPerNode": 250000}
         else:
             spec["pricing"] = {"perNodeHour": price}
-            spec["provider"] = {"type": "kwok"}
+            spec["provider"] = provider or {"type": "kwok"}
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "GPUPool",

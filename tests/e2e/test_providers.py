@@ -1,0 +1,161 @@
+"""Pools whose capacity the user already provisions another way: a GPUPool backed by a Karpenter
+NodePool and one backed by a Cluster API MachineDeployment each scale up for pending GPU work,
+never above maxNodes, and release the node once it is idle.
+
+The operator runs as in every e2e test (``hybridgpu run``); Karpenter's and Cluster API's CRDs
+are the real ones, their controllers the stand-ins of tests/support/provider_standins.py, which
+turn NodeClaims and Machines into kwok Nodes after a boot delay.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from conftest import Cluster, Operators, wait_for
+from support.controlplane import ControlPlane, KubeTest, gpu_job
+from support.provider_standins import StandInClusterAPI, StandInKarpenter, install_provider_crds
+
+pytestmark = pytest.mark.e2e
+
+GPUS_PER_NODE = 4
+BOOT_DELAY_SECONDS = 1.0
+
+
+@dataclass
+class Backend:
+    """How one test reads the capacity behind its pool."""
+
+    provider: dict[str, Any]
+    machines: Callable[[], list[str]]
+    """Names of the NodeClaims or Machines behind the pool, deleting ones included."""
+    allowed_nodes: Callable[[], int]
+    """Nodes the provider object allows: the NodePool's GPU limit / GPUs per node, or replicas."""
+
+
+@pytest.fixture
+def karpenter(kube_cluster: ControlPlane, kube: KubeTest) -> Iterator[StandInKarpenter]:
+    install_provider_crds(kube_cluster, "KARPENTER_CRDS")
+    standin = StandInKarpenter(kube.plane, boot_delay_seconds=BOOT_DELAY_SECONDS)
+    standin.start()
+    try:
+        yield standin
+    finally:
+        standin.close()
+
+
+@pytest.fixture
+def cluster_api(kube_cluster: ControlPlane, kube: KubeTest) -> Iterator[StandInClusterAPI]:
+    install_provider_crds(kube_cluster, "CLUSTER_API_CRDS")
+    standin = StandInClusterAPI(kube.plane, boot_delay_seconds=BOOT_DELAY_SECONDS)
+    standin.start()
+    try:
+        yield standin
+    finally:
+        standin.close()
+
+
+def karpenter_backend(karpenter: StandInKarpenter, pool: str) -> Backend:
+    karpenter.create_node_pool(
+        pool, gpus_per_node=GPUS_PER_NODE, labels={"hybridgpu.io/pool": pool}
+    )
+
+    def allowed_nodes() -> int:
+        limits = karpenter.node_pool(pool)["spec"].get("limits") or {}
+        return int(limits.get("nvidia.com/gpu", 0)) // GPUS_PER_NODE
+
+    return Backend(
+        provider={"type": "karpenter", "karpenter": {"nodePool": pool}},
+        machines=lambda: [c["metadata"]["name"] for c in karpenter.claims(pool)],
+        allowed_nodes=allowed_nodes,
+    )
+
+
+def cluster_api_backend(capi: StandInClusterAPI, namespace: str, pool: str) -> Backend:
+    capi.create_machine_deployment(
+        namespace, pool, gpus_per_node=GPUS_PER_NODE, node_labels={"hybridgpu.io/pool": pool}
+    )
+    return Backend(
+        provider={"type": "clusterapi", "clusterapi": {"machineDeployment": f"{namespace}/{pool}"}},
+        machines=lambda: [m["metadata"]["name"] for m in capi.machines(namespace, pool)],
+        allowed_nodes=lambda: int(capi.deployment(namespace, pool)["spec"].get("replicas") or 0),
+    )
+
+
+def scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
+    cluster: Cluster, operators: Operators, short: str, backend_for: Callable[[str], Backend]
+) -> None:
+    policy = cluster.policy()
+    pool_name = cluster.name(short)
+    backend = backend_for(pool_name)
+    pool = cluster.pool(
+        short,
+        tier="elastic",
+        policy=policy,
+        per_node=GPUS_PER_NODE,
+        max_nodes=1,
+        idle_for="2s",
+        provider=backend.provider,
+    )
+    assert pool == pool_name
+    assert backend.allowed_nodes() == 0 and backend.machines() == []
+    operators.start()
+
+    seen = {"machines": 0, "allowed": 0, "nodes": 0}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen["machines"] = max(seen["machines"], len(backend.machines()))
+            seen["allowed"] = max(seen["allowed"], backend.allowed_nodes())
+            seen["nodes"] = max(seen["nodes"], len(cluster.pool_nodes(pool)))
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        # Two pods of one node each; maxNodes is 1, so they take turns on one node.
+        cluster.kube.create_job(
+            gpu_job(
+                "work",
+                gpus=GPUS_PER_NODE,
+                completions=2,
+                parallelism=2,
+                run_duration="3s",
+                labels={"hybridgpu.io/criticality": "standard"},
+            )
+        )
+        (node,) = wait_for(lambda: cluster.pool_nodes(pool), 60, f"a node of {pool}")
+        wait_for(lambda: cluster.job_done("work"), 120, "Job work complete")
+        assert {p.spec.node_name for p in cluster.job_pods("work")} == {node.metadata.name}
+        # Idle now: released after idleFor (2s), within a few ticks, the machine with it.
+        wait_for(lambda: cluster.pool_nodes(pool) == [], 90, f"the idle node of {pool} released")
+        wait_for(lambda: backend.machines() == [], 30, f"the machine behind {pool} gone")
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+    assert backend.allowed_nodes() == 0, "the provider still allows a node nobody asked for"
+    assert seen == {"machines": 1, "allowed": 1, "nodes": 1}, seen
+    assert cluster.events("ScaleUp"), "no ScaleUp Event"
+    assert cluster.events("ReleaseNode"), "no ReleaseNode Event"
+
+
+def test_a_pool_backed_by_a_karpenter_node_pool_scales_up_and_releases(
+    cluster: Cluster, karpenter: StandInKarpenter, operators: Operators
+) -> None:
+    scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
+        cluster, operators, "karp", lambda pool: karpenter_backend(karpenter, pool)
+    )
+
+
+def test_a_pool_backed_by_a_machine_deployment_scales_up_and_releases(
+    cluster: Cluster, cluster_api: StandInClusterAPI, operators: Operators
+) -> None:
+    namespace = cluster.kube.namespace
+    scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
+        cluster, operators, "capi", lambda pool: cluster_api_backend(cluster_api, namespace, pool)
+    )
