@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CACHE_DIR ?= $(HOME)/.cache/hybridgpu
 export HYBRIDGPU_CACHE_DIR := $(CACHE_DIR)
 
-.PHONY: all venv install run test lint typecheck contracts unit crds check-crds clean
+.PHONY: all venv install run test lint typecheck contracts unit crds check-crds dashboards clean
 
 all: test
 
@@ -29,6 +29,11 @@ run: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/hybridgpu crds --output crds/ --reference docs/crd-reference.md
 	cp crds/*.yaml helm/hybridgpu-operator/crds/
+
+## make dashboards: regenerate the chart's Grafana dashboards and PrometheusRule from
+## operator/hybridgpu/dashboards/ (the chart tests fail when the checked-in files drift)
+dashboards: $(STAMP)
+	$(BIN)/python -m hybridgpu.dashboards .
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench

@@ -7,11 +7,14 @@
 - every rendered object is server-side applied to the real control plane, and the operator's
   ServiceAccount can do exactly what the operator needs (``kubectl auth can-i --as``);
 - the Dockerfile runs ``hybridgpu run`` as a numeric non-root user;
-- the dashboard only queries metrics and labels the operator exports, in valid PromQL.
+- the dashboards are what ``make dashboards`` generates; they only query metrics and labels
+  the operator (or the API server) exports, and every query returns data when promtool
+  evaluates it over made-up series of those metrics (the alerts: tests/chart/test_alerts.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -29,10 +32,13 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.metrics import MetricWrapperBase
 
 from hybridgpu.cli import build_parser
+from hybridgpu.dashboards import generated_files
+from hybridgpu.dashboards.names import APISERVER_SERIES
 from hybridgpu.metrics.exported import ExportedMetrics
 from support.chart import (
     CHART_DIR,
     DASHBOARD,
+    DASHBOARDS_DIR,
     DOCKERFILE,
     Rendered,
     RenderError,
@@ -399,9 +405,10 @@ def test_dashboard_config_map_carries_the_dashboard_for_the_grafana_sidecar(
     config_map = render(values, values_dir=values_dir).one("ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config_map["metadata"]["namespace"] == "monitoring"
-    assert json.loads(config_map["data"]["hybridgpu-cost.json"]) == json.loads(
-        DASHBOARD.read_text()
-    )
+    files = {path.name: path for path in DASHBOARDS_DIR.glob("*.json")}
+    assert set(config_map["data"]) == set(files) and "hybridgpu-cost.json" in files
+    for name, path in files.items():
+        assert json.loads(config_map["data"][name]) == json.loads(path.read_text()), name
 
 
 def test_chart_refuses_kubernetes_older_than_1_27(values_dir: Path) -> None:
@@ -449,6 +456,8 @@ def test_values_hold_no_secrets(values_dir: Path) -> None:
         ({"priorityClasses": {"critical": {"name": "c", "value": "high"}}}, "value"),
         ({"priorityClasses": {"critical": {"value": 2000000000}}}, "value"),
         ({"webhook": {"timeoutSeconds": 60}}, "timeoutSeconds"),
+        ({"alerts": {"pendingCriticalFor": "1.5m"}}, "pendingCriticalFor"),
+        ({"alerts": {"spotInterruptions": {"count": 0}}}, "count"),
     ],
     ids=[
         "unknown-key",
@@ -464,6 +473,8 @@ def test_values_hold_no_secrets(values_dir: Path) -> None:
         "string-priority",
         "priority-in-the-system-range",
         "webhook-timeout-over-30s",
+        "alert-for-not-a-prometheus-duration",
+        "alert-threshold-of-zero-interruptions",
     ],
 )
 def test_schema_rejects_bad_values(
@@ -619,7 +630,21 @@ def rbac_mismatches(kube: KubeTest, sa: str, *, peering: bool) -> list[str]:
     for verb in ("get", "list", "watch", "patch"):
         if access_review(kube, sa, verb, "kopf.dev", "clusterkopfpeerings") != peering:
             mismatches.append(f"{verb} clusterkopfpeerings.kopf.dev: expected {peering}")
+    for group, resource, verbs in PROVIDER_ACCESS:
+        for verb, allowed in verbs.items():
+            if access_review(kube, sa, verb, group, resource) != allowed:
+                mismatches.append(f"{verb} {resource}.{group}: expected {allowed}")
     return mismatches
+
+
+# The Karpenter and Cluster API providers (hybridgpu.cloud.karpenter, .clusterapi), whose CRDs
+# a chart install need not have: checked by SubjectAccessReview. True: needed; False: never.
+PROVIDER_ACCESS: list[tuple[str, str, dict[str, bool]]] = [
+    ("karpenter.sh", "nodepools", {"get": True, "patch": True, "create": False, "delete": False}),
+    ("karpenter.sh", "nodeclaims", {"list": True, "delete": True, "create": False}),
+    ("cluster.x-k8s.io", "machinedeployments", {"get": True, "patch": True, "delete": False}),
+    ("cluster.x-k8s.io", "machines", {"list": True, "patch": True, "delete": False}),
+]
 
 
 @pytest.mark.parametrize("installed", [None], indirect=True, ids=["default-values"])
@@ -745,7 +770,8 @@ def _pyproject() -> dict[str, Any]:
 
 
 def exported_metrics() -> dict[str, tuple[str, set[str]]]:
-    """Series name -> (family, labels) of everything the operator exports."""
+    """Series name -> (family, labels) of everything the operator exports, and of the API
+    server's webhook metrics the admission dashboard and the alerts query."""
     exported = ExportedMetrics()
     series: dict[str, tuple[str, set[str]]] = {}
     for collector in vars(exported).values():
@@ -760,30 +786,56 @@ def exported_metrics() -> dict[str, tuple[str, set[str]]]:
         for suffix in suffixes:
             extra = {"le"} if suffix == "_bucket" else set()
             series[family.name + suffix] = (family.name, labels | extra)
+    for name, apiserver_labels in APISERVER_SERIES.items():
+        series[name] = (name, set(apiserver_labels))
     return series
 
 
+def dashboards() -> dict[str, dict[str, Any]]:
+    """File name -> dashboard, for every dashboard the chart ships."""
+    return {
+        path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS_DIR.glob("*.json"))
+    }
+
+
 def dashboard_queries() -> list[tuple[str, str, str]]:
-    """(panel title, PromQL, legend) of every target in the dashboard."""
-    board = json.loads(DASHBOARD.read_text())
+    """("file: panel title", PromQL, legend) of every target of every dashboard."""
     out = []
-    for panel in board["panels"]:
-        for target in panel.get("targets", []):
-            out.append((panel["title"], target["expr"], target.get("legendFormat", "")))
-    for variable in board["templating"]["list"]:
-        if variable["type"] == "query":
-            query = variable["query"]["query"] if isinstance(variable["query"], dict) else ""
-            match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
-            assert match, f"variable {variable['name']}: {query}"
-            out.append((f"variable {variable['name']}", match[1], "{{" + match[2] + "}}"))
+    for file, board in dashboards().items():
+        for panel in board["panels"]:
+            for target in panel.get("targets", []):
+                title = f"{file}: {panel['title']}"
+                out.append((title, target["expr"], target.get("legendFormat", "")))
+        for variable in board["templating"]["list"]:
+            if variable["type"] == "query":
+                query = variable["query"]["query"] if isinstance(variable["query"], dict) else ""
+                match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+                assert match, f"variable {variable['name']}: {query}"
+                title = f"{file}: variable {variable['name']}"
+                out.append((title, match[1], "{{" + match[2] + "}}"))
     return out
+
+
+METRIC_NAME = re.compile(r"\b(?:hybridgpu|apiserver)_[a-z_]+\b")
+
+
+def test_dashboards_are_what_make_dashboards_generates() -> None:
+    """The checked-in dashboards and PrometheusRule template are the generator's output."""
+    expected = generated_files()
+    for relative, generate in expected.items():
+        path = REPO_ROOT / relative
+        assert path.exists() and path.read_text() == generate(), (
+            f"{relative}: run `make dashboards`"
+        )
+    on_disk = {p.relative_to(REPO_ROOT) for p in DASHBOARDS_DIR.glob("*.json")}
+    assert on_disk <= set(expected), "a dashboard no module generates: delete it"
 
 
 def test_dashboard_queries_only_exported_metrics_and_their_labels() -> None:
     series = exported_metrics()
     problems = []
     for title, expr, legend in dashboard_queries():
-        names = set(re.findall(r"\bhybridgpu_[a-z_]+\b", expr))
+        names = set(METRIC_NAME.findall(expr))
         unknown = names - series.keys()
         if unknown:
             problems.append(f"{title}: unknown metric(s) {sorted(unknown)}")
@@ -799,40 +851,43 @@ def test_dashboard_queries_only_exported_metrics_and_their_labels() -> None:
     assert problems == []
 
 
-def test_dashboard_covers_what_sres_watch() -> None:
-    queried = " ".join(expr for _, expr, _ in dashboard_queries())
-    for metric in (
-        "hybridgpu_pool_cost_per_hour_dollars",  # cost per hour by tier
-        "hybridgpu_cost_dollars_total",  # cumulative cost
-        "hybridgpu_idle_gpu_cost_dollars_total",  # waste
-        "hybridgpu_namespace_cost_dollars_total",
-        "hybridgpu_pool_gpus",
-        "hybridgpu_pool_nodes",
-        "hybridgpu_pool_gpu_utilization_ratio",
-        "hybridgpu_pending_gpu_requests",
-        "hybridgpu_preemptions_total",
-        "hybridgpu_spot_interruptions_total",
-        "hybridgpu_budget_spent_dollars",
-        "hybridgpu_budget_limit_dollars",
-        "hybridgpu_effective_cost_per_gpu_hour_dollars",
-        "hybridgpu_reconcile_duration_seconds_bucket",
-    ):
-        assert metric in queried, f"the dashboard shows nothing of {metric}"
+def test_dashboards_show_every_metric_the_operator_exports() -> None:
+    queried = set(METRIC_NAME.findall(" ".join(expr for _, expr, _ in dashboard_queries())))
+    shown = {exported_metrics()[name][0] for name in queried}
+    families = {family for family, _ in exported_metrics().values()}
+    assert families - shown == set(), "exported but on no dashboard"
+    assert "hybridgpu_reconcile_duration_seconds_bucket" in queried  # a quantile, not a count
 
 
 def test_dashboard_is_importable_grafana_json() -> None:
-    board = json.loads(DASHBOARD.read_text())
-    assert board["uid"] and board["title"]
-    ids = [p["id"] for p in board["panels"]]
-    assert len(ids) == len(set(ids)), "duplicate panel ids"
-    names = {v["name"] for v in board["templating"]["list"]}
-    assert {"datasource", "pool", "tier"} <= names
-    for panel in board["panels"]:
-        if panel["type"] == "row":
-            continue
-        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
-        assert {"h", "w", "x", "y"} <= panel["gridPos"].keys()
-        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, panel["title"]
+    boards = dashboards()
+    assert {"hybridgpu-cost.json", "hybridgpu-moves.json", "hybridgpu-admission.json"} <= set(
+        boards
+    )
+    uids = [board["uid"] for board in boards.values()]
+    assert len(uids) == len(set(uids)), "two dashboards share a uid"
+    for file, board in boards.items():
+        assert board["uid"] and board["title"], file
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids)), f"{file}: duplicate panel ids"
+        names = {v["name"] for v in board["templating"]["list"]}
+        assert "datasource" in names, file
+        cells: dict[tuple[int, int], str] = {}
+        for panel in board["panels"]:
+            grid = panel["gridPos"]
+            assert grid["x"] + grid["w"] <= 24, f"{file}: {panel['title']}"
+            for x in range(grid["x"], grid["x"] + grid["w"]):
+                for y in range(grid["y"], grid["y"] + grid["h"]):
+                    other = cells.setdefault((x, y), panel["title"])
+                    assert other == panel["title"], f"{file}: {panel['title']} covers {other}"
+            if panel["type"] == "row":
+                continue
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+            for target in panel["targets"]:
+                assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+    assert {"datasource", "pool", "tier"} <= {
+        v["name"] for v in boards["hybridgpu-cost.json"]["templating"]["list"]
+    }
 
 
 def grafana_to_promql(expr: str) -> str:
@@ -1194,14 +1249,87 @@ def test_helm_install_and_uninstall_against_the_control_plane(kube: KubeTest) ->
     assert gone.returncode != 0, "helm uninstall left the ClusterRole behind"
 
 
-def panel_expr(title: str) -> str:
-    """The (first) query of the dashboard panel called ``title``, with Grafana's variables
-    set to an hour's range and every pool and tier."""
-    board = json.loads(DASHBOARD.read_text())
-    panel = next(p for p in board["panels"] if p["title"] == title)
-    expr = panel["targets"][0]["expr"]
+def at_one_hour(expr: str) -> str:
+    """``expr`` with Grafana's variables set to an hour's range and every value."""
     expr = re.sub(r"\$__(rate_interval|interval)\b", "5m", expr)
     return re.sub(r"\$\{?\w+\}?", ".*", expr.replace("$__range", "1h"))
+
+
+def panel_expr(title: str, file: str = DASHBOARD.name) -> str:
+    """The (first) query of the panel called ``title`` of dashboard ``file``, with Grafana's
+    variables set to an hour's range and every value (pool, tier, criticality)."""
+    board = json.loads((DASHBOARDS_DIR / file).read_text())
+    panel = next(p for p in board["panels"] if p["title"] == title)
+    return at_one_hour(panel["targets"][0]["expr"])
+
+
+REGEX_LABEL_EXAMPLES = {"name": ["pod-priority-and-tier.hybridgpu.io"]}
+"""Values of labels that queries match with a pattern (not with alternatives of words)."""
+BUCKETS = ("0.1", "1", "+Inf")
+
+
+def made_up_series(queries: list[str]) -> dict[str, str]:
+    """promtool input series (an hour, one sample a minute): every series in
+    :func:`exported_metrics`, once for each combination of the values the queries match its
+    labels on (``x`` for a label no query matches); counters grow, gauges stay at 1."""
+    values_of: dict[str, set[str]] = {}
+    for expr in queries:
+        for label, op, value in re.findall(r'(\w+)\s*(=~|=)\s*"([^"]*)"', expr):
+            if op == "=":
+                values_of.setdefault(label, set()).add(value)
+            elif re.fullmatch(r"[\w|]+", value):
+                values_of.setdefault(label, set()).update(value.split("|"))
+            elif value != ".*":
+                examples = REGEX_LABEL_EXAMPLES.get(label, [])
+                assert any(re.fullmatch(value, e) for e in examples), f"{label}=~{value!r}"
+                values_of.setdefault(label, set()).update(examples)
+    series = {}
+    for name, (_, labels) in exported_metrics().items():
+        keys = sorted(labels - {"le"})
+        for combination in itertools.product(*(sorted(values_of.get(k, {"x"})) for k in keys)):
+            matchers = [f'{k}="{v}"' for k, v in zip(keys, combination, strict=True)]
+            if "le" in labels:
+                for step, le in enumerate(BUCKETS, start=1):
+                    bucket = ", ".join([*matchers, f'le="{le}"'])
+                    series[f"{name}{{{bucket}}}"] = f"0+{step}x60"
+                continue
+            growing = name.endswith(("_total", "_count", "_sum"))
+            series[f"{name}{{{', '.join(matchers)}}}"] = "0+1x60" if growing else "1x60"
+    return series
+
+
+def test_every_dashboard_query_returns_data_over_made_up_metrics(tmp_path: Path) -> None:
+    """Each target of each panel (and each variable's query), evaluated by promtool over an
+    hour of every exported series, returns at least one number that is not NaN."""
+    promtool = promtool_binary()
+    queries = [(title, at_one_hour(expr)) for title, expr, _ in dashboard_queries()]
+    series = made_up_series([query for _, query in queries])
+    assert {re.sub(r"\{.*", "", s) for s in series} == set(exported_metrics())
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series.items()],
+                "promql_expr_test": [
+                    {
+                        # the comment names the panel in promtool's report; NaN != NaN
+                        "expr": f"# {title}\nclamp_max(count(({query}) == ({query})), 1)",
+                        "eval_time": "60m",
+                        "exp_samples": [{"labels": "{}", "value": 1}],
+                    }
+                    for title, query in queries
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "dashboard-data-test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(test_file)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
@@ -1218,7 +1346,28 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         "hybridgpu_budget_limit_dollars": "1000x60",
         'hybridgpu_pending_gpu_requests{criticality="critical"}': "4x60",
         'hybridgpu_pending_gpu_requests{criticality="preemptible"}': "0x60",
+        # ticked every minute until 50m
+        'hybridgpu_last_tick_timestamp_seconds{policy="default"}': "0+60x50 3000x10",
+        'hybridgpu_preemptions_total{from_tier="spot",to_tier="elastic",reason="deadline"}': (
+            "0+1x60"
+        ),
+        'hybridgpu_preemptions_total{from_tier="core",to_tier="spot",reason="preempt"}': "0+2x60",
+        'hybridgpu_reclaimed_gpu_hours_total{namespace="ml",tier="spot"}': "0+0.5x60",
+        'hybridgpu_admission_reviews_total{webhook="pod-priority-and-tier",'
+        'criticality="critical",outcome="patched"}': "0+1x60",
+        'hybridgpu_admission_reviews_total{webhook="pod-priority-and-tier",'
+        'criticality="standard",outcome="no_priority_class"}': "0+1x60",
+        'hybridgpu_admission_reviews_total{webhook="pod-critical-not-spot-only",'
+        'criticality="critical",outcome="allowed"}': "0+1x60",
+        'hybridgpu_admission_reviews_total{webhook="pod-critical-not-spot-only",'
+        'criticality="critical",outcome="refused"}': "0+0.25x60",
+        'apiserver_admission_webhook_fail_open_count{name="pod-priority-and-tier.hybridgpu.io",'
+        'type="admit"}': "0+1x60",
+        'apiserver_admission_webhook_fail_open_count{name="other.example.com",type="admit"}': (
+            "0+5x60"
+        ),
     }
+    moves, admission = "hybridgpu-moves.json", "hybridgpu-admission.json"
     cases: list[tuple[str, list[tuple[str, float]]]] = [
         ("Cost per hour by tier", [('{tier="core"}', 10), ('{tier="spot"}', 5)]),
         ("Spend rate now", [("{}", 15)]),
@@ -1229,7 +1378,19 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
             "Pending GPU requests by criticality",
             [('{criticality="critical"}', 4), ('{criticality="preemptible"}', 0)],
         ),
+        ("Since the last tick", [("{}", 600)]),
     ]
+    other_cases: list[tuple[str, str, list[tuple[str, float]]]] = [
+        (moves, "Jobs moved", [("{}", 180)]),
+        (moves, "Moved to meet a deadline", [("{}", 60)]),
+        (moves, "Idle GPU-hours reclaimed", [("{}", 30)]),
+        (admission, "Labelled pods admitted", [("{}", 120)]),  # the validating ones are not
+        (admission, "Critical pods refused", [("{}", 15)]),
+        (admission, "Pods without their PriorityClass", [("{}", 60)]),
+        (admission, "Webhook calls that failed open", [("{}", 60)]),  # ours only
+    ]
+    exprs = [(panel_expr(title), samples) for title, samples in cases]
+    exprs += [(panel_expr(title, file), samples) for file, title, samples in other_cases]
     tests = {
         "rule_files": [],
         "evaluation_interval": "1m",
@@ -1239,11 +1400,11 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
                 "input_series": [{"series": s, "values": v} for s, v in series.items()],
                 "promql_expr_test": [
                     {
-                        "expr": panel_expr(title),
+                        "expr": expr,
                         "eval_time": "60m",
                         "exp_samples": [{"labels": lbl, "value": val} for lbl, val in samples],
                     }
-                    for title, samples in cases
+                    for expr, samples in exprs
                 ],
             }
         ],

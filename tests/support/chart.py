@@ -15,7 +15,10 @@ import yaml
 from support.controlplane import DEFAULT_TOOLS_BIN, REPO_ROOT
 
 CHART_DIR = REPO_ROOT / "helm" / "hybridgpu-operator"
-DASHBOARD = CHART_DIR / "dashboards" / "hybridgpu-cost.json"
+DASHBOARDS_DIR = CHART_DIR / "dashboards"
+DASHBOARD = DASHBOARDS_DIR / "hybridgpu-cost.json"
+PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
+"""`helm template --api-versions` this to render the chart's PrometheusRule."""
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 
 

@@ -27,7 +27,9 @@ from hybridgpu.core.admission import AdmissionRules, PriorityClassRef, mutation,
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.convert import parse_criticality
 from hybridgpu.kube.names import CRITICALITY_LABEL, GROUP, POOL_LABEL, TIER_LABEL, VERSION
+from hybridgpu.metrics.exported import METRICS, AdmissionOutcome
 from hybridgpu.models.pool import Taint
+from hybridgpu.models.snapshot import Criticality
 
 MANAGED_CONFIGURATION = "admission.hybridgpu.io"
 """Name of the webhook configurations kopf creates when it manages them (local runs)."""
@@ -96,11 +98,20 @@ async def set_priority_and_tier(
     rules = admission_rules(
         kwargs["priority_classes"], kwargs["spot_pools"], kwargs["on_demand_for_preemptible"]
     )
-    if criticality is not None and criticality not in rules.priority_classes:
+    no_class = criticality is not None and criticality not in rules.priority_classes
+    if no_class:
         warnings.append(f"hybridgpu: no PriorityClass labelled {CRITICALITY_LABEL}={criticality}")
     ops = mutation(criticality, dict(spec), rules)
     if ops:
         patch.fns.append(lambda body: jsonpatch.apply_patch(body, ops, in_place=True))
+    outcome = (
+        AdmissionOutcome.NO_PRIORITY_CLASS
+        if no_class
+        else AdmissionOutcome.PATCHED
+        if ops
+        else AdmissionOutcome.UNCHANGED
+    )
+    METRICS.record_admission(MUTATE_ID, _criticality_label(criticality), outcome)
 
 
 @kopf.on.validate("", "v1", "pods", id=VALIDATE_ID, ignore_failures=True, **PODS)
@@ -108,9 +119,17 @@ async def refuse_critical_on_spot_only(labels: Any, spec: Any, **kwargs: Any) ->
     rules = admission_rules(
         kwargs["priority_classes"], kwargs["spot_pools"], kwargs["on_demand_for_preemptible"]
     )
-    reason = rejection(parse_criticality(labels.get(CRITICALITY_LABEL)), dict(spec), rules)
+    criticality = parse_criticality(labels.get(CRITICALITY_LABEL))
+    reason = rejection(criticality, dict(spec), rules)
+    outcome = AdmissionOutcome.ALLOWED if reason is None else AdmissionOutcome.REFUSED
+    METRICS.record_admission(VALIDATE_ID, _criticality_label(criticality), outcome)
     if reason is not None:
         raise kopf.AdmissionError(reason, code=403)
+
+
+def _criticality_label(criticality: Criticality | None) -> str:
+    """The criticality as a metric label: a label value no level has is ``invalid``."""
+    return criticality.value if criticality is not None else "invalid"
 
 
 # ---------------------------------------------------------------------------------- server

@@ -136,6 +136,7 @@ class Reconciler:
 
     def forget_wake_event(self, policy: str) -> None:
         self._wake.pop(policy, None)
+        self.metrics.forget_policy(policy)
         self.idle_by_policy.pop(policy, None)
         self.tokens_by_policy.pop(policy, None)
 
@@ -363,36 +364,34 @@ class Reconciler:
     ) -> None:
         budget = measured.measurements.budget
         status = body.get("status") or {}
-        self.cluster.patch_status(
-            SCALINGPOLICIES,
-            policy_name,
-            policy_status(
-                plan,
-                generation=body["metadata"].get("generation"),
-                spent_this_month=budget.spent_this_month_dollars,
-                hours_left_in_month=budget.hours_left_in_month,
-                metrics_reason=measured.measurements.metrics.reason,
-                dry_run=policy.dry_run,
-                old_conditions=status.get("conditions") or [],
-                operator_problems=self.preflight.problems,
-                operator_reason=self.preflight.reason,
-            ),
+        new_status = policy_status(
+            plan,
+            generation=body["metadata"].get("generation"),
+            spent_this_month=budget.spent_this_month_dollars,
+            hours_left_in_month=budget.hours_left_in_month,
+            metrics_reason=measured.measurements.metrics.reason,
+            dry_run=policy.dry_run,
+            old_conditions=status.get("conditions") or [],
+            operator_problems=self.preflight.problems,
+            operator_reason=self.preflight.reason,
         )
+        self.cluster.patch_status(SCALINGPOLICIES, policy_name, new_status)
+        self.metrics.record_policy_conditions(policy_name, new_status.get("conditions") or [])
         for name in pools:
             old = bodies[name].get("status") or {}
-            self.cluster.patch_status(
-                GPUPOOLS,
+            new_pool_status = pool_status(
                 name,
-                pool_status(
-                    name,
-                    snapshot,
-                    plan,
-                    generation=bodies[name]["metadata"].get("generation"),
-                    old_conditions=old.get("conditions") or [],
-                    provider_error=measured.provider_errors.get(name),
-                    unregistered=measured.unhealthy.get(name, []),
-                    last_scale_time=old.get("lastScaleTime"),
-                ),
+                snapshot,
+                plan,
+                generation=bodies[name]["metadata"].get("generation"),
+                old_conditions=old.get("conditions") or [],
+                provider_error=measured.provider_errors.get(name),
+                unregistered=measured.unhealthy.get(name, []),
+                last_scale_time=old.get("lastScaleTime"),
+            )
+            self.cluster.patch_status(GPUPOOLS, name, new_pool_status)
+            self.metrics.record_pool_conditions(
+                name, str(pools[name].tier), new_pool_status.get("conditions") or []
             )
 
 

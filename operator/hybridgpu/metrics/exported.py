@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -45,6 +46,19 @@ SECONDS_PER_HOUR = 3600.0
 # Ticks further apart than this are a gap in observation (e.g. the operator was down):
 # the cost of the gap is still counted at the last known rate, but never for longer.
 MAX_INTEGRATION_STEP_SECONDS = 3600.0
+
+
+class AdmissionOutcome(StrEnum):
+    """What an admission webhook did with a pod (``admission_reviews_total{outcome}``)."""
+
+    PATCHED = "patched"
+    """The mutating webhook set the pod's PriorityClass or tier affinity."""
+    UNCHANGED = "unchanged"
+    NO_PRIORITY_CLASS = "no_priority_class"
+    """No PriorityClass is labelled with the pod's criticality: the pod keeps its own."""
+    ALLOWED = "allowed"
+    REFUSED = "refused"
+    """The validating webhook refused a critical pod restricted to spot."""
 
 
 @dataclass(slots=True)
@@ -304,6 +318,35 @@ class ExportedMetrics:
             ["pool", "tier"],
             registry=r,
         )
+        self.last_tick_timestamp_seconds = Gauge(
+            p + "last_tick_timestamp_seconds",
+            "When the leader last decided a plan for the ScalingPolicy (its status.lastTick), "
+            "seconds since the epoch; absent until its first tick.",
+            ["policy"],
+            registry=r,
+        )
+        self.policy_condition = Gauge(
+            p + "policy_condition",
+            "A ScalingPolicy's status condition as its last tick wrote it: 1 True, 0 False.",
+            ["policy", "condition"],
+            registry=r,
+        )
+        self.pool_condition = Gauge(
+            p + "pool_condition",
+            "A GPUPool's status condition as its policy's last tick wrote it: 1 True, 0 False.",
+            ["pool", "tier", "condition"],
+            registry=r,
+        )
+        self.admission_reviews = Counter(
+            p + "admission_reviews",
+            "Pods the admission webhooks reviewed, by webhook (handler id), criticality and "
+            "outcome (patched, unchanged, no_priority_class; allowed, refused).",
+            ["webhook", "criticality", "outcome"],
+            registry=r,
+        )
+        self._conditions_by_policy: dict[str, set[str]] = {}
+        self._conditions_by_pool: dict[tuple[str, str], set[str]] = {}
+        """Condition types with a series, to drop them with their policy or pool."""
         for level in Criticality:
             self.pending_gpu_requests.labels(criticality=level.value).set(0)
 
@@ -329,6 +372,45 @@ class ExportedMetrics:
         self.budget_spent_dollars.set(snapshot.budget.spent_this_month_dollars)
         if budget_limit_dollars is not None:
             self.budget_limit_dollars.set(budget_limit_dollars)
+        self.last_tick_timestamp_seconds.labels(policy=policy).set(now)
+
+    def record_policy_conditions(
+        self, policy: str, conditions: Iterable[Mapping[str, Any]]
+    ) -> None:
+        """Set ``policy_condition`` from the conditions (wire dicts) of the policy's status;
+        a condition neither True nor False has no series."""
+        seen = self._conditions_by_policy.setdefault(policy, set())
+        for kind, value in _condition_values(conditions).items():
+            if value is None:
+                _remove(self.policy_condition, policy, kind)
+            else:
+                self.policy_condition.labels(policy=policy, condition=kind).set(value)
+                seen.add(kind)
+
+    def record_pool_conditions(
+        self, pool: str, tier: str, conditions: Iterable[Mapping[str, Any]]
+    ) -> None:
+        """Set ``pool_condition`` from the conditions (wire dicts) of the pool's status."""
+        seen = self._conditions_by_pool.setdefault((pool, tier), set())
+        for kind, value in _condition_values(conditions).items():
+            if value is None:
+                _remove(self.pool_condition, pool, tier, kind)
+            else:
+                self.pool_condition.labels(pool=pool, tier=tier, condition=kind).set(value)
+                seen.add(kind)
+
+    def forget_policy(self, policy: str) -> None:
+        """Drop the last tick and condition series of a deleted ScalingPolicy (alerts on
+        them would otherwise fire for a policy that no longer exists)."""
+        _remove(self.last_tick_timestamp_seconds, policy)
+        for kind in self._conditions_by_policy.pop(policy, set()):
+            _remove(self.policy_condition, policy, kind)
+
+    def record_admission(self, webhook: str, criticality: str, outcome: AdmissionOutcome) -> None:
+        """Count one pod an admission webhook reviewed."""
+        self.admission_reviews.labels(
+            webhook=webhook, criticality=criticality, outcome=outcome.value
+        ).inc()
 
     def record_tokens(self, pool: str, tokens: float) -> None:
         """Add tokens generated on the pool's nodes since its last tick (an increase of the
@@ -423,6 +505,8 @@ class ExportedMetrics:
             self.cost_per_million_tokens_dollars,
         ):
             _remove(gauge, pool, tier)
+        for kind in self._conditions_by_pool.pop((pool, tier), set()):
+            _remove(self.pool_condition, pool, tier, kind)
 
     def _record_actions(self, plan: Plan, snapshot: ClusterSnapshot, policy: str) -> None:
         tiers = {p.name: str(p.tier) for p in snapshot.pools}
@@ -456,6 +540,12 @@ def _remove(gauge: Gauge, *labels: str) -> None:
     """Drop one series of ``gauge`` if it is there."""
     with contextlib.suppress(KeyError):
         gauge.remove(*labels)
+
+
+def _condition_values(conditions: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Condition type -> 1.0 (True), 0.0 (False) or None (Unknown or anything else)."""
+    values = {"True": 1.0, "False": 0.0}
+    return {str(c["type"]): values.get(str(c.get("status"))) for c in conditions if c.get("type")}
 
 
 METRICS = ExportedMetrics()
