@@ -22,7 +22,7 @@ def opted_in(name: str, timeout: str) -> dict[str, object]:
     body = gpu_job(
         name, gpus=1, run_duration="30m", labels={"hybridgpu.io/criticality": "standard"}
     )
-    body["metadata"]["annotations"] = {"hybridgpu.io/idle-timeout": timeout}  # type: ignore[index]
+    body["metadata"]["annotations"] = {"hybridgpu.io/idle-timeout": timeout}
     return body
 
 

@@ -9,7 +9,7 @@ from tests.support.builders import NOW, node, pending, policy, pool, running, sn
 
 from hybridgpu.core.decide import decide
 from hybridgpu.models.actions import Plan, ReclaimIdle, ReleaseNode
-from hybridgpu.models.snapshot import GPUPod, JobState, MetricsHealth
+from hybridgpu.models.snapshot import GPUPod, JobState, MetricsHealth, NodeState
 
 pytestmark = pytest.mark.unit
 
@@ -159,7 +159,7 @@ def releases(plan: Plan) -> list[str]:
     return [a.node for a in plan.actions if isinstance(a, ReleaseNode)]
 
 
-def spot_node(name: str, *, util: float, idle_h: float | None = 1.0) -> object:
+def spot_node(name: str, *, util: float, idle_h: float | None = 1.0) -> NodeState:
     return node(
         name,
         "spot",
