@@ -173,3 +173,11 @@ def test_a_missing_machine_deployment_is_an_error_retrying_cannot_fix(
         harness.provider.set_target("pool", spec, 1)
 
     assert raised.value.retryable is False
+
+
+def test_readiness_finds_cluster_apis_api_once_its_crds_are_installed(
+    harness: ClusterAPIHarness,
+) -> None:
+    provider = harness.provider
+    assert isinstance(provider, ClusterAPIProvider)
+    assert provider.credentials_problem() is None

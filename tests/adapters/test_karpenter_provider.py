@@ -180,3 +180,11 @@ def test_the_operators_scale_up_repeated_before_karpenter_acts_never_doubles_the
 
     assert gpu_limit(harness, pool) == "24"
     assert providers.provisioning(pool, joined_nodes=0) == 2
+
+
+def test_readiness_finds_karpenters_api_once_its_crds_are_installed(
+    harness: KarpenterHarness,
+) -> None:
+    provider = harness.provider
+    assert isinstance(provider, KarpenterProvider)
+    assert provider.credentials_problem() is None
