@@ -1,13 +1,14 @@
 """Deadline-aware spot: preemptible jobs with deadlines replayed against the measured spot
 traces, hybridgpu against running them on-demand and against spot that ignores deadlines.
 
-    .venv/bin/python bench/deadlines.py [--seeds 5] [--jobs 40]
+    .venv/bin/python bench/deadlines.py [--seeds 5] [--jobs 40] [--deadline-factor 1.3,3]
 
 Every job is a 1-GPU preemptible Job (p3.2xlarge-sized, the traces' instance type) with a
-``hybridgpu.io/deadline`` between 1.3x and 3x its duration after arrival and an exact
-``hybridgpu.io/expected-duration``; it checkpoints every 30 min. The cluster has no owned
-GPUs: an on-demand pool ($3.06/GPU-h) and a spot pool ($0.92/GPU-h). Each trace
-(../shared/traces/spot-preemptions, relative to the repo root) is replayed two ways:
+``hybridgpu.io/deadline`` between 1.3x and 3x (``--deadline-factor``) its duration after
+arrival and an exact ``hybridgpu.io/expected-duration``; it checkpoints every 30 min. The
+cluster has no owned GPUs: an on-demand pool ($3.06/GPU-h) and a spot pool ($0.92/GPU-h).
+Each trace (../shared/traces/spot-preemptions, relative to the repo root) is replayed two
+ways:
 
 - ``measured``: the spot pool can launch only while the trace had an instance, and a node is
   taken at the trace's next preemption after its launch (one instance's measured life,
@@ -92,9 +93,12 @@ def policy(*, on_demand_for_all: bool = False):  # type: ignore[no-untyped-def]
     return parse_manifest(manifest, "bench/deadlines.py").spec
 
 
-def deadline_jobs(seed: int, count: int) -> list[TraceJob]:
+def deadline_jobs(
+    seed: int, count: int, factor: tuple[float, float] = (1.3, 3.0)
+) -> list[TraceJob]:
     """``count`` 1-GPU preemptible jobs arriving over four days, 2-16 h long, each with a
-    deadline 1.3x-3x its duration after arrival (the expected duration is exact)."""
+    deadline ``factor`` (low, high) times its duration after arrival (the expected duration
+    is exact)."""
     rng = random.Random(f"deadlines:{seed}")
     jobs = []
     for i in range(count):
@@ -106,7 +110,7 @@ def deadline_jobs(seed: int, count: int) -> list[TraceJob]:
                 duration,
                 1,
                 Criticality.PREEMPTIBLE,
-                deadline_seconds=duration * rng.uniform(1.3, 3.0),
+                deadline_seconds=duration * rng.uniform(*factor),
                 expected_duration_seconds=duration,
             )
         )
@@ -136,13 +140,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="job sets and trace offsets (5)")
     parser.add_argument("--jobs", type=int, default=40, help="jobs per seed (40)")
+    parser.add_argument(
+        "--deadline-factor",
+        default="1.3,3",
+        help="deadlines between LOW and HIGH times the duration after arrival (1.3,3)",
+    )
     args = parser.parse_args()
+    low, high = (float(x) for x in args.deadline_factor.split(","))
     missing = [t for t in TRACES if not (SPOT_TRACES / t).exists()]
     if missing:
         print(json.dumps({"skipped": f"{SPOT_TRACES / missing[0]} not found"}))
         return 0
     start = time.perf_counter()
-    out: dict[str, object] = {"seeds": args.seeds, "jobs_per_seed": args.jobs}
+    out: dict[str, object] = {
+        "seeds": args.seeds,
+        "jobs_per_seed": args.jobs,
+        "deadline_factor": [low, high],
+    }
     for trace in TRACES:
         availability = load_availability_trace(SPOT_TRACES / trace)
         per_physics: dict[str, object] = {
@@ -151,9 +165,8 @@ def main() -> int:
         for physics in ("measured", "spot-trace"):
             totals: dict[str, dict[str, float]] = {}
             for seed in range(1, args.seeds + 1):
-                for name, result in run(
-                    trace, physics, seed, deadline_jobs(seed, args.jobs)
-                ).items():
+                jobs = deadline_jobs(seed, args.jobs, (low, high))
+                for name, result in run(trace, physics, seed, jobs).items():
                     row = totals.setdefault(
                         name,
                         {"cost_dollars": 0.0, "deadline_jobs": 0, "missed": 0, "unfinished": 0},
