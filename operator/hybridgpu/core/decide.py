@@ -1082,14 +1082,23 @@ class _Decider:
         """Preemptible Jobs with a deadline wait for spot or owned GPUs while their slack
         allows, and move to on-demand when waiting (or staying on spot) longer could miss
         it (core/deadline.py; docs/concepts.md, "Deadlines")."""
+        with_deadline = sorted(
+            (
+                j
+                for j in self.snap.jobs
+                if j.deadline_at is not None and j.criticality == PREEMPTIBLE
+            ),
+            key=attrgetter("key"),
+        )
+        if not with_deadline:
+            return
+        keys = {j.key for j in with_deadline}
         demands: dict[str, list[_Demand]] = {}
         for demand in self.pending:
-            if demand.job is not None:
+            if demand.job in keys:
                 demands.setdefault(demand.job, []).append(demand)
-        for key in sorted(self.jobs):
-            job = self.jobs[key]
-            if job.deadline_at is None or job.criticality != PREEMPTIBLE:
-                continue
+        for job in with_deadline:
+            key = job.key
             if key in self.moving or job.suspended:
                 continue  # a move finishes first; a Job its owner suspended stays so
             slack = self._slack(job)
