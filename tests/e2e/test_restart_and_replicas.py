@@ -79,7 +79,10 @@ def test_restart_finishes_a_move_from_each_recorded_step(
     cluster: Cluster, operators: Operators, step: str
 ) -> None:
     """The state a killed operator leaves behind at each step, then an operator starts."""
-    _, _, spot = core_full_of_preemptible_work(cluster)
+    # Not suspended, the Job keeps running on core until the operator moves it: long enough
+    # for an operator starting on a loaded machine (6 s was not always).
+    duration = "20s" if step == "intent-only" else "6s"
+    _, _, spot = core_full_of_preemptible_work(cluster, run_duration=duration)
     ns = cluster.kube.namespace
     intent = {"to": spot, "from": None, "step": "suspend", "since": time.time()}
     if step == "intent-only":  # intent written, suspend lost (e.g. undone by a person)
