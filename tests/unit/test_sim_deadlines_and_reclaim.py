@@ -173,3 +173,10 @@ def test_a_deadline_is_never_missed_when_on_demand_capacity_exists(
     result = Simulation("h", cloud(spot_gpus), ScalingPolicySpec(), jobs, physics).run()
     assert result.deadlines.jobs == len(jobs)
     assert result.deadlines.missed == 0, result.to_json()
+
+
+def test_simulate_prints_what_idle_reclaim_did(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--no-png", "--hours", "24"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("idle")]
+    assert len(lines) == 1
+    assert "workload(s) reclaimed after holding" in lines[0] and "GPU-hours freed ($" in lines[0]

@@ -252,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     from hybridgpu.sim.engine import SimSettings
     from hybridgpu.sim.report import (
         LEGEND,
+        annotations_summary,
         explain_gap,
         explain_table,
         headline,
@@ -337,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
     print(table(results, slo))
     print(f"\n{LEGEND}")
     print(f"\n{headline(results)}")
+    for line in annotations_summary(results):
+        print(line)
     if args.explain:
         print(f"\n{explain_table(results)}")
     if png is not None:

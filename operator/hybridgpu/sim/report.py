@@ -139,6 +139,27 @@ def headline(results: dict[str, PolicyResult]) -> str:
     return " and ".join(parts) + "."
 
 
+def annotations_summary(results: dict[str, PolicyResult]) -> list[str]:
+    """What hybridgpu's deadline rule and idle reclaim did, one line each (none when the
+    trace has no deadlines or no workload opted in to idle reclaim)."""
+    h = results["hybridgpu"]
+    lines = []
+    deadlines = h.deadlines
+    if deadlines.jobs:
+        lines.append(
+            f"deadlines: {deadlines.missed} of {deadlines.jobs} job(s) missed theirs; "
+            f"{deadlines.on_demand_moves} move(s) to on-demand"
+        )
+    reclaim = h.idle_reclaim
+    if reclaim.workloads:
+        lines.append(
+            f"idle reclaim: {reclaim.workloads} workload(s) reclaimed after holding "
+            f"{reclaim.idle_gpu_hours:,.1f} GPU-hours idle; {reclaim.freed_gpu_hours:,.1f} "
+            f"GPU-hours freed (${reclaim.freed_dollars:,.2f} at the price of the GPUs they held)"
+        )
+    return lines
+
+
 def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
     """Capacity per tier against demand, and cost rate per tier, over time (hybridgpu), plus
     the cumulative cloud spend of every simulated policy against the bound's."""
