@@ -67,6 +67,7 @@ def running(
     ns: str = "team",
     pool_pin: str | None = None,
     checkpoint: float | None = None,
+    expected: float | None = None,
 ) -> tuple[GPUPod, JobState | None]:
     c = Criticality(crit)
     pod = GPUPod(
@@ -82,7 +83,14 @@ def running(
     )
     state = (
         JobState(
-            ns, name, c, gpus, started_at=started, pool=pool_pin, checkpoint_seconds=checkpoint
+            ns,
+            name,
+            c,
+            gpus,
+            started_at=started,
+            pool=pool_pin,
+            checkpoint_seconds=checkpoint,
+            expected_duration_seconds=expected,
         )
         if job
         else None
@@ -100,6 +108,7 @@ def pending(
     ns: str = "team",
     pool_pin: str | None = None,
     models: tuple[str, ...] = (),
+    created: float | None = None,
 ) -> tuple[GPUPod, JobState | None]:
     c = Criticality(crit)
     pod = GPUPod(
@@ -112,7 +121,11 @@ def pending(
         pending_since=since,
         gpu_models=models,
     )
-    state = JobState(ns, name, c, gpus, pool=pool_pin, gpu_models=models) if job else None
+    state = (
+        JobState(ns, name, c, gpus, pool=pool_pin, gpu_models=models, created_at=created)
+        if job
+        else None
+    )
     return pod, state
 
 

@@ -55,6 +55,8 @@ class Case:
     want: list = field(default_factory=list)
     want_blocked: list = field(default_factory=list)
     moved_by_operator: set = field(default_factory=set)
+    want_waiting: int = 0
+    """Pods that wait for owned GPUs instead of a new cloud node."""
 
 
 CASES = {
@@ -383,6 +385,95 @@ CASES = {
         workloads=[pending("any", 1), pending("needs-a100", 1, models=("A100",))],
         want=[("scale_up", "a100", 1), ("scale_up", "t4", 1)],
     ),
+    # Wait versus launch: owned GPUs that free up within the wait budget.
+    "critical work waits for a preemptible Job about to pass minRuntime": Case(
+        workloads=[
+            running("batch", "c1", 8, "preemptible", started=NOW - 30),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical", since=NOW - 10),
+        ],
+        want=[],
+        want_waiting=1,
+    ),
+    "with a zero wait budget the same critical work gets a node": Case(
+        workloads=[
+            running("batch", "c1", 8, "preemptible", started=NOW - 30),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical", since=NOW - 10),
+        ],
+        policy={"waitBudget": {"critical": "0s"}},
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "standard work waits for a Job that ends within its budget": Case(
+        workloads=[
+            running("train", "c1", 8, started=NOW - 3480, expected=3600),
+            running("svc", "c2", 8, "critical"),
+            pending("next", 8),
+        ],
+        want=[],
+        want_waiting=1,
+    ),
+    "standard work does not wait for a Job that ends after its budget": Case(
+        workloads=[
+            running("train", "c1", 8, started=NOW - 1800, expected=3600),
+            running("svc", "c2", 8, "critical"),
+            pending("next", 8),
+        ],
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "a Job past its expected duration counts as ending now": Case(
+        workloads=[
+            running("train", "c1", 8, started=NOW - 7200, expected=3600),
+            running("svc", "c2", 8, "critical"),
+            pending("next", 8),
+        ],
+        want=[],
+        want_waiting=1,
+    ),
+    "work whose end nobody states is not waited for": Case(
+        workloads=[
+            running("train", "c1", 8, started=NOW - 7200),
+            running("svc", "c2", 8, "critical"),
+            pending("next", 8),
+        ],
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "two pods never count on the same freed GPUs": Case(
+        workloads=[
+            running("train", "c1", 8, started=NOW - 3480, expected=3600),
+            running("svc", "c2", 8, "critical"),
+            pending("next", 8),
+            pending("other", 8),
+        ],
+        want=[("scale_up", "elastic", 1)],
+        want_waiting=1,
+    ),
+    "preemptible work waits hours for owned GPUs instead of spot": Case(
+        workloads=[
+            running("train", "c1", 8, started=NOW - 1800, expected=3600),
+            running("svc", "c2", 8, "critical"),
+            pending("batch", 8, "preemptible"),
+        ],
+        want=[],
+        want_waiting=1,
+    ),
+    "the wait budget counts the Job's whole delay since its creation": Case(
+        workloads=[
+            running("train", "c1", 8, started=NOW - 1800, expected=3600),
+            running("svc", "c2", 8, "critical"),
+            pending("batch", 8, "preemptible", created=NOW - 3 * 3600),
+        ],
+        want=[("scale_up", "spot", 1)],
+    ),
+    "a preempted Job waits in the queue when other owned GPUs free up for it": Case(
+        workloads=[
+            running("batch", "c1", 8, "preemptible"),
+            running("train", "c2", 8, started=NOW - 1800, expected=3600),
+            pending("urgent", 8, "critical"),
+        ],
+        want=[("preempt", "team/batch", None)],
+        want_waiting=1,
+    ),
     "elastic scale-up picks the cheapest pool per GPU": Case(
         nodes=[],
         pools=[pool("dear", "elastic", price=30.0), pool("cheap", "elastic", price=20.0)],
@@ -410,6 +501,10 @@ def test_decide(case: Case) -> None:
     assert blocked == case.want_blocked, plan.explain()
     if any(c.startswith("budget") for _, c, _ in case.want_blocked):
         assert plan.budget_exceeded
+    waiting = [n for n in plan.notes if "wait for owned GPUs" in n]
+    assert [int(n.split()[0]) for n in waiting] == (
+        [case.want_waiting] if case.want_waiting else []
+    )
 
 
 def test_every_action_says_why() -> None:
@@ -428,3 +523,39 @@ def test_every_action_says_why() -> None:
     for action in plan.actions:
         assert len(action.reason) > 20
     assert any("team/urgent-pod" in a.reason for a in plan.actions)
+
+
+def test_a_plan_that_waits_says_when_to_look_again() -> None:
+    # The victim may be preempted at NOW + 30, before the budget ends at NOW + 50.
+    snap = snapshot(
+        list(STANDARD_POOLS),
+        CORE_NODES,
+        [
+            running("batch", "c1", 8, "preemptible", started=NOW - 30),
+            running("svc", "c2", 8, "critical"),
+            pending("urgent", 4, "critical", since=NOW - 10),
+        ],
+    )
+    plan = decide(snap, policy(), NOW)
+    assert not plan.actions, plan.explain()
+    assert plan.recheck_at == NOW + 30
+
+
+def test_a_wait_on_an_overdue_job_is_looked_at_again_when_its_budget_ends() -> None:
+    snap = snapshot(
+        list(STANDARD_POOLS),
+        CORE_NODES,
+        [
+            running("train", "c1", 8, started=NOW - 7200, expected=3600),
+            running("svc", "c2", 8, "critical"),
+            pending("next", 8, since=NOW - 60),
+        ],
+    )
+    plan = decide(snap, policy(), NOW)
+    assert not plan.actions, plan.explain()
+    assert plan.recheck_at == NOW - 60 + 300  # the standard budget, 5 minutes
+
+
+def test_a_plan_without_waits_goes_stale_only_when_the_cluster_changes() -> None:
+    snap = snapshot(list(STANDARD_POOLS), CORE_NODES, [pending("a", 4), pending("b", 8)])
+    assert decide(snap, policy(), NOW).recheck_at is None

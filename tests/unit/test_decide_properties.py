@@ -90,11 +90,21 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict]:
                     draw(CRITS),
                     started=NOW - draw(st.sampled_from([10, 600, 7200])),
                     job=draw(st.integers(0, 5)) > 0,
+                    # Runs that end soon, later, or are overdue: pods may wait for them.
+                    expected=draw(st.sampled_from([None, 660.0, 3600.0, 36000.0])),
                 )
             )
     for _ in range(draw(st.integers(0, 8))):
         j += 1
-        workloads.append(pending(f"p{j}", draw(st.integers(1, per_node)), draw(CRITS)))
+        workloads.append(
+            pending(
+                f"p{j}",
+                draw(st.integers(1, per_node)),
+                draw(CRITS),
+                since=NOW - draw(st.sampled_from([10, 60, 600])),
+                created=draw(st.sampled_from([None, NOW - 600, NOW - 3 * 3600])),
+            )
+        )
     pol = {
         "budget": draw(
             st.sampled_from(
@@ -103,6 +113,15 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict]:
         ),
         "scaleUp": {"maxNodesPerTick": draw(st.integers(1, 5))},
         "disruption": {"maxNodesPerTick": draw(st.integers(0, 3))},
+        "waitBudget": draw(
+            st.sampled_from(
+                [
+                    {},
+                    {"critical": "0s", "standard": "0s", "preemptible": "0s"},
+                    {"critical": "5m", "standard": "1h", "preemptible": "8h"},
+                ]
+            )
+        ),
     }
     available = draw(st.booleans())
     snap = snapshot(

@@ -23,6 +23,14 @@ CREATED = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
     ("annotations", "deadline", "expected", "error"),
     [
         ({}, None, None, None),
+        # Without a deadline the expected duration is read too (decide() may wait for it).
+        ({"hybridgpu.io/expected-duration": "2h"}, None, 7200, None),
+        (
+            {"hybridgpu.io/expected-duration": "soon"},
+            None,
+            None,
+            "annotation hybridgpu.io/expected-duration: 'soon' is not a duration",
+        ),
         (
             {
                 "hybridgpu.io/deadline": "2026-01-02T06:00:00Z",

@@ -29,6 +29,7 @@ from hybridgpu.core.deadline import (
     must_start_on_demand,
     slack_of,
 )
+from hybridgpu.core.forecast import NodeView, OwnedForecast
 from hybridgpu.core.shapes import Shape, pack
 from hybridgpu.models.actions import (
     Action,
@@ -91,9 +92,13 @@ class _Demand:
     """GPU models it may run on; empty: any."""
     order: tuple[int, int, float, str] = (0, 0, 0.0, "")
     """Sort key: criticality rank, largest first, oldest first, name."""
+    waiting_since: float | None = None
+    """Since when it has waited for a place, when not ``since`` (a Job preempted now)."""
 
     def __post_init__(self) -> None:
         self.order = (CRITICALITY_RANK[self.criticality], -self.gpus, self.since, self.key)
+        if self.waiting_since is None:
+            self.waiting_since = self.since
 
 
 @dataclass(slots=True)
@@ -186,6 +191,31 @@ class _Decider:
         self.pending_gpus: dict[str, int] = {c.value: 0 for c in Criticality}
         self.unhealthy: dict[str, str] = {}
         """Cloud nodes to replace this tick, by name: why (they no longer hold maxNodes)."""
+        waits = policy.wait_budget
+        self.wait_budget: dict[str, float] = {
+            Criticality.CRITICAL: parse_duration_seconds(waits.critical),
+            Criticality.STANDARD: parse_duration_seconds(waits.standard),
+            Criticality.PREEMPTIBLE: parse_duration_seconds(waits.preemptible),
+        }
+        self.forecasts: dict[bool, OwnedForecast] = {}
+        """When owned GPUs free up, as firm work (True) and preemptible work sees it; built
+        on first use."""
+        self.claimed: dict[str, int] = {}
+        """Owned GPUs promised this tick to pods that wait for them, by node."""
+        self._releases: dict[tuple[bool, str], list[tuple[float, int]]] = {}
+        self._owned_pools: dict[tuple[str | None, int, tuple[str, ...]], list[str]] = {}
+        self._owned_floor: dict[tuple[bool, str | None, int, tuple[str, ...]], float] = {}
+        """The soonest time owned GPUs were found for a kind of pod (a lower bound)."""
+        self._expected_any: bool | None = None
+        """Whether any Job states its expected duration (else preemptible work never waits)."""
+        self._no_room: set[int] = set()
+        """Kinds of pods (their pool lists) for which no node that exists has room."""
+        self._closed: dict[str, str] = {}
+        """Pools that may not grow any more this tick: the limit that stops them."""
+        self.waits: list[float] = []
+        """When each pod that waits for owned GPUs this tick should get them."""
+        self.recheck_at: float | None = None
+        """The first moment a wait decided this tick should be looked at again."""
         self.deadline_margin = 2 * parse_duration_seconds(policy.interval)
         """Slack a Job with a deadline keeps: it is looked at again only an interval later."""
         self.stop_seconds = parse_duration_seconds(policy.preemption.checkpoint_grace_period)
@@ -309,6 +339,8 @@ class _Decider:
                 buckets[free - gpus][name] = None
                 self.node_free[name] = free - gpus
                 self.reserved.add(name)
+                if self.forecasts and ledger.tier == CORE:
+                    self._touch_forecast(name, gained=False)
                 return name
         return None
 
@@ -323,6 +355,10 @@ class _Decider:
         del buckets[free][node]
         buckets[new_free][node] = None
         self.node_free[node] = new_free
+        if delta > 0:
+            self._no_room.clear()
+        if self.forecasts and ledger.tier == CORE:
+            self._touch_forecast(node, gained=delta > 0)
 
     # ------------------------------------------------------- 1. interruptions
     def _interruptions(self) -> None:
@@ -507,6 +543,12 @@ class _Decider:
         preemptible = [d for d in order if d.criticality == PREEMPTIBLE]
         preemptible.extend(self.requeued_by_preemption)
         self._place_all(sorted(preemptible, key=attrgetter("order")))
+        if self.waits:
+            self.notes.append(
+                f"{len(self.waits)} pod(s) wait for owned GPUs that free up within their "
+                f"waitBudget (the first in {min(self.waits) - self.now:.0f}s) instead of new "
+                "cloud nodes"
+            )
 
     requeued_by_preemption: list[_Demand]
 
@@ -519,26 +561,147 @@ class _Decider:
 
     def _place_now(self, demand: _Demand) -> bool:
         order = self._free_order(demand)
+        # Once no node that exists had room for pods of a kind, none has until GPUs come
+        # back (``_adjust``): every pod placed meanwhile only takes room.
+        full = id(order) in self._no_room
         if demand.criticality != PREEMPTIBLE:
             # Owned GPUs, freed by preemption if need be, before a cloud node is filled or
             # bought: owned GPUs never hold preemptible work while firm work pays on-demand.
-            for ledger in order:
+            for ledger in () if full else order:
                 if ledger.tier == CORE and self._take_best_fit(ledger, demand.gpus):
                     return True
             if self._preempt_for(demand):
                 return True
-        return any(self._take_best_fit(ledger, demand.gpus) is not None for ledger in order)
+        if not full:
+            if any(self._take_best_fit(ledger, demand.gpus) is not None for ledger in order):
+                return True
+            self._no_room.add(id(order))
+        return self._wait_for_owned(demand)
+
+    # ------------------------------------------------------- wait or launch
+    def _wait_for_owned(self, demand: _Demand) -> bool:
+        """Rule 3: a pod that fits on no node that exists waits, instead of a cloud node
+        on its way or a new one, when owned GPUs free up for it within its wait budget;
+        those GPUs are promised to it (no other waiting pod counts on them)."""
+        by = self._wait_until(demand)
+        found = self._owned_in_time(demand, by)
+        if found is None:
+            return False
+        at, node = found
+        self.claimed[node] = self.claimed.get(node, 0) + demand.gpus
+        self._touch_forecast(node, gained=False)
+        self.waits.append(at)
+        # Look again when its GPUs should be free, or when its budget runs out.
+        again = min(at if at > self.now else math.inf, by)
+        self.recheck_at = again if self.recheck_at is None else min(self.recheck_at, again)
+        return True
+
+    def _wait_until(self, demand: _Demand) -> float:
+        """The latest time the pod may get its GPUs: its wait budget counts the Job's whole
+        delay when the Job's creation is known (earlier waits and lost work included)."""
+        budget = self.wait_budget[demand.criticality]
+        if budget <= 0:
+            return -math.inf
+        job = self.jobs.get(demand.job) if demand.job is not None else None
+        if job is not None and job.created_at is not None:
+            return job.created_at + job.progress_seconds + budget
+        assert demand.waiting_since is not None
+        return demand.waiting_since + budget
+
+    def _owned_in_time(self, demand: _Demand, by: float) -> tuple[float, str] | None:
+        """The owned node that has the pod's GPUs free soonest, if by ``by``: (when, node).
+        The soonest time found for pods of a kind is remembered: during a tick it only moves
+        later, until GPUs come back (``_touch_forecast``)."""
+        if by <= self.now:
+            return None
+        firm = demand.criticality != PREEMPTIBLE
+        if self._expected_any is None:
+            self._expected_any = any(j.expected_duration_seconds for j in self.snap.jobs)
+        if not self._expected_any and not (firm and self.policy.preemption.enabled):
+            return None  # nothing on owned GPUs is known to end
+        kind = (demand.pool, demand.gpus, demand.models)
+        if self._owned_floor.get((firm, *kind), -math.inf) > by:
+            return None
+        pools = self._owned_pools.get(kind)
+        if pools is None:
+            pools = self._owned_pools[kind] = [
+                p.name
+                for p in self.pools.values()
+                if p.tier == CORE
+                and (demand.pool is None or p.name == demand.pool)
+                and p.per_node >= demand.gpus
+                and _has_model(p, demand.models)
+            ]
+        found = self._forecast(firm).earliest(pools, demand.gpus) if pools else None
+        self._owned_floor[(firm, *kind)] = math.inf if found is None else found[0]
+        return found if found is not None and found[0] <= by else None
+
+    def _forecast(self, firm: bool) -> OwnedForecast:
+        found = self.forecasts.get(firm)
+        if found is None:
+            found = self.forecasts[firm] = OwnedForecast(
+                self.now, lambda name: self._owned_view(name, firm)
+            )
+            for name in self.node_free:
+                if name not in self.future_nodes and self.pools[self.node_pool[name]].tier == CORE:
+                    found.add(name)
+        return found
+
+    def _touch_forecast(self, name: str, *, gained: bool) -> None:
+        """An owned node's free GPUs changed (``gained``: some came back, e.g. Jobs moved
+        off it)."""
+        if gained:
+            self._owned_floor.clear()
+            self._releases.pop((True, name), None)
+            self._releases.pop((False, name), None)
+        for forecast in self.forecasts.values():
+            forecast.touch(name, gained=gained)
+
+    def _owned_view(self, name: str, firm: bool) -> NodeView:
+        """An owned node for the forecast: its free GPUs less those promised, and when its
+        pods give theirs back: at the end of a run whose Job states its expected duration,
+        and (to firm work) when a preemptible Job may be preempted."""
+        releases = self._releases.get((firm, name))
+        if releases is None:
+            releases = self._releases[(firm, name)] = []
+            preempting = firm and self.policy.preemption.enabled
+            for pod in self.pods_on.get(name, ()):
+                key = pod.job
+                job = self.jobs.get(key) if key is not None else None
+                if job is None or key in self.moving:
+                    continue  # a bare pod never ends as far as we know; a moving Job left
+                end = math.inf
+                if job.expected_duration_seconds is not None:
+                    started = self.now if pod.started_at is None else pod.started_at
+                    end = started + job.expected_duration_seconds - job.progress_seconds
+                if preempting and job.criticality == PREEMPTIBLE:
+                    started = self.now if job.started_at is None else job.started_at
+                    end = min(end, started + self.min_runtime)
+                if end < math.inf:
+                    releases.append((end, pod.gpus))
+        ledger = self.pools[self.node_pool[name]]
+        return (
+            ledger.name,
+            ledger.per_node,
+            self.node_free[name] - self.claimed.get(name, 0),
+            releases,
+        )
 
     def _fill_future(self, demands: list[_Demand]) -> list[tuple[_Demand, str | None]]:
         """Each pod in order on the fullest node on its way that takes it, cheapest pool
         first: how the next tick will place them, so it asks for no more."""
         placed: list[tuple[_Demand, str | None]] = []
+        full: set[int] = set()  # kinds of pods no node on its way had room for
         for demand in demands:
             where = None
-            for ledger in self._free_order(demand):
-                where = self._take_best_fit(ledger, demand.gpus, future=True)
-                if where is not None:
-                    break
+            order = self._free_order(demand)
+            if id(order) not in full:
+                for ledger in order:
+                    where = self._take_best_fit(ledger, demand.gpus, future=True)
+                    if where is not None:
+                        break
+                else:
+                    full.add(id(order))
             placed.append((demand, where))
         return placed
 
@@ -603,7 +766,20 @@ class _Decider:
         return where
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
-        """Add one planned node to the pool, or say which limit stops it."""
+        """Add one planned node to the pool, or say which limit stops it (limits only
+        tighten during a tick: a pool stopped once stays stopped)."""
+        cause = self._closed.get(ledger.name) or self._limit(ledger)
+        if cause is not None:
+            self._closed[ledger.name] = cause
+            return cause
+        ledger.new_nodes += 1
+        name = f"{ledger.name}/new-{ledger.new_nodes}"
+        self.new_node_names.add(name)
+        self._add_node(ledger, name)
+        return None
+
+    def _limit(self, ledger: _PoolLedger) -> str | None:
+        """The limit that stops one more node of the pool, if any."""
         if not ledger.state.launchable:
             return "no_capacity"
         if (
@@ -622,10 +798,6 @@ class _Decider:
             self._cloud_cost_per_hour() + ledger.node_price > budget.max_hourly_cost + 1e-9
         ):
             return "budget_hourly"
-        ledger.new_nodes += 1
-        name = f"{ledger.name}/new-{ledger.new_nodes}"
-        self.new_node_names.add(name)
-        self._add_node(ledger, name)
         return None
 
     def _cause_text(self, ledger: _PoolLedger, cause: str) -> str:
@@ -763,10 +935,16 @@ class _Decider:
             )
             return False
         _, node_name, chosen = best
+        # The victims leave and the pod takes their GPUs before each victim's destination
+        # is chosen: the victims may wait for other owned GPUs, not for these.
+        first = len(self.requeued_by_preemption)
         for job in chosen:
-            self._move_job(job, node_name, demand)
+            self._release_job_pods(job, None)
         self._adjust(node_name, -demand.gpus)
         self.reserved.add(node_name)
+        requeued = self.requeued_by_preemption[first:]
+        for job in chosen:
+            self._move_job(job, node_name, demand, [d for d in requeued if d.job == job.key])
         return True
 
     def _preemption_candidates(self, pool: str) -> list[str]:
@@ -784,14 +962,25 @@ class _Decider:
 
     _candidates_cache: dict[str, list[str]]
 
-    def _move_job(self, job: JobState, node_name: str, demand: _Demand) -> None:
-        target = (
-            self._spot_target(job.gpus_per_pod, job.gpu_models)
-            if self.policy.preemption.move_to_spot
-            else None
-        )
+    def _move_job(
+        self, job: JobState, node_name: str, demand: _Demand, requeued: list[_Demand]
+    ) -> None:
+        """The preemption of a victim whose pods were released (``requeued``): to spot, or
+        to the queue when owned GPUs free up for it within its wait budget."""
+        target = None
+        where = "the queue (no spot pool)"
+        if self.policy.preemption.move_to_spot:
+            if requeued and all(
+                self._owned_in_time(d, self._wait_until(d)) is not None for d in requeued
+            ):
+                where = "the queue: owned GPUs free up for it within its waitBudget"
+            else:
+                target = self._spot_target(job.gpus_per_pod, job.gpu_models)
+                if target is not None:
+                    where = f"spot pool {target.name}"
+        for moved in requeued:
+            moved.pool = target.name if target else None
         gpus = self._job_gpus(job.key)
-        where = f"spot pool {target.name}" if target else "the queue (no spot pool)"
         self.actions.append(
             MoveJob(
                 namespace=job.namespace,
@@ -805,7 +994,6 @@ class _Decider:
                 f"and move it to {where}",
             )
         )
-        self._release_job_pods(job, target.name if target else None)
 
     def _release_job_pods(self, job: JobState, to_pool: str | None) -> None:
         self.moves_left -= 1
@@ -822,6 +1010,7 @@ class _Decider:
                     to_pool,
                     job.key,
                     pod.gpu_models or job.gpu_models,
+                    waiting_since=self.now,
                 )
             )
 
@@ -1339,6 +1528,7 @@ class _Decider:
             budget_exceeded=over_month or any(b.cause.startswith("budget") for b in blocked),
             metrics_available=self.snap.metrics.available,
             notes=tuple(self.notes),
+            recheck_at=self.recheck_at,
             progress_seconds_by_job=dict(self.progress_by_job),
         )
 

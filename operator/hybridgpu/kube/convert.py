@@ -318,7 +318,14 @@ def job_deadline(annotations: Mapping[str, str], created_at: float | None) -> Jo
                 ">= 0; counted as 0"
             )
     if raw_deadline is None:
-        return JobDeadline(progress_seconds=progress, error="; ".join(errors) or None)
+        # Without a deadline an expected duration still says when the Job's GPUs free up:
+        # decide() may wait for them rather than buy a node (ScalingPolicy waitBudget).
+        stated, why = _expected_seconds(raw_expected) if raw_expected is not None else (None, None)
+        if why is not None:
+            errors.append(f"annotation {EXPECTED_DURATION_ANNOTATION}: {why}; ignored")
+        return JobDeadline(
+            expected_seconds=stated, progress_seconds=progress, error="; ".join(errors) or None
+        )
     deadline = _deadline_epoch(str(raw_deadline).strip(), created_at)
     expected: float | None = None
     if deadline is None:
@@ -332,17 +339,24 @@ def job_deadline(annotations: Mapping[str, str], created_at: float | None) -> Jo
             "the Job needs, e.g. 6h); the deadline is ignored"
         )
     else:
-        try:
-            expected = parse_duration_seconds(str(raw_expected).strip())
-            if expected <= 0:
-                raise ValueError(f"{raw_expected!r} must be longer than 0")
-        except ValueError as err:
-            expected = None
-            errors.append(f"annotation {EXPECTED_DURATION_ANNOTATION}: {err}; deadline ignored")
+        expected, why = _expected_seconds(raw_expected)
+        if why is not None:
+            errors.append(f"annotation {EXPECTED_DURATION_ANNOTATION}: {why}; deadline ignored")
     error = "; ".join(errors) or None
     if deadline is None or expected is None:
         return JobDeadline(progress_seconds=progress, error=error)
     return JobDeadline(deadline, expected, progress, error)
+
+
+def _expected_seconds(raw: str) -> tuple[float | None, str | None]:
+    """An expected duration in seconds (> 0), or why it is not one."""
+    try:
+        expected = parse_duration_seconds(str(raw).strip())
+    except ValueError as err:
+        return None, str(err)
+    if expected <= 0:
+        return None, f"{raw!r} must be longer than 0"
+    return expected, None
 
 
 def _deadline_epoch(text: str, created_at: float | None) -> float | None:

@@ -128,6 +128,10 @@ class Plan:
     budget_exceeded: bool = False
     metrics_available: bool = True
     notes: tuple[str, ...] = ()
+    recheck_at: float | None = None
+    """When this plan goes stale by itself, seconds since the epoch: a pod waiting for owned
+    GPUs reaches the end of its wait budget, or the GPUs it waits for should be free. None:
+    only a change in the cluster changes it."""
     progress_seconds_by_job: dict[str, float] = field(default_factory=dict)
     """Work each running Job with an expected duration has saved so far (``namespace/name``
     -> seconds): recorded on the Job when the operator stops it, so its next run's deadline

@@ -108,6 +108,26 @@ class BudgetSpec(SpecModel):
     )
 
 
+class WaitBudgetSpec(SpecModel):
+    """How long pending work of each criticality may wait for owned GPUs that free up soon,
+    instead of getting a new cloud node (0s: never waits)."""
+
+    critical: Duration = Field(
+        default="60s",
+        description="Critical pods wait for owned GPUs at most this long (counted from the "
+        "Job's creation, less the progress it has saved; else from when the pod became "
+        "pending).",
+    )
+    standard: Duration = Field(
+        default="5m", description="Standard pods wait for owned GPUs at most this long."
+    )
+    preemptible: Duration = Field(
+        default="2h",
+        description="Preemptible pods (preempted ones included) wait for owned GPUs at most "
+        "this long, instead of spot.",
+    )
+
+
 class ScalingPolicySpec(SpecModel):
     """Desired behaviour of the operator."""
 
@@ -147,6 +167,13 @@ class ScalingPolicySpec(SpecModel):
         default_factory=DisruptionSpec, description="Node release limits."
     )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cloud spend limits.")
+    wait_budget: WaitBudgetSpec = Field(
+        default_factory=WaitBudgetSpec,
+        description="Wait versus launch: a pod that fits nowhere waits instead of getting a "
+        "new cloud node when owned GPUs free up for it within its criticality's budget "
+        "(Jobs that state hybridgpu.io/expected-duration end then; preemptible Jobs may be "
+        "moved once past preemption.minRuntime).",
+    )
     dry_run: bool = Field(
         default=False, description="Decide and report (Events, metrics, status) but act on nothing."
     )

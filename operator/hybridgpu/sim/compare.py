@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from hybridgpu.core.cost import gpu_hour_dollars, node_hour_dollars
 from hybridgpu.errors import UserError
-from hybridgpu.models.policy import ScalingPolicySpec
+from hybridgpu.models.policy import ScalingPolicySpec, WaitBudgetSpec
 from hybridgpu.models.pool import Tier
 from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.sim.defaults import DEFAULT_FIRM_SLO_SECONDS, DEFAULT_PREEMPTIBLE_SLO_SECONDS
@@ -64,7 +64,8 @@ class WaitSLO:
 
 
 def _without_moves(policy: ScalingPolicySpec, *, on_demand_for_all: bool) -> ScalingPolicySpec:
-    """The policy with no preemption and no consolidation; ``on_demand_for_all`` lets
+    """The policy with no preemption, no consolidation and no waiting for owned GPUs (an
+    autoscaler buys a node for every pod that fits nowhere); ``on_demand_for_all`` lets
     preemptible work onto on-demand nodes (a cluster without spot runs it there)."""
     allow = on_demand_for_all or policy.preemption.allow_on_demand_for_preemptible
     return policy.model_copy(
@@ -73,6 +74,7 @@ def _without_moves(policy: ScalingPolicySpec, *, on_demand_for_all: bool) -> Sca
                 update={"enabled": False, "allow_on_demand_for_preemptible": allow}
             ),
             "consolidation": policy.consolidation.model_copy(update={"enabled": False}),
+            "wait_budget": WaitBudgetSpec(critical="0s", standard="0s", preemptible="0s"),
         }
     )
 

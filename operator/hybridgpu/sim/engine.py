@@ -302,6 +302,8 @@ class Simulation:
         self.scale_ups = 0
         self.releases = 0
         self.ticks = 0
+        self.recheck_at: float | None = None
+        """When the last plan said it goes stale by itself (a wait for owned GPUs ends)."""
         self.work_by_tier: dict[str, float] = {t.value: 0.0 for t in Tier}
         # Where each spot pool starts in the measured series: per pool, so that adding a
         # pool or a policy does not shift the others.
@@ -660,9 +662,12 @@ class Simulation:
             created_at=trace.arrival_seconds,
             deadline_at=deadline,
             expected_duration_seconds=(
-                None
-                if deadline is None
-                else trace.expected_duration_seconds or trace.duration_seconds
+                (
+                    trace.expected_duration_seconds
+                    or (None if deadline is None else trace.duration_seconds)
+                )
+                if self.reads_annotations
+                else None
             ),
             progress_seconds=job.saved_estimate,
         )
@@ -672,6 +677,7 @@ class Simulation:
     def _tick(self) -> Plan:
         self.ticks += 1
         plan = decide(self._snapshot(), self.policy, self.now)
+        self.recheck_at = plan.recheck_at
         by_name = {
             f"sim/{j.trace.name}": j for j in (self.jobs[i] for i in self.running | self.pending)
         }
@@ -808,6 +814,8 @@ class Simulation:
             # Spot capacity may come back at the next sample of the availability series.
             gap = self.settings.spot_availability.gap_seconds
             wake = min(wake, (math.floor(self.now / gap) + 1) * gap)
+        if self.recheck_at is not None and self.recheck_at > self.now:
+            wake = min(wake, self.recheck_at)
         for index in self.pending:
             ready = self.jobs[index].pending_since + self.grace
             if ready > self.now:

@@ -1,0 +1,88 @@
+"""When owned GPUs free up: the arithmetic behind waiting instead of launching (pure).
+
+``decide()`` describes each owned node to this forecast: how many GPUs are free now (less
+those already promised to waiting pods) and when the others come back. A Job that states its
+expected duration (annotation ``hybridgpu.io/expected-duration``) gives its GPUs back when
+its run should end, at once when it is past that; for critical and standard work a
+preemptible Job gives them up as soon as it may be preempted (``preemption.minRuntime``).
+Work whose end nobody knows holds its GPUs for good as far as the forecast goes, so a cluster
+without annotations only waits for preemptible Jobs about to become movable.
+
+``earliest`` answers "which owned node of these pools has k GPUs free soonest, and when".
+Per node the forecast keeps the earliest time each k = 1..capacity GPUs are free, and per
+(pool, k) a heap of those times. A node that lost GPUs (a pod placed, GPUs promised) is
+described again only when its old entry reaches the top of a heap; a node that gained some
+(Jobs moved off it) at once, so a query never misses a sooner node. A query costs O(log
+nodes) amortized.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+NodeView = tuple[str, int, int, list[tuple[float, int]]]
+"""(pool, GPUs per node, GPUs free now less those promised, [(time, GPUs) coming back])."""
+
+
+@dataclass(slots=True)
+class OwnedForecast:
+    """Earliest times owned nodes have k GPUs free (seconds since the epoch)."""
+
+    now: float
+    describe: Callable[[str], NodeView]
+    """What a node offers now; asked when the node is added and again after ``touch``."""
+    _versions: dict[str, int] = field(default_factory=dict)
+    _stale: set[str] = field(default_factory=set)
+    _heaps: dict[tuple[str, int], list[tuple[float, str, int]]] = field(default_factory=dict)
+
+    def add(self, name: str) -> None:
+        """Describe a node (again) now."""
+        self._stale.discard(name)
+        version = self._versions.get(name, -1) + 1
+        self._versions[name] = version
+        pool, capacity, free, releases = self.describe(name)
+        have = free
+        k = max(min(have, capacity), 0)
+        times: list[float] = [self.now] * k
+        for at, gpus in sorted(releases):
+            if k >= capacity:
+                break
+            have += gpus
+            while k < min(have, capacity):
+                times.append(max(at, self.now))
+                k += 1
+        for wanted, at in enumerate(times, start=1):
+            heap = self._heaps.get((pool, wanted))
+            if heap is None:
+                heap = self._heaps[(pool, wanted)] = []
+            heapq.heappush(heap, (at, name, version))
+
+    def touch(self, name: str, *, gained: bool) -> None:
+        """The node changed: described again at once when it ``gained`` GPUs, else when its
+        entry is next looked at (it can only have become later)."""
+        if name not in self._versions:
+            return
+        if gained:
+            self.add(name)
+        else:
+            self._stale.add(name)
+
+    def earliest(self, pools: Iterable[str], gpus: int) -> tuple[float, str] | None:
+        """The node of ``pools`` that has ``gpus`` GPUs free soonest: (time, node name)."""
+        best: tuple[float, str] | None = None
+        for pool in pools:
+            heap = self._heaps.get((pool, gpus))
+            while heap:
+                at, name, version = heap[0]
+                if self._versions[name] != version:
+                    heapq.heappop(heap)  # superseded by a newer entry
+                    continue
+                if name in self._stale:
+                    self.add(name)  # its entry may be too early: look again
+                    continue
+                if best is None or (at, name) < best:
+                    best = (at, name)
+                break
+        return best
