@@ -6,7 +6,7 @@ node type, its cheapest elastic and spot pools the cloud prices), then runs the 
 (the real ``core.decide``) on the same trace for every owned size from 0 to past the peak,
 and once with on-demand pools only. Prints one JSON object.
 
-    .venv/bin/python bench/tco_openb.py            # about 3 minutes on one core
+    .venv/bin/python bench/tco_openb.py    # about 15 minutes on one core (3 seeds per size)
 
 The trace is read from ../shared/traces/alibaba-openb/ (relative to the repository); when it
 is absent the script says so and exits 0.
@@ -19,12 +19,15 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from hybridgpu.core.cost import gpu_hour_dollars
 from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import Tier
 from hybridgpu.models.snapshot import PoolState
+from hybridgpu.planner.cost import CostModel
 from hybridgpu.planner.io import history_from_jobs, jobs_of_trace
 from hybridgpu.planner.model import CloudRates, OwnedNodeType, PlanInputs
 from hybridgpu.planner.plan import plan_capacity
@@ -101,13 +104,16 @@ def main() -> int:
     plan = plan_capacity(inputs, with_sensitivity=False)
     plan_seconds = time.perf_counter() - started
     (recommended,) = plan.recommended.nodes
+    # The same demand as a duration curve (no job replay): what --history or Prometheus give.
+    fluid = plan_capacity(replace(inputs, jobs=()), with_sensitivity=False)
+    (fluid_nodes,) = fluid.recommended.nodes
     window_hours = (
         max(j.arrival_seconds + j.duration_seconds for j in jobs)
         - min(j.arrival_seconds for j in jobs)
     ) / 3600
     per_window = window_hours / plan.recommended.horizon_hours
 
-    def simulate(pools: list[PoolState]) -> float:
+    def simulate(pools: list[PoolState], policy: ScalingPolicySpec = policy) -> float:
         """The mean total cost over ``--seeds`` seeds: spot interruptions are random, the
         plan is an expectation."""
         costs = []
@@ -120,20 +126,33 @@ def main() -> int:
                 seed=seed,
             )
             costs.append(Simulation("hybridgpu", pools, policy, trace, settings).run())
+        unfinished = max(c.unfinished_jobs for c in costs)
+        if unfinished:
+            raise SystemExit(f"{unfinished} job(s) never finished: the figure would be wrong")
         return sum(c.total_cost_dollars for c in costs) / len(costs)
 
     peak_nodes = math.ceil(max(s.total_gpus for s in inputs.history) / node.gpus_per_node)
     simulated: dict[int, float] = {}
     started = time.perf_counter()
+    # Everything on demand: preemptible work too (admission would otherwise keep it off
+    # elastic nodes, and with no spot pool it would never run).
+    everything_on_demand = policy.model_copy(
+        update={
+            "preemption": policy.preemption.model_copy(
+                update={"allow_on_demand_for_preemptible": True}
+            )
+        }
+    )
+    on_demand = simulate(elastic, everything_on_demand)
     for owned in range(0, peak_nodes + 2):
         sized = core_pool.spec.model_copy(update={"max_nodes": owned, "min_nodes": owned})
         pools = ([PoolState(name=core_pool.name, spec=sized)] if owned else []) + cloud_pools
         simulated[owned] = simulate(pools)
         print(f"  simulated {owned} owned node(s): ${simulated[owned]:,.0f}", file=sys.stderr)
-    on_demand = simulate(elastic)
     sim_seconds = time.perf_counter() - started
     best = min(simulated, key=lambda n: simulated[n])
     projected = plan.recommended.total_dollars * per_window
+    fluid_model = CostModel(replace(inputs, jobs=()))
     print(
         json.dumps(
             {
@@ -151,6 +170,10 @@ def main() -> int:
                 "plan_vs_simulation_percent": round(
                     100 * (projected / simulated[recommended] - 1), 2
                 ),
+                "fluid_recommended_nodes": fluid_nodes,
+                "fluid_projected_dollars_by_owned_nodes": {
+                    k: round(fluid_model.total_dollars((k,)) * per_window, 0) for k in simulated
+                },
                 "simulated_all_on_demand_dollars": round(on_demand, 0),
                 "saving_vs_all_on_demand_percent": round(
                     100 * (1 - simulated[recommended] / on_demand), 1
