@@ -66,11 +66,14 @@ def test_capacity_plan_status_is_written_and_shown(
 
     obj = wait_for(planned, 60, "CapacityPlan status written")
     status = obj["status"]
-    # An owned node breaks even at 16% utilization at these prices: the two always-busy
-    # nodes and the three busy 8 h a day (33%) pay; a sixth for 3 h of batch a day (12.5%)
-    # does not.
+    # An owned node breaks even at 19% utilization at these prices (capex recovered over 4
+    # years at the default 8% cost of capital): the two always-busy nodes and the three busy
+    # 8 h a day (33%) pay; a sixth for 3 h of batch a day (12.5%) does not.
     assert status["recommendedNodes"] == 5, status
-    assert status["breakEvenUtilization"] == pytest.approx(0.16, abs=0.01)
+    assert status["breakEvenUtilization"] == pytest.approx(0.19, abs=0.01)
+    assert status["ownedCapital"]["capex"] == 5 * 150000
+    # 36 months of 4-year hardware: what is left is shown, not charged.
+    assert status["ownedCapital"]["residualValue"] > 0
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     ready = {c["type"]: c for c in status["conditions"]}
     assert ready["Ready"]["status"] == "True", ready
