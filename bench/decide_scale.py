@@ -4,7 +4,8 @@
 
 Each size is a cluster of 8-GPU nodes split 50/30/20 over core, elastic and spot pools,
 with pods of 1, 2, 4 or 8 GPUs in every criticality: 98% running, 2% pending, some nodes
-idle, a few interrupted or unhealthy, so every step of decide() has work. The median of
+idle, a few interrupted or unhealthy, half the Jobs stating an expected duration (so pods
+may wait for owned GPUs), so every step of decide() has work. The median of
 several runs is reported; building the snapshot is not timed (the operator builds it from
 its watch caches).
 """
@@ -49,6 +50,7 @@ def _pool(name: str, tier: str, max_nodes: int) -> PoolState:
 def cluster(nodes: int, pods: int, seed: int = 1) -> ClusterSnapshot:
     """A deterministic random cluster of ``nodes`` 8-GPU nodes and ``pods`` GPU pods."""
     rng = random.Random(seed)
+    stated = random.Random(seed + 1)  # apart, so the cluster itself stays the same
     shares = {"core": 0.5, "elastic": 0.3, "spot": 0.2}
     pools = [_pool(t, t, nodes * 2) for t in shares]
     node_list: list[NodeState] = []
@@ -99,7 +101,20 @@ def cluster(nodes: int, pods: int, seed: int = 1) -> ClusterSnapshot:
                 started_at=started,
             )
         )
-        jobs.append(JobState(f"ns{i % 50}", f"job-{i:07d}", crit, gpus, started_at=started))
+        jobs.append(
+            JobState(
+                f"ns{i % 50}",
+                f"job-{i:07d}",
+                crit,
+                gpus,
+                started_at=started,
+                created_at=(NOW - 120 if started is None else started) - 60,
+                # Half the Jobs state how long they run: decide() may wait for their GPUs.
+                expected_duration_seconds=stated.uniform(3600, 43200)
+                if stated.random() < 0.5
+                else None,
+            )
+        )
     return ClusterSnapshot(
         taken_at=NOW,
         pools=tuple(pools),

@@ -94,6 +94,8 @@ class _Demand:
     """Sort key: criticality rank, largest first, oldest first, name."""
     waiting_since: float | None = None
     """Since when it has waited for a place, when not ``since`` (a Job preempted now)."""
+    free_order: list[_PoolLedger] | None = None
+    """The pools whose free capacity it may use (``_free_order``), once known."""
 
     def __post_init__(self) -> None:
         self.order = (CRITICALITY_RANK[self.criticality], -self.gpus, self.since, self.key)
@@ -443,10 +445,13 @@ class _Decider:
 
     def _free_order(self, demand: _Demand) -> list[_PoolLedger]:
         """Pools whose free capacity the pod may use, cheapest marginal GPU first."""
+        if demand.free_order is not None:
+            return demand.free_order
         key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
         cached = self._order_cache.get(key)
         if cached is None:
             cached = self._order_cache[key] = self._free_order_uncached(demand)
+        demand.free_order = cached
         return cached
 
     def _free_order_uncached(self, demand: _Demand) -> list[_PoolLedger]:
@@ -679,6 +684,7 @@ class _Decider:
                     end = min(end, started + self.min_runtime)
                 if end < math.inf:
                     releases.append((end, pod.gpus))
+            releases.sort()
         ledger = self.pools[self.node_pool[name]]
         return (
             ledger.name,
@@ -980,6 +986,7 @@ class _Decider:
                     where = f"spot pool {target.name}"
         for moved in requeued:
             moved.pool = target.name if target else None
+            moved.free_order = None
         gpus = self._job_gpus(job.key)
         self.actions.append(
             MoveJob(

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 NodeView = tuple[str, int, int, list[tuple[float, int]]]
-"""(pool, GPUs per node, GPUs free now less those promised, [(time, GPUs) coming back])."""
+"""(pool, GPUs per node, GPUs free now less those promised, [(time, GPUs) coming back] in
+time order)."""
 
 
 @dataclass(slots=True)
@@ -43,10 +44,12 @@ class OwnedForecast:
         version = self._versions.get(name, -1) + 1
         self._versions[name] = version
         pool, capacity, free, releases = self.describe(name)
+        if free <= 0 and not releases:
+            return  # nothing free, nothing coming back
         have = free
         k = max(min(have, capacity), 0)
         times: list[float] = [self.now] * k
-        for at, gpus in sorted(releases):
+        for at, gpus in releases:
             if k >= capacity:
                 break
             have += gpus
