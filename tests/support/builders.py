@@ -68,6 +68,7 @@ def running(
     pool_pin: str | None = None,
     checkpoint: float | None = None,
     expected: float | None = None,
+    returns: bool = False,
 ) -> tuple[GPUPod, JobState | None]:
     c = Criticality(crit)
     pod = GPUPod(
@@ -91,6 +92,7 @@ def running(
             pool=pool_pin,
             checkpoint_seconds=checkpoint,
             expected_duration_seconds=expected,
+            return_to_core=returns,
         )
         if job
         else None

@@ -474,6 +474,66 @@ CASES = {
         want=[("preempt", "team/batch", None)],
         want_waiting=1,
     ),
+    # Return to core: standard Jobs that opt in (hybridgpu.io/return-to-core).
+    "an opted-in standard Job alone on an elastic node returns to free owned GPUs": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("train", "e1", 8, started=NOW - 7200, checkpoint=1800, returns=True),
+        ],
+        want=[("consolidate", "team/train", "core")],
+    ),
+    "a standard Job that did not opt in stays in the cloud": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("train", "e1", 8, started=NOW - 7200, checkpoint=1800),
+        ],
+        want=[],
+    ),
+    "a critical Job never moves back, opted in or not": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("api", "e1", 8, "critical", started=NOW - 7200, returns=True),
+        ],
+        want=[],
+    ),
+    "no return while other work keeps the cloud node busy": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("train", "e1", 4, started=NOW - 7200, returns=True),
+            running("web", "e1", 4, started=NOW - 7200),
+        ],
+        want=[],
+    ),
+    "no return without free owned GPUs": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c1", 8, "critical"),
+            running("svc2", "c2", 4, "critical"),
+            running("train", "e1", 8, started=NOW - 7200, returns=True),
+        ],
+        want=[],
+    ),
+    "no return when the restart throws away more than the move saves": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            # Ran 3 minutes: its estimated 3 minutes left save less than a restart loses.
+            running("train", "e1", 8, started=NOW - 180, returns=True),
+        ],
+        want=[],
+    ),
+    "no return for a Job that says it is almost done": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("train", "e1", 8, started=NOW - 7200, expected=7500, returns=True),
+        ],
+        want=[],
+    ),
     "elastic scale-up picks the cheapest pool per GPU": Case(
         nodes=[],
         pools=[pool("dear", "elastic", price=30.0), pool("cheap", "elastic", price=20.0)],
@@ -559,3 +619,22 @@ def test_a_wait_on_an_overdue_job_is_looked_at_again_when_its_budget_ends() -> N
 def test_a_plan_without_waits_goes_stale_only_when_the_cluster_changes() -> None:
     snap = snapshot(list(STANDARD_POOLS), CORE_NODES, [pending("a", 4), pending("b", 8)])
     assert decide(snap, policy(), NOW).recheck_at is None
+
+
+def test_a_returning_job_between_checkpoints_moves_after_its_next_one() -> None:
+    snap = snapshot(
+        list(STANDARD_POOLS),
+        [*CORE_NODES, node("e1", "elastic")],
+        [
+            running("svc", "c2", 8, "critical"),
+            # Checkpoints every 30 minutes; the last one was 10 minutes ago.
+            running("train", "e1", 8, started=NOW - 7800, checkpoint=1800, returns=True),
+        ],
+    )
+    plan = decide(snap, policy(), NOW)
+    assert not plan.actions, plan.explain()
+    assert plan.recheck_at == NOW + 1200
+    later = decide(replace(snap, taken_at=NOW + 1200), policy(), NOW + 1200)
+    assert [(a.kind.value, a.job_key, a.to_pool) for a in later.actions] == [
+        ("consolidate", "team/train", "core")
+    ]

@@ -92,6 +92,7 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict]:
                     job=draw(st.integers(0, 5)) > 0,
                     # Runs that end soon, later, or are overdue: pods may wait for them.
                     expected=draw(st.sampled_from([None, 660.0, 3600.0, 36000.0])),
+                    returns=draw(st.booleans()),
                 )
             )
     for _ in range(draw(st.integers(0, 8))):
@@ -142,8 +143,15 @@ SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[Heal
 def test_a_critical_job_is_never_preempted(cluster) -> None:
     snap, pol = cluster
     plan = decide(snap, policy(**pol), NOW)
-    crit = {j.key for j in snap.jobs if j.criticality != "preemptible"}
-    assert not [a for a in plan.actions if isinstance(a, MoveJob) and a.job_key in crit]
+    jobs = {j.key: j for j in snap.jobs}
+    tiers = {p.name: p.spec.tier for p in snap.pools}
+    for a in plan.actions:
+        if not isinstance(a, MoveJob) or jobs[a.job_key].criticality == "preemptible":
+            continue
+        # Firm work moves only back to owned GPUs, and only when it opted in; never critical.
+        job = jobs[a.job_key]
+        assert job.criticality == "standard" and job.return_to_core, plan.explain()
+        assert a.to_pool is not None and tiers[a.to_pool] == "core", plan.explain()
 
 
 @SETTINGS

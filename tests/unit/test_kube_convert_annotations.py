@@ -106,6 +106,16 @@ def test_a_jobs_deadline_comes_from_its_annotations(
         assert state.input_error is not None and error in state.input_error
 
 
+@pytest.mark.parametrize(
+    ("value", "returns"),
+    [(None, False), ("true", True), ("True ", True), ("false", False), ("yes", False)],
+)
+def test_return_to_core_is_an_opt_in(value: str | None, returns: bool) -> None:
+    job = make_job(annotations={} if value is None else {"hybridgpu.io/return-to-core": value})
+    state = job_state(job)
+    assert state is not None and state.return_to_core is returns
+
+
 def test_progress_is_read_and_a_bad_value_counts_as_none() -> None:
     assert job_deadline({"hybridgpu.io/progress": "5400"}, CREATED).progress_seconds == 5400
     bad = job_deadline({"hybridgpu.io/progress": "-3"}, CREATED)

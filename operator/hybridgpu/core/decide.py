@@ -217,7 +217,10 @@ class _Decider:
         self.waits: list[float] = []
         """When each pod that waits for owned GPUs this tick should get them."""
         self.recheck_at: float | None = None
-        """The first moment a wait decided this tick should be looked at again."""
+        """The first moment a decision of this tick should be looked at again (a wait ends,
+        a Job that may return to core reaches a checkpoint)."""
+        self.checkpoint_window = 2 * parse_duration_seconds(policy.interval)
+        """A Job that checkpointed this recently loses little to a move."""
         self.deadline_margin = 2 * parse_duration_seconds(policy.interval)
         """Slack a Job with a deadline keeps: it is looked at again only an interval later."""
         self.stop_seconds = parse_duration_seconds(policy.preemption.checkpoint_grace_period)
@@ -597,8 +600,7 @@ class _Decider:
         self._touch_forecast(node, gained=False)
         self.waits.append(at)
         # Look again when its GPUs should be free, or when its budget runs out.
-        again = min(at if at > self.now else math.inf, by)
-        self.recheck_at = again if self.recheck_at is None else min(self.recheck_at, again)
+        self._recheck(min(at if at > self.now else math.inf, by))
         return True
 
     def _wait_until(self, demand: _Demand) -> float:
@@ -1102,6 +1104,137 @@ class _Decider:
                 self._place_all(self.requeued_by_preemption)
             self.requeued_by_preemption = []
 
+    # ---------------------------------------------------- 3b. return to core
+    def _return_to_core(self) -> None:
+        """Rule 4: standard Jobs that opt in (hybridgpu.io/return-to-core: "true") and alone
+        keep a cloud node busy move back to owned GPUs free now, when releasing that node
+        saves more over their remaining run than the work their restart throws away.
+        Preemptible work already comes back (``_consolidate``)."""
+        if not self.policy.consolidation.enabled or self.moves_left <= 0:
+            return
+        opted = {j.key for j in self.snap.jobs if j.return_to_core}
+        if not opted:
+            return
+        candidates: list[tuple[float, str, list[GPUPod]]] = []
+        for node_name, pods in self.pods_on.items():
+            ledger = self.pools.get(self.node_pool.get(node_name, ""))
+            if ledger is None or ledger.tier == CORE or node_name in self.reserved:
+                continue
+            if not self._schedulable(self.nodes[node_name]):
+                continue
+            if all(
+                p.job in opted
+                and p.job in self.jobs
+                and p.job not in self.moving
+                and p.criticality == Criticality.STANDARD
+                and p.started_at is not None
+                for p in pods
+            ):
+                candidates.append((-ledger.node_price, node_name, pods))
+        for _, node_name, pods in sorted(candidates, key=lambda c: (c[0], c[1])):
+            jobs = sorted({p.job for p in pods if p.job is not None})
+            if len(jobs) > self.moves_left or any(
+                self.jobs[k].parallelism != sum(1 for p in pods if p.job == k) for k in jobs
+            ):
+                continue  # a Job with pods on other nodes too stays (they would restart)
+            source = self.pools[self.node_pool[node_name]]
+            taken = self._take_owned([p for p in pods])
+            if taken is None:
+                continue
+            gpus = sum(p.gpus for p in pods)
+            target = self.pools[self.node_pool[taken[0][0]]]
+            savings = source.node_price - gpus * target.gpu_price
+            # A Job that checkpoints moves right after a checkpoint, so that it loses only the
+            # restart: until then the plan asks to be looked at again.
+            until_checkpoint = max(self._until_checkpoint(self.jobs[k]) for k in jobs)
+            # The work a restart throws away, at the cloud price, against the saving over
+            # the run left (stated, else as long as it has run: the consolidation estimate).
+            lost_h = (
+                self.restart_hours
+                if until_checkpoint > 0
+                else max(self._lost_hours(self.jobs[k]) for k in jobs)
+            )
+            lost = gpus * source.gpu_price * lost_h
+            left_h = min(self._hours_left(self.jobs[k], pods) for k in jobs)
+            left_h -= until_checkpoint / 3600
+            pays = savings >= self.policy.consolidation.min_savings_per_hour and (
+                savings * left_h > lost
+            )
+            if not pays or until_checkpoint > 0:
+                for node, taken_gpus in taken:
+                    self._adjust(node, taken_gpus)
+                if pays:
+                    self._recheck(self.now + until_checkpoint)
+                continue
+            for key in jobs:
+                job = self.jobs[key]
+                self.moves_left -= 1
+                self.moving.add(key)
+                self.actions.append(
+                    MoveJob(
+                        namespace=job.namespace,
+                        job=job.name,
+                        from_pool=source.name,
+                        to_pool=target.name,
+                        gpus=sum(p.gpus for p in pods if p.job == key),
+                        kind=ActionKind.CONSOLIDATE,
+                        reason=f"standard Job {key} (hybridgpu.io/return-to-core) alone keeps "
+                        f"{source.tier} node {node_name} busy and owned GPUs of {target.name} "
+                        f"are free: moving it back saves ${savings:.2f}/h once the node is "
+                        f"released, more over its {left_h:.1f} h left than the "
+                        f"${lost:.2f} of work its restart throws away",
+                    )
+                )
+            for p in pods:
+                self._adjust(node_name, p.gpus)
+
+    def _take_owned(self, pods: list[GPUPod]) -> list[tuple[str, int]] | None:
+        """Owned GPUs free now (none promised to waiting pods) for every pod, largest first,
+        taken; None (and nothing taken) when they do not all fit."""
+        taken: list[tuple[str, int]] = []
+        cores = sorted(
+            (p for p in self.pools.values() if p.tier == CORE), key=lambda p: (p.gpu_price, p.name)
+        )
+        for pod in sorted(pods, key=lambda p: -p.gpus):
+            where = None
+            for ledger in cores:
+                if not _has_model(ledger, pod.gpu_models):
+                    continue
+                where = self._take_best_fit(ledger, pod.gpus)
+                if where is not None and self.node_free[where] < self.claimed.get(where, 0):
+                    self._adjust(where, pod.gpus)  # promised to a waiting pod
+                    where = None
+                if where is not None:
+                    break
+            if where is None:
+                for node, gpus in taken:
+                    self._adjust(node, gpus)
+                return None
+            taken.append((where, pod.gpus))
+        return taken
+
+    def _until_checkpoint(self, job: JobState) -> float:
+        """Seconds until the Job's next checkpoint, or 0 when it checkpointed within the
+        last two ticks (or its checkpoints are not known)."""
+        every = job.checkpoint_seconds
+        if not every or job.started_at is None:
+            return 0.0
+        since = max(self.now - job.started_at, 0.0) % every
+        return 0.0 if since <= self.checkpoint_window else every - since
+
+    def _recheck(self, at: float) -> None:
+        """The plan should be looked at again at ``at`` (seconds since the epoch)."""
+        self.recheck_at = at if self.recheck_at is None else min(self.recheck_at, at)
+
+    def _hours_left(self, job: JobState, pods: list[GPUPod]) -> float:
+        """Hours of the Job's run left: as stated (hybridgpu.io/expected-duration), else as
+        long as it has already run."""
+        started = min((p.started_at for p in pods if p.started_at is not None), default=self.now)
+        ran = max(self.now - started, 0.0)
+        if job.expected_duration_seconds is not None:
+            return max(job.expected_duration_seconds - job.progress_seconds - ran, 0.0) / 3600
+        return ran / 3600
+
     def _core_room(self, pod_gpus: list[int], models: tuple[str, ...] = ()) -> _PoolLedger | None:
         """The cheapest core pool whose settled idle nodes take all these pods (first-fit
         decreasing), or None. Only nodes idle for the pool's scaleDown.idleFor count: owned
@@ -1506,6 +1639,7 @@ class _Decider:
         self._place_demand()
         self.requeued_by_preemption = []
         self._consolidate()
+        self._return_to_core()
         self._emit_scale_ups()
         self._release_idle()
         self._reclaim_idle()

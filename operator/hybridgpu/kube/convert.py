@@ -25,6 +25,7 @@ from hybridgpu.kube.names import (
     POOL_LABEL,
     PROGRESS_ANNOTATION,
     RELEASING_ANNOTATION,
+    RETURN_TO_CORE_ANNOTATION,
 )
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import GPUPoolSpec
@@ -282,6 +283,8 @@ def job_state(job: Obj) -> JobState | None:
         deadline_at=deadline.deadline_at,
         expected_duration_seconds=deadline.expected_seconds,
         progress_seconds=deadline.progress_seconds,
+        return_to_core=str(annotations_of(job).get(RETURN_TO_CORE_ANNOTATION, "")).strip().lower()
+        == "true",
         input_error=errors,
     )
 

@@ -24,6 +24,8 @@ DEADLINE_ANNOTATION = "hybridgpu.io/deadline"
 """On a preemptible Job: when it must have finished (RFC 3339, or a duration from creation)."""
 EXPECTED_DURATION_ANNOTATION = "hybridgpu.io/expected-duration"
 """On a Job: the run time it needs from scratch (a duration); required with a deadline."""
+RETURN_TO_CORE_ANNOTATION = "hybridgpu.io/return-to-core"
+"""On a standard Job: "true" lets the operator move it from cloud nodes back to owned GPUs."""
 PROGRESS_ANNOTATION = "hybridgpu.io/progress"
 """On a Job: seconds of work its checkpoints saved so far (the operator writes it when it
 stops the Job; a workload that knows its progress may write it too)."""

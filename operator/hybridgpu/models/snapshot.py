@@ -164,6 +164,9 @@ class JobState:
     progress_seconds: float = 0.0
     """Work its earlier runs saved in checkpoints (annotation hybridgpu.io/progress, written
     by the operator when it stops the Job, or by the workload itself), seconds."""
+    return_to_core: bool = False
+    """A standard Job that may be moved from cloud nodes back to owned GPUs when they free
+    up (annotation hybridgpu.io/return-to-core: "true"); it restarts from its checkpoint."""
     input_error: str | None = None
     """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
     key: str = field(init=False, repr=False, compare=False)

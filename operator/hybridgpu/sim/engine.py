@@ -670,6 +670,7 @@ class Simulation:
                 else None
             ),
             progress_seconds=job.saved_estimate,
+            return_to_core=trace.return_to_core and self.reads_annotations,
         )
         self._views[job.index] = (job.run_id, pod, state)
         return pod, state

@@ -52,6 +52,8 @@ class TraceJob:
     """GPU utilization while it runs; None: busy (the simulator's 90%)."""
     idle_timeout_seconds: float | None = None
     """hybridgpu.io/idle-timeout: reclaimed after this long below the idle threshold."""
+    return_to_core: bool = False
+    """hybridgpu.io/return-to-core: a standard job the operator may move back to owned GPUs."""
 
     @property
     def deadline_at(self) -> float | None:
@@ -272,7 +274,8 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     optionally checkpoint_interval_seconds (empty: the simulation's default; 0: never),
     gpu_models (``A|B``: the pool GPU models it may run on; empty: any), deadline_seconds
     (after arrival), expected_duration_seconds (empty with a deadline: the real duration),
-    utilization_percent (0-100; empty: busy) and idle_timeout_seconds (idle reclaim opt-in).
+    utilization_percent (0-100; empty: busy), idle_timeout_seconds (idle reclaim opt-in)
+    and return_to_core (``true``: a standard job the operator may move back to owned GPUs).
     Every optional cell may be empty."""
     path = Path(path)
     required = ("name", "arrival_seconds", "duration_seconds", "gpus", "criticality")
@@ -280,6 +283,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     has_checkpoints = "checkpoint_interval_seconds" in header
     optional = [c for c in OPTIONAL_SECONDS_COLUMNS if c in header]
     has_utilization = "utilization_percent" in header
+    has_return = "return_to_core" in header
     jobs: list[TraceJob] = []
     allowed = {c.value for c in Criticality}
     for line, row in enumerate(reader, start=2):
@@ -323,6 +327,12 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
             if has_utilization
             else None
         )
+        returns = (row["return_to_core"] or "").strip().lower() if has_return else ""
+        if returns not in ("", "true", "false"):
+            raise UserError(
+                f"{path}:{line}: field 'return_to_core' is {row['return_to_core']!r}; expected "
+                "true, false or an empty cell"
+            )
         if utilization is not None and utilization > 100:
             raise UserError(
                 f"{path}:{line}: field 'utilization_percent' is {row['utilization_percent']!r}; "
@@ -341,6 +351,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 expected_duration_seconds=seconds.get("expected_duration_seconds"),
                 utilization_percent=utilization,
                 idle_timeout_seconds=seconds.get("idle_timeout_seconds"),
+                return_to_core=returns == "true",
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))

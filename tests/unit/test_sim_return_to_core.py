@@ -1,0 +1,61 @@
+"""Return to core in the simulator: a standard job that opts in moves from its on-demand node
+back to the owned node once that frees up, right after a checkpoint; others stay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.unit.test_simulate import CLUSTER
+
+from hybridgpu.errors import UserError
+from hybridgpu.models.snapshot import Criticality
+from hybridgpu.sim.config import load_cluster
+from hybridgpu.sim.engine import SimSettings, Simulation
+from hybridgpu.sim.traces import TraceJob, load_csv
+
+pytestmark = pytest.mark.unit
+
+HOUR = 3600.0
+
+
+@pytest.fixture
+def config(tmp_path: Path):  # type: ignore[no-untyped-def]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER)
+    return load_cluster(path)
+
+
+def _jobs(returns: bool) -> list[TraceJob]:
+    # The critical service holds the owned node for an hour; the training job arriving
+    # meanwhile starts on demand and runs 6 hours, checkpointing every 30 minutes.
+    return [
+        TraceJob("svc", 0.0, HOUR, 8, Criticality.CRITICAL),
+        TraceJob("train", 60.0, 6 * HOUR, 8, Criticality.STANDARD, 1800.0, return_to_core=returns),
+    ]
+
+
+def test_an_opted_in_standard_job_returns_to_the_owned_node(config) -> None:
+    stays = Simulation("h", config.pools, config.policy.spec, _jobs(False), SimSettings()).run()
+    back = Simulation("h", config.pools, config.policy.spec, _jobs(True), SimSettings()).run()
+    assert back.preemptions == 1 and stays.preemptions == 0
+    assert back.unfinished_jobs == 0
+    # About 5 of its 6 hours move to owned GPUs: the on-demand bill shrinks to about an hour.
+    assert back.cost_by_tier_dollars["elastic"] < stays.cost_by_tier_dollars["elastic"] / 3
+    # It moved right after a checkpoint: it lost the restart, not half an hour of work.
+    assert back.gpu_hours["lost"] * 3600 / 8 <= 300 + 60
+
+
+def test_the_trace_says_which_jobs_opt_in(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "name,arrival_seconds,duration_seconds,gpus,criticality,return_to_core\n"
+        "a,0,60,1,standard,true\nb,0,60,1,standard,\n"
+    )
+    assert [j.return_to_core for j in load_csv(trace).jobs] == [True, False]
+    trace.write_text(
+        "name,arrival_seconds,duration_seconds,gpus,criticality,return_to_core\n"
+        "a,0,60,1,standard,maybe\n"
+    )
+    with pytest.raises(UserError, match="field 'return_to_core' is 'maybe'"):
+        load_csv(trace)
