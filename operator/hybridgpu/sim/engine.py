@@ -414,7 +414,7 @@ class Simulation:
             else:
                 offset = self.rng.randrange(trace.length)
             delay = trace.seconds_to_next_interruption(offset)
-        elif self.settings.spot_hazard_per_hour > 0:
+        elif self.settings.spot_hazard_per_hour / 3600 > 0:  # a subnormal hazard is none
             delay = self.rng.expovariate(self.settings.spot_hazard_per_hour / 3600)
         else:
             delay = None
