@@ -534,6 +534,59 @@ CASES = {
         ],
         want=[],
     ),
+    "a preemptible Job that states its checkpoints returns to free owned GPUs after one": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            running("batch", "s1", 4, "preemptible", started=NOW - 7200, checkpoint=1800),
+        ],
+        want=[("consolidate", "team/batch", "core")],
+    ),
+    "without a stated checkpoint interval it waits for an owned node to sit idle": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            running("batch", "s1", 4, "preemptible", started=NOW - 7200),
+        ],
+        want=[],
+    ),
+    "a preemptible Job already late by most of its wait budget stays on spot": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            # Created 100 minutes before this run started: 100 + 10 + 30 minutes > 2 hours.
+            running(
+                "batch",
+                "s1",
+                4,
+                "preemptible",
+                started=NOW - 7200,
+                checkpoint=1800,
+                created=NOW - 7200 - 6000,
+            ),
+        ],
+        want=[],
+    ),
+    "a preemptible Job its owner pinned to spot stays there, checkpoints or not": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            running(
+                "batch",
+                "s1",
+                4,
+                "preemptible",
+                started=NOW - 7200,
+                checkpoint=1800,
+                pool_pin="spot",
+            ),
+        ],
+        want=[],
+    ),
     "elastic scale-up picks the cheapest pool per GPU": Case(
         nodes=[],
         pools=[pool("dear", "elastic", price=30.0), pool("cheap", "elastic", price=20.0)],
