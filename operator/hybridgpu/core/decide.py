@@ -1106,22 +1106,29 @@ class _Decider:
 
     # ---------------------------------------------------- 3b. return to core
     def _return_to_core(self) -> None:
-        """Rule 4: Jobs that alone keep a cloud node busy move back to owned GPUs free now,
-        when releasing that node saves more over their remaining run than the work their
-        restart throws away: standard Jobs that opt in (hybridgpu.io/return-to-core:
-        "true"), and preemptible Jobs that state their checkpoint interval and have room in
-        their wait budget for this restart and one more preemption (others come back only
-        to owned nodes idle for their idleFor, ``_consolidate``)."""
+        """Rule 4: standard Jobs that opt in (hybridgpu.io/return-to-core: "true") and alone
+        keep a cloud node busy move back to owned GPUs free now, when releasing that node
+        saves more over their remaining run than the work their restart throws away.
+        Preemptible work already comes back (``_consolidate``)."""
         if not self.policy.consolidation.enabled or self.moves_left <= 0:
             return
         opted = {j.key for j in self.snap.jobs if j.return_to_core}
+        if not opted:
+            return
         candidates: list[tuple[float, str, list[GPUPod]]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
             if ledger is None or ledger.tier == CORE or node_name in self.reserved:
                 continue
-            if self._schedulable(self.nodes[node_name]) and all(
-                self._may_return(p, ledger, opted) for p in pods
+            if not self._schedulable(self.nodes[node_name]):
+                continue
+            if all(
+                p.job in opted
+                and p.job in self.jobs
+                and p.job not in self.moving
+                and p.criticality == Criticality.STANDARD
+                and p.started_at is not None
+                for p in pods
             ):
                 candidates.append((-ledger.node_price, node_name, pods))
         for _, node_name, pods in sorted(candidates, key=lambda c: (c[0], c[1])):
@@ -1171,10 +1178,8 @@ class _Decider:
                         to_pool=target.name,
                         gpus=sum(p.gpus for p in pods if p.job == key),
                         kind=ActionKind.CONSOLIDATE,
-                        reason=f"{job.criticality} Job {key}"
-                        + (" (hybridgpu.io/return-to-core)" if job.return_to_core else "")
-                        + f" keeps {source.tier} node {node_name} busy and owned GPUs of "
-                        f"{target.name} "
+                        reason=f"standard Job {key} (hybridgpu.io/return-to-core) alone keeps "
+                        f"{source.tier} node {node_name} busy and owned GPUs of {target.name} "
                         f"are free: moving it back saves ${savings:.2f}/h once the node is "
                         f"released, more over its {left_h:.1f} h left than the "
                         f"${lost:.2f} of work its restart throws away",
@@ -1182,31 +1187,6 @@ class _Decider:
                 )
             for p in pods:
                 self._adjust(node_name, p.gpus)
-
-    def _may_return(self, pod: GPUPod, ledger: _PoolLedger, opted: set[str]) -> bool:
-        """Whether the pod's Job may move from this cloud node back to owned GPUs."""
-        if pod.criticality == Criticality.STANDARD:
-            return (
-                pod.job in opted
-                and pod.job in self.jobs
-                and pod.job not in self.moving
-                and pod.started_at is not None
-            )
-        job = self._movable(pod.job)
-        if job is None or (pod.pool == ledger.name and not job.pinned_by_operator):
-            return False  # not preemptible, too young, moving, or pinned there by its owner
-        # A move right after a checkpoint loses only the restart; without a stated interval
-        # nobody knows what it loses.
-        every = job.checkpoint_seconds
-        room = self._delay_seconds(job) + 2 * self.restart_hours * 3600 + (every or 0.0)
-        return bool(every) and room <= self.wait_budget[PREEMPTIBLE]
-
-    def _delay_seconds(self, job: JobState) -> float:
-        """How late the Job already is: the time since its creation that its saved progress
-        does not account for, up to its current run (0 when its creation is not known)."""
-        if job.created_at is None or job.started_at is None:
-            return 0.0
-        return max(job.started_at - job.created_at - job.progress_seconds, 0.0)
 
     def _take_owned(self, pods: list[GPUPod]) -> list[tuple[str, int]] | None:
         """Owned GPUs free now (none promised to waiting pods) for every pod, largest first,
