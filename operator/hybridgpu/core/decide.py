@@ -2,12 +2,14 @@
 
 Order (DESIGN.md, "The control loop"):
 1. interruption notices: cordon + drain, the node's Jobs requeue;
-2. pending GPU demand in criticality order then age: free capacity first (core, then the
-   tier's cloud pools); critical/standard work that does not fit preempts preemptible Jobs
-   on core and moves them to spot; the rest scales elastic (critical/standard) or spot
-   (preemptible) by bin packing into the pool's node shape, capped by maxNodes,
+2. pending GPU demand in criticality order then age: critical/standard work takes free
+   core GPUs, else preempts preemptible Jobs on core, before any cloud node is filled or
+   bought; then free capacity of the tier's cloud pools; a pod that still fits nowhere waits
+   when owned GPUs free up for it within its waitBudget (core/forecast.py), else the pods
+   left are packed across every pool they may grow (core/shapes.py), capped by maxNodes,
    maxNodesPerTick and the budget;
-3. consolidation: preemptible Jobs on elastic nodes move to spot when it pays;
+3. consolidation: preemptible Jobs on elastic nodes move to spot (or to idle owned nodes)
+   when it pays; standard Jobs that opt in return from the cloud to owned GPUs;
 4. idle release of elastic/spot nodes within the disruption budget, never when blind;
 5. GPU health: nodes with XID errors are cordoned.
 
