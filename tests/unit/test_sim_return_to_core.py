@@ -10,7 +10,7 @@ from tests.unit.test_simulate import CLUSTER
 
 from hybridgpu.errors import UserError
 from hybridgpu.models.snapshot import Criticality
-from hybridgpu.sim.config import load_cluster
+from hybridgpu.sim.config import ClusterConfig, load_cluster
 from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.traces import TraceJob, load_csv
 
@@ -20,7 +20,7 @@ HOUR = 3600.0
 
 
 @pytest.fixture
-def config(tmp_path: Path):  # type: ignore[no-untyped-def]
+def config(tmp_path: Path) -> ClusterConfig:
     path = tmp_path / "cluster.yaml"
     path.write_text(CLUSTER)
     return load_cluster(path)
