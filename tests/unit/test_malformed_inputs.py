@@ -330,6 +330,24 @@ CASES: dict[str, Case] = {
     "plan time scale without trace": plan(
         "--config", "{plan}", "--history", "{demand}", "--time-scale", "2", message="--trace"
     ),
+    "plan trace in epoch seconds": plan(
+        "--config",
+        "{plan}",
+        "--trace",
+        "{trace_epoch}",
+        message="looks like Unix epoch seconds",
+        subprocess=True,
+    ),
+    "plan time scale that stretches the trace": plan(
+        "--config",
+        "{plan}",
+        "--trace",
+        "{trace}",
+        "--time-scale",
+        "1e-6",
+        message="the simulator covers at most 366 days",
+        subprocess=True,
+    ),
     "plan time scale inf": plan(
         "--config", "{plan}", "--trace", "{trace}", "--time-scale", "inf", message="got 'inf'"
     ),

@@ -132,19 +132,24 @@ def load_trace(
     """
     if trace_format == "demand":
         return load_demand_csv(path), []
-    from hybridgpu.sim.traces import detect_trace_format, load_csv, load_openb, parse_qos_map
+    from hybridgpu.sim.traces import check_span, detect_trace_format, parse_qos_map
+    from hybridgpu.sim.traces import load_trace as load_trace_jobs
 
     if trace_format == "auto":
         trace_format = detect_trace_format(path)
 
     if not time_scale > 0:
         raise UserError(f"time scale must be > 0, got {time_scale}")
-    if trace_format == "openb":
-        load = load_openb(path, time_scale=time_scale, qos_map=parse_qos_map(qos_map))
-    elif trace_format == "csv":
-        load = load_csv(path, time_scale=time_scale)
-    else:
+    if trace_format not in ("openb", "csv"):
         raise UserError(f"trace format {trace_format!r}: expected openb, csv, demand or auto")
+    load = load_trace_jobs(
+        path,
+        trace_format,
+        time_scale=time_scale,
+        qos_map=parse_qos_map(qos_map) if trace_format == "openb" else None,
+    )
+    # The replay steps through every interval from time 0, as the simulator does.
+    check_span(load.jobs, str(path), epoch_flag=None)
     trace_jobs = load.jobs
     if largest_node is not None:
         name, per_node = largest_node

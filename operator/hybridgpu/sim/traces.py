@@ -515,7 +515,9 @@ def starting_at_first_arrival(jobs: Sequence[TraceJob]) -> list[TraceJob]:
     return [replace(j, arrival_seconds=j.arrival_seconds - first) for j in jobs]
 
 
-def check_span(jobs: Sequence[TraceJob], source: str, *, epoch_flag: str = "--epoch") -> None:
+def check_span(
+    jobs: Sequence[TraceJob], source: str, *, epoch_flag: str | None = "--epoch"
+) -> None:
     """UserError when simulating ``jobs`` from time 0 would cover more than MAX_SPAN_DAYS, with a
     hint when the arrival times look like Unix epoch seconds."""
     if not jobs:
@@ -526,9 +528,10 @@ def check_span(jobs: Sequence[TraceJob], source: str, *, epoch_flag: str = "--ep
     first = min(j.arrival_seconds for j in jobs)
     longest = max(jobs, key=lambda j: j.duration_seconds)
     if first > _EPOCH_LIKE_SECONDS:
+        offer = f"pass {epoch_flag} to start at the first arrival, or " if epoch_flag else ""
         hint = (
-            f"the first arrival is at {first:.4g} s, which looks like Unix epoch seconds: pass "
-            f"{epoch_flag} to start at the first arrival, or subtract it from every arrival"
+            f"the first arrival is at {first:.4g} s, which looks like Unix epoch seconds: "
+            f"{offer}subtract it from every arrival"
         )
     elif longest.duration_seconds > MAX_SPAN_DAYS * 86400 / 2:
         hint = f"job {longest.name!r} runs {longest.duration_seconds / 86400:,.0f} days"
