@@ -150,6 +150,13 @@ def with_changes(obj: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]
 
 # Each case: the object, and the fragments the apiserver's error must contain (field + reason).
 INVALID_CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "a plan candidate named twice": (
+        with_changes(
+            capacity_plan(),
+            {"candidates": capacity_plan()["spec"]["candidates"] * 2},
+        ),
+        ("spec.candidates", 'duplicate entries for key [name="8xA100"]'),
+    ),
     "unknown tier": (
         with_changes(elastic_pool(), {"tier": "gold"}),
         ("spec.tier", 'Unsupported value: "gold"'),

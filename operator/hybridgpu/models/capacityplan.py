@@ -129,7 +129,10 @@ class CapacityPlanSpec(SpecModel):
         "over amortizationYears at this rate instead of capex / years.",
     )
     candidates: list[OwnedNodeCandidate] = Field(
-        min_length=1, description="Node types that could be owned."
+        min_length=1,
+        description="Node types that could be owned; each name once.",
+        # A list keyed by name: the apiserver refuses a name used twice, as the CLI does.
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     cloud: CloudPrices = Field(description="Prices of rented capacity.")
     preemptible_share: float | None = Field(

@@ -29,6 +29,8 @@ _PASSTHROUGH = (
     "minItems",
     "maxItems",
     "format",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 )
 
 
