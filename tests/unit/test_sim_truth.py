@@ -258,3 +258,10 @@ def test_cloud_work_while_owned_gpus_sat_free_is_priced() -> None:
     assert finished["a"] == 3600
     expected = 8 * 4.0 * (finished["b"] - 3600) / 3600
     assert result.cost_terms_dollars["work_while_owned_gpus_free"] == pytest.approx(expected)
+
+
+def test_long_runs_are_charted_in_days() -> None:
+    from hybridgpu.sim.report import time_axis
+
+    assert time_axis(80) == ("hours", 1.0)
+    assert time_axis(3576) == ("days", 24.0)

@@ -160,6 +160,12 @@ def annotations_summary(results: dict[str, PolicyResult]) -> list[str]:
     return lines
 
 
+def time_axis(end_hours: float) -> tuple[str, float]:
+    """The chart's time unit and hours per unit: long runs read in days (a 149-day trace is
+    3,576 h), short ones in hours."""
+    return ("days", 24.0) if end_hours > 96 else ("hours", 1.0)
+
+
 def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
     """Capacity per tier against demand, and cost rate per tier, over time (hybridgpu), plus
     the cumulative cloud spend of every simulated policy against the bound's."""
@@ -174,13 +180,21 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
     s = hybrid.series
     fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     colors = {"core": "#4c72b0", "elastic": "#dd8452", "spot": "#55a868"}
+    # Policies that queue for days (owned_only) would stretch the shared axis into emptiness.
+    ends = [r.end_seconds for n, r in results.items() if r.series.get("t") and n != "owned_only"]
+    end_hours = max(ends, default=0.0) / 3600
+    x_unit, per_unit = time_axis(end_hours)
+
+    def x_of(r: PolicyResult) -> list[float]:
+        return [t / per_unit for t in r.series["t"]]
+
     panels = (
         ("gpus", "GPUs", "hybridgpu: capacity per tier and GPU demand"),
         ("cost", "$ / hour", "hybridgpu: cost rate per tier"),
     )
     for ax, (key, unit, title) in zip(axes, panels, strict=False):
         ax.stackplot(
-            s["t"],
+            x_of(hybrid),
             [s[f"{key}_{t}"] for t in colors],
             labels=list(colors),
             colors=list(colors.values()),
@@ -188,7 +202,11 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
         )
         if key == "gpus":
             ax.plot(
-                s["t"], s["demand_gpus"], color="black", lw=1, label="demand (running + pending)"
+                x_of(hybrid),
+                s["demand_gpus"],
+                color="black",
+                lw=1,
+                label="demand (running + pending)",
             )
         ax.set_ylabel(unit)
         ax.set_title(title)
@@ -203,7 +221,7 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
             dt = r.series["t"][i] - r.series["t"][i - 1] if i else 0.0
             acc += sum(r.series[f"cost_{t}"][i - 1] for t in cloud) * dt if i else 0.0
             cumulative.append(acc)
-        axes[2].plot(r.series["t"], cumulative, label=f"{name} (${r.cloud_cost_dollars:,.0f})")
+        axes[2].plot(x_of(r), cumulative, label=f"{name} (${r.cloud_cost_dollars:,.0f})")
     bound = results.get(BOUND)
     if bound is not None:
         axes[2].axhline(
@@ -213,13 +231,11 @@ def write_png(results: dict[str, PolicyResult], path: str | Path) -> Path:
             lw=1,
             label=f"{BOUND} (${bound.cloud_cost_dollars:,.0f})",
         )
-    # Policies that queue for days (owned_only) would stretch the shared axis into emptiness.
-    ends = [r.end_seconds for n, r in results.items() if r.series.get("t") and n != "owned_only"]
     if ends:
-        axes[2].set_xlim(0, max(ends) / 3600)
+        axes[2].set_xlim(0, end_hours / per_unit)
     core = next(iter(results.values())).cost_by_tier_dollars.get("core", 0.0)
     axes[2].set_ylabel("cumulative cloud $")
-    axes[2].set_xlabel("hours")
+    axes[2].set_xlabel(x_unit)
     axes[2].set_title(
         f"cumulative cloud spend by policy, sampled every {SERIES_STEP_SECONDS / 60:.0f} min\n"
         f"(owned fleet: ${core:,.0f} over the trace window, the same for every policy)"
