@@ -68,3 +68,10 @@ def test_the_real_dlrm_trace_has_its_documented_gpu_instances() -> None:
     # The README's 7,386 GPU (HN) instances, of which 16 never served a second.
     assert len(load.jobs) + load.skipped["zero_duration"] == 7386
     assert load.skipped == {"no_gpu": 23871 - 7386, "zero_duration": 16}
+
+
+def test_one_job_is_one_job(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "one.csv"
+    path.write_text("name,arrival_seconds,duration_seconds,gpus,criticality\na,0,600,1,standard\n")
+    assert main(["simulate", "--no-png", "--trace", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("hybridgpu simulate: 1 job from ")

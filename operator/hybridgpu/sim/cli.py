@@ -332,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
             out["png"] = str(png)
         print(json.dumps(out, indent=2))
         return 0
-    print(f"hybridgpu simulate: {len(jobs)} jobs from {source}")
+    print(f"hybridgpu simulate: {len(jobs)} job{'' if len(jobs) == 1 else 's'} from {source}")
     for note in notes:
         print(f"  {note}")
     print(table(results, slo))
