@@ -254,3 +254,21 @@ def test_pods_are_admitted_while_the_webhook_is_down(
     assert not admitted.spec.priority_class_name, "the webhook answered while down?"
     assert admitted.spec.affinity is None
     print(f"pod admitted in {seconds:.2f}s with the webhook down")
+
+    # The operator comes back and reports the pod that went round its webhook, not the other.
+    back = start_with_webhook(cluster, operators, policy)
+    reported = wait_for(
+        lambda: (
+            [e for e in cluster.events("AdmittedWithoutWebhook") if e.involved_object.uid] or None
+        ),
+        60,
+        "an AdmittedWithoutWebhook Event",
+    )
+    assert {e.involved_object.name for e in reported} == {"while-down"}, reported
+    assert "PriorityClass" in reported[0].message and "node affinity" in reported[0].message
+    gauge = 'hybridgpu_pods_admitted_without_webhook{criticality="preemptible"} 1.0'
+    wait_for(lambda: gauge in back.metrics(), 30, "the gauge at 1")
+
+    cluster.kube.core.delete_namespaced_pod("while-down", ns, grace_period_seconds=0)
+    gone = 'hybridgpu_pods_admitted_without_webhook{criticality="preemptible"} 0.0'
+    wait_for(lambda: gone in back.metrics(), 30, "the gauge back at 0")

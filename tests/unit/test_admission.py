@@ -14,7 +14,13 @@ import jsonpatch
 import pytest
 from tests.support import builders
 
-from hybridgpu.core.admission import AdmissionRules, PriorityClassRef, mutation, rejection
+from hybridgpu.core.admission import (
+    AdmissionRules,
+    PriorityClassRef,
+    mutation,
+    not_admitted,
+    rejection,
+)
 from hybridgpu.core.decide import decide
 from hybridgpu.models.actions import ScaleUp
 from hybridgpu.models.pool import Taint
@@ -295,3 +301,43 @@ def test_decide_plans_preemptible_work_where_admission_lets_it_run(
     )
     assert _scale_ups(plan) == want_scale
     assert {b.pool for b in plan.blocked} == want_blocked
+
+
+@pytest.mark.parametrize(
+    ("criticality", "spec", "missing"),
+    [
+        # Created while the webhook was down: nothing of what it gives.
+        (
+            Criticality.PREEMPTIBLE,
+            {},
+            ["PriorityClass hybridgpu-preemptible", "node affinity to tiers core/spot"],
+        ),
+        (Criticality.CRITICAL, {}, ["PriorityClass hybridgpu-critical"]),
+        # What the webhook returns, applied: nothing missing.
+        (Criticality.CRITICAL, {"priorityClassName": "hybridgpu-critical"}, []),
+        (
+            Criticality.PREEMPTIBLE,
+            {
+                "priorityClassName": "hybridgpu-preemptible",
+                "affinity": required_terms([TO_CORE_OR_SPOT]),
+            },
+            [],
+        ),
+        # A class the pod names itself is its own choice, not a bypass.
+        (Criticality.STANDARD, {"priorityClassName": "team-own"}, []),
+        (None, {}, []),
+    ],
+)
+def test_a_pod_the_webhook_never_saw_is_told_apart_from_one_it_mutated(
+    criticality: Criticality | None, spec: dict[str, Any], missing: list[str]
+) -> None:
+    assert not_admitted(criticality, spec, rules()) == missing
+
+
+def test_not_admitted_is_empty_after_the_mutation_is_applied() -> None:
+    for criticality in Criticality:
+        pod: dict[str, Any] = {"spec": {"containers": [{"name": "c"}]}}
+        ops = mutation(criticality, pod["spec"], rules())
+        patched = jsonpatch.apply_patch(pod, ops)
+        assert not_admitted(criticality, patched["spec"], rules()) == []
+        assert not_admitted(criticality, pod["spec"], rules()) != []

@@ -456,3 +456,18 @@ def test_readyz_answers_503_with_the_problems_until_there_are_none() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_pods_admitted_without_the_webhook_are_counted_until_they_finish() -> None:
+    m = ExportedMetrics()
+    gauge = PREFIX + "pods_admitted_without_webhook"
+    assert m.record_unadmitted("a", "preemptible") is True  # new: the caller reports it once
+    assert m.record_unadmitted("a", "preemptible") is False  # seen again: no second report
+    assert m.record_unadmitted("b", "preemptible") is True
+    assert m.record_unadmitted("c", "critical") is True
+    assert m.registry.get_sample_value(gauge, {"criticality": "preemptible"}) == 2
+    assert m.registry.get_sample_value(gauge, {"criticality": "critical"}) == 1
+    assert m.record_unadmitted("a", None) is False  # finished or gone
+    m.record_unadmitted("zz", None)  # never counted: nothing changes
+    assert m.registry.get_sample_value(gauge, {"criticality": "preemptible"}) == 1
+    assert m.registry.get_sample_value(gauge, {"criticality": "critical"}) == 1

@@ -88,6 +88,22 @@ def mutation(
     return ops
 
 
+def not_admitted(
+    criticality: Criticality | None, pod_spec: Mapping[str, Any], rules: AdmissionRules
+) -> list[str]:
+    """What the mutating webhook would have given a pod that exists without it (admitted
+    while the webhook was down: ``failurePolicy: Ignore``), in words; empty when the pod has
+    what its criticality needs. Such a pod keeps default priority and may land on any tier
+    until it is recreated."""
+    missing = []
+    for op in mutation(criticality, pod_spec, rules):
+        if op["path"] == "/spec/priorityClassName":
+            missing.append(f"PriorityClass {op['value']}")
+        elif op["path"] == "/spec/affinity":
+            missing.append(f"node affinity to tiers {'/'.join(PREEMPTIBLE_TIERS)}")
+    return missing
+
+
 def rejection(
     criticality: Criticality | None, pod_spec: Mapping[str, Any], rules: AdmissionRules
 ) -> str | None:

@@ -183,6 +183,22 @@ ALERTS: tuple[Alert, ...] = (
         ),
         runbook="the-admission-webhook-fails-open",
     ),
+    Alert(
+        name="HybridGPUPodsAdmittedWithoutWebhook",
+        expr=f"sum by (criticality) ({n.PODS_WITHOUT_ADMISSION}) > 0",
+        for_="5m",
+        summary=_label("criticality") + " pods run without their admission rules",
+        description=(
+            "The operator found "
+            + prometheus_template("$value")
+            + " "
+            + _label("criticality")
+            + " pods created while its webhook was down: they lack their PriorityClass or tier "
+            "affinity until they are recreated (Events with reason AdmittedWithoutWebhook "
+            "name them)."
+        ),
+        runbook="pods-admitted-without-the-webhook",
+    ),
 )
 
 HEADER = """\

@@ -60,6 +60,7 @@ LAST_TICK = series(M.last_tick_timestamp_seconds)
 POLICY_CONDITION = series(M.policy_condition)
 POOL_CONDITION = series(M.pool_condition)
 ADMISSION_REVIEWS = series(M.admission_reviews)
+PODS_WITHOUT_ADMISSION = series(M.pods_without_admission)
 
 # The kube-apiserver's admission webhook metrics (ALPHA, Kubernetes 1.23 and later), with
 # the labels they carry. The chart names its webhooks `<handler id>.hybridgpu.io`.

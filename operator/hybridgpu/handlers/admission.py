@@ -23,7 +23,13 @@ from typing import Any
 import jsonpatch
 import kopf
 
-from hybridgpu.core.admission import AdmissionRules, PriorityClassRef, mutation, rejection
+from hybridgpu.core.admission import (
+    AdmissionRules,
+    PriorityClassRef,
+    mutation,
+    not_admitted,
+    rejection,
+)
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.convert import parse_criticality
 from hybridgpu.kube.names import CRITICALITY_LABEL, GROUP, POOL_LABEL, TIER_LABEL, VERSION
@@ -125,6 +131,44 @@ async def refuse_critical_on_spot_only(labels: Any, spec: Any, **kwargs: Any) ->
     METRICS.record_admission(VALIDATE_ID, _criticality_label(criticality), outcome)
     if reason is not None:
         raise kopf.AdmissionError(reason, code=403)
+
+
+NOT_ADMITTED_REASON = "AdmittedWithoutWebhook"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@kopf.on.event("", "v1", "pods", labels={CRITICALITY_LABEL: kopf.PRESENT})
+async def report_pods_admitted_without_webhook(
+    type: str | None, body: kopf.Body, memo: kopf.Memo, logger: Any, **kwargs: Any
+) -> None:
+    """A labelled pod that exists without what the mutating webhook gives (it was created
+    while the webhook was down: it fails open) is reported: a Warning Event on the pod, a log
+    line and ``hybridgpu_pods_admitted_without_webhook``, until the pod finishes or is gone.
+    kopf lists every existing pod when it starts, so pods admitted while the operator itself
+    was down are found when it comes back. Async: it runs on the event loop, one at a time."""
+    options: OperatorOptions | None = memo.get("options")
+    if options is None or options.webhook_port is None:
+        return  # no webhook served: nothing was bypassed
+    metadata = body.get("metadata") or {}
+    uid = str(metadata.get("uid") or "")
+    phase = (body.get("status") or {}).get("phase")
+    gone = type == "DELETED" or metadata.get("deletionTimestamp") or phase in FINISHED_PHASES
+    criticality = parse_criticality((metadata.get("labels") or {}).get(CRITICALITY_LABEL))
+    missing: list[str] = []
+    if not gone:
+        rules = admission_rules(
+            kwargs["priority_classes"], kwargs["spot_pools"], kwargs["on_demand_for_preemptible"]
+        )
+        missing = not_admitted(criticality, dict(body.get("spec") or {}), rules)
+    counted = _criticality_label(criticality) if missing else None
+    if METRICS.record_unadmitted(uid, counted):
+        message = (
+            f"admitted without the hybridgpu webhook (it was down or unreachable): no "
+            f"{' and no '.join(missing)}; the scheduler does not order or place it as planned "
+            "until it is recreated"
+        )
+        logger.warning("pod %s/%s %s", metadata.get("namespace"), metadata.get("name"), message)
+        kopf.warn(body, reason=NOT_ADMITTED_REASON, message=message)
 
 
 def _criticality_label(criticality: Criticality | None) -> str:

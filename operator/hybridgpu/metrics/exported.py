@@ -344,6 +344,16 @@ class ExportedMetrics:
             ["webhook", "criticality", "outcome"],
             registry=r,
         )
+        self.pods_without_admission = Gauge(
+            p + "pods_admitted_without_webhook",
+            "Labelled pods in the cluster now that the mutating webhook did not change (created "
+            "while it was down or unreachable: failurePolicy Ignore), by criticality: they lack "
+            "their PriorityClass or tier affinity until recreated.",
+            ["criticality"],
+            registry=r,
+        )
+        self._unadmitted: dict[str, str] = {}
+        """Pods counted by pods_admitted_without_webhook: uid -> criticality."""
         self._conditions_by_policy: dict[str, set[str]] = {}
         self._conditions_by_pool: dict[tuple[str, str], set[str]] = {}
         """Condition types with a series, to drop them with their policy or pool."""
@@ -411,6 +421,19 @@ class ExportedMetrics:
         self.admission_reviews.labels(
             webhook=webhook, criticality=criticality, outcome=outcome.value
         ).inc()
+
+    def record_unadmitted(self, uid: str, criticality: str | None) -> bool:
+        """Count a live pod the webhook did not mutate (``criticality``), or forget it (None:
+        it has what it needs, finished or is gone). True when the pod is newly counted."""
+        before = self._unadmitted.get(uid)
+        if criticality is None:
+            self._unadmitted.pop(uid, None)
+        else:
+            self._unadmitted[uid] = criticality
+        for level in {before, criticality} - {None}:
+            count = sum(1 for c in self._unadmitted.values() if c == level)
+            self.pods_without_admission.labels(criticality=level).set(count)
+        return before is None and criticality is not None
 
     def record_tokens(self, pool: str, tokens: float) -> None:
         """Add tokens generated on the pool's nodes since its last tick (an increase of the
