@@ -159,3 +159,36 @@ STANDARD_POOLS = [
     pool("elastic", "elastic"),
     pool("spot", "spot"),
 ]
+
+
+def gang(
+    name: str,
+    size: int,
+    gpus: int,
+    crit: str = "standard",
+    *,
+    created: int | None = None,
+    since: float = NOW - 60,
+    ns: str = "team",
+    pool_pin: str | None = None,
+) -> list[tuple[GPUPod, JobState | None]]:
+    """A workload of ``size`` pods that must run at once (a JobSet), ``created`` of them
+    (default all) pending: the workload's state, then its pods."""
+    c = Criticality(crit)
+    key = f"{ns}/{name}"
+    state = JobState(ns, name, c, gpus, parallelism=size, pool=pool_pin, gang=True)
+    pods = [
+        GPUPod(
+            namespace=ns,
+            name=f"{name}-{i}",
+            gpus=gpus,
+            criticality=c,
+            job=key,
+            pool=pool_pin,
+            pending_since=since,
+            gang=key,
+            gang_size=size,
+        )
+        for i in range(size if created is None else created)
+    ]
+    return [(pods[0], state), *((p, None) for p in pods[1:])]

@@ -7,7 +7,8 @@ Order (DESIGN.md, "The control loop"):
    bought; then free capacity of the tier's cloud pools; a pod that still fits nowhere waits
    when owned GPUs free up for it within its waitBudget (core/forecast.py), else the pods
    left are packed across every pool they may grow (core/shapes.py), capped by maxNodes,
-   maxNodesPerTick and the budget;
+   maxNodesPerTick and the budget; the pods of a gang (a JobSet) get a place all at once
+   or none of them do;
 3. consolidation: preemptible Jobs on elastic nodes move to spot (or to idle owned nodes)
    when it pays; standard Jobs that opt in return from the cloud to owned GPUs;
 4. idle release of elastic/spot nodes within the disruption budget, never when blind;
@@ -98,6 +99,8 @@ class _Demand:
     """Since when it has waited for a place, when not ``since`` (a Job preempted now)."""
     free_order: list[_PoolLedger] | None = None
     """The pools whose free capacity it may use (``_free_order``), once known."""
+    gang: str | None = None
+    """The gang it belongs to: its pods are placed all or none (``_place_gang``)."""
 
     def __post_init__(self) -> None:
         self.order = (CRITICALITY_RANK[self.criticality], -self.gpus, self.since, self.key)
@@ -407,10 +410,14 @@ class _Decider:
 
     # -------------------------------------------------------------- 2. demand
     def _collect_pending(self) -> None:
+        gangs: dict[str, list[GPUPod]] = {}
         for pod in self.pending_pods:
             if pod.job is not None and pod.job in self.moving:
                 continue
             self.pending_gpus[pod.criticality] += pod.gpus
+            if pod.gang is not None:
+                gangs.setdefault(pod.gang, []).append(pod)
+                continue
             if self.now - pod.pending_since < self.grace:
                 continue
             self.pending.append(
@@ -440,8 +447,11 @@ class _Decider:
                         job.move.to_pool,
                         key,
                         job.gpu_models,
+                        gang=key if job.gang else None,
                     )
                 )
+        if gangs:
+            self._collect_gangs(gangs)
         self.pending.extend(self.requeued)
 
     @property
@@ -564,7 +574,11 @@ class _Decider:
 
     def _place_all(self, demands: list[_Demand]) -> None:
         """Place pods in order on nodes that exist; the rest on nodes on their way, buying
-        the cheapest packing of new nodes for those that fit nowhere."""
+        the cheapest packing of new nodes for those that fit nowhere. A gang is placed
+        whole, or not at all (``_place_gang``)."""
+        if any(d.gang is not None for d in demands):
+            self._place_all_with_gangs(demands)
+            return
         later = [d for d in demands if not self._place_now(d)]
         if later:
             self._place_on_the_way(later)
@@ -851,6 +865,132 @@ class _Decider:
             if is_cloud(p.tier)
         )
 
+    # ---------------------------------------------------------------- 2c. gangs
+    def _collect_gangs(self, gangs: dict[str, list[GPUPod]]) -> None:
+        """The pending pods of each gang once its oldest is past the grace period, and one
+        demand for each of its pods not created yet: a gang asks for all of it at once."""
+        present: dict[str, int] = {}
+        for pod in self.snap.pods:
+            gang = pod.gang
+            if gang is not None and gang in gangs and not pod.terminating:
+                present[gang] = present.get(gang, 0) + 1
+        for gang, pods in sorted(gangs.items()):
+            since = min(p.pending_since for p in pods)
+            if self.now - since < self.grace:
+                continue
+            pods.sort(key=attrgetter("key"))
+            first = pods[0]
+            missing = max(p.gang_size for p in pods) - present[gang]
+            for i, pod in enumerate(pods + [first] * max(missing, 0)):
+                self.pending.append(
+                    _Demand(
+                        pod.gpus,
+                        pod.criticality,
+                        since,
+                        pod.key if i < len(pods) else f"{gang}#pod-{i}",
+                        pod.pool,
+                        pod.job,
+                        pod.gpu_models,
+                        gang=gang,
+                    )
+                )
+
+    def _place_all_with_gangs(self, demands: list[_Demand]) -> None:
+        """``_place_all`` when some pods belong to gangs: a gang is placed at the turn of its
+        first pod, whole on nodes that exist; else, after the pods before it, whole on nodes
+        that exist, are on their way or are bought for it."""
+        members: dict[str, list[_Demand]] = {}
+        for demand in demands:
+            if demand.gang is not None:
+                members.setdefault(demand.gang, []).append(demand)
+        later: list[_Demand | list[_Demand]] = []
+        for demand in demands:
+            if demand.gang is None:
+                if not self._place_now(demand):
+                    later.append(demand)
+            elif demand.gang in members:
+                gang = members.pop(demand.gang)
+                if not self._place_gang(gang, buy=False):
+                    later.append(gang)
+        singles: list[_Demand] = []
+        for item in later:
+            if isinstance(item, _Demand):
+                singles.append(item)
+                continue
+            if singles:
+                self._place_on_the_way(singles)
+                singles = []
+            self._place_gang(item, buy=True)
+        if singles:
+            self._place_on_the_way(singles)
+
+    def _place_gang(self, gang: list[_Demand], *, buy: bool) -> bool:
+        """Every pod of a gang, largest first, on free GPUs of nodes that exist, then (when
+        ``buy``) of nodes on their way and of new nodes of its scale target; or none of
+        them: what was taken is given back, the nodes opened for it are closed again, and
+        (when ``buy``) every pod of the gang is reported blocked. Gangs neither preempt nor
+        wait for owned GPUs."""
+        taken: list[tuple[str, int]] = []
+        opened: list[str] = []
+        closed_before = dict(self._closed)
+        blocker: _PoolLedger | str = "-"
+        cause: str | None = None
+        ordered = sorted(gang, key=attrgetter("order"))
+        for demand in ordered:
+            order = self._free_order(demand)
+            where = self._gang_slot(order, demand.gpus, future=False)
+            if where is None and buy:
+                where = self._gang_slot(order, demand.gpus, future=True)
+                if where is None:
+                    target = self._scale_target(demand)
+                    blocker = demand.pool or "-" if target is None else target
+                    cause = "no_pool" if target is None else self._open_node(target)
+                    if target is not None and cause is None:
+                        opened.append(f"{target.name}/new-{target.new_nodes}")
+                        where = self._take_best_fit(target, demand.gpus, future=True)
+            if where is None:
+                break
+            taken.append((where, demand.gpus))
+        else:
+            for demand, (where, _) in zip(ordered, taken, strict=True):
+                if where in self.new_node_names:
+                    ledger = self.pools[self.node_pool[where]]
+                    reasons = ledger.scale_reasons
+                    reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
+                    ledger.scale_gpus += demand.gpus
+            return True
+        for where, gpus in taken:
+            self._adjust(where, gpus)
+        for name in reversed(opened):
+            self._close_new_node(name)
+        self._closed = closed_before
+        if buy:
+            cause = cause or "no_pool"
+            for demand in gang:
+                self._block(blocker, cause, demand)
+            gpus = sum(d.gpus for d in gang)
+            self.notes.append(
+                f"gang {gang[0].gang}: {len(gang)} pod(s) needing {gpus} GPU(s) get no "
+                f"capacity ({cause}): all of them at once or none"
+            )
+        return False
+
+    def _gang_slot(self, order: list[_PoolLedger], gpus: int, *, future: bool) -> str | None:
+        for ledger in order:
+            where = self._take_best_fit(ledger, gpus, future=future)
+            if where is not None:
+                return where
+        return None
+
+    def _close_new_node(self, name: str) -> None:
+        """Take back the last node opened this tick (its GPUs all free again)."""
+        ledger = self.pools[self.node_pool.pop(name)]
+        del ledger.future[self.node_free.pop(name)][name]
+        self.future_nodes.discard(name)
+        self.new_node_names.discard(name)
+        self.reserved.discard(name)
+        ledger.new_nodes -= 1
+
     # ---------------------------------------------------------- preemption
     def _movable(self, job_key: str | None) -> JobState | None:
         if job_key is None or job_key in self.moving:
@@ -1022,6 +1162,7 @@ class _Decider:
                     job.key,
                     pod.gpu_models or job.gpu_models,
                     waiting_since=self.now,
+                    gang=job.key if job.gang else None,
                 )
             )
 

@@ -115,6 +115,11 @@ class GPUPod:
     """The pod's GPU utilization over the policy window; None when unknown or stale."""
     input_error: str | None = None
     """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
+    gang: str | None = None
+    """The workload whose pods must all run at once (a JobSet, a PyTorchJob), as
+    ``namespace/name``: decide() finds capacity for all its pending pods or for none."""
+    gang_size: int = 1
+    """How many pods the gang runs at once, the ones not created yet included."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once: decide() reads it in hot loops."""
 
@@ -167,6 +172,9 @@ class JobState:
     return_to_core: bool = False
     """A standard Job that may be moved from cloud nodes back to owned GPUs when they free
     up (annotation hybridgpu.io/return-to-core: "true"); it restarts from its checkpoint."""
+    gang: bool = False
+    """Its ``parallelism`` pods must all run at once (a JobSet, a PyTorchJob): it is moved
+    whole, and capacity is found for all its pods or for none."""
     input_error: str | None = None
     """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
     key: str = field(init=False, repr=False, compare=False)

@@ -1,0 +1,197 @@
+"""Gang demand (a JobSet, a PyTorchJob): capacity for all its pods at once, or none."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.support.builders import NOW, gang, node, pending, policy, pool, running, snapshot
+
+from hybridgpu.core.apply import apply_plan
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import MoveJob, Plan, ScaleUp
+from hybridgpu.models.snapshot import ClusterSnapshot
+
+pytestmark = pytest.mark.unit
+
+
+def scaled(plan: Plan) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for a in plan.actions:
+        if isinstance(a, ScaleUp):
+            out[a.pool] = out.get(a.pool, 0) + a.nodes
+    return out
+
+
+POOLS = [pool("core", "core", max_nodes=2, min_nodes=2), pool("elastic", "elastic")]
+BUSY_CORE = [node("c0", "core"), node("c1", "core")]
+CORE_WORK = [running("train-a", "c0", 8, "critical"), running("train-b", "c1", 8, "critical")]
+
+
+@pytest.mark.parametrize(
+    ("case", "pools", "pol", "extra", "created", "want_elastic"),
+    [
+        # The issue's target: a 4-pod JobSet of 8 GPUs each gets 4 nodes in one scale-up.
+        ("four nodes at once", POOLS, {}, [], None, 4),
+        # Pods the JobSet controller has not created yet count: the gang asks for all.
+        ("pods not created yet count", POOLS, {}, [], 1, 4),
+        (
+            "maxNodes allows three: none",
+            [POOLS[0], pool("elastic", "elastic", max_nodes=3)],
+            {},
+            [],
+            None,
+            0,
+        ),
+        ("per-tick cap of three: none", POOLS, {"scaleUp": {"maxNodesPerTick": 3}}, [], None, 0),
+        ("budget for three nodes: none", POOLS, {"budget": {"maxHourlyCost": 80.0}}, [], None, 0),
+        # A free elastic node takes one pod: three new nodes hold the rest.
+        ("a free node counts", POOLS, {}, [node("e0", "elastic")], None, 3),
+    ],
+)
+def test_a_gang_gets_all_its_nodes_in_one_scale_up_or_none(
+    case: str, pools: list, pol: dict, extra: list, created: int | None, want_elastic: int
+) -> None:
+    snap = snapshot(pools, BUSY_CORE + extra, CORE_WORK + gang("jobset", 4, 8, created=created))
+    plan = decide(snap, policy(**pol), NOW)
+    assert scaled(plan).get("elastic", 0) == want_elastic, (case, plan.explain())
+    if want_elastic == 0:
+        assert sum(b.nodes for b in plan.blocked) == 4, plan.explain()
+        assert any("gang team/jobset" in n for n in plan.notes), plan.explain()
+
+
+def test_a_blocked_gang_leaves_room_for_the_pods_behind_it() -> None:
+    """The nodes a gang could not complete are given back: a smaller pod still gets one."""
+    pools = [POOLS[0], pool("elastic", "elastic", max_nodes=3)]
+    work = CORE_WORK + gang("big", 4, 8) + [pending("small", 8, "standard", since=NOW - 30)]
+    plan = decide(snapshot(pools, BUSY_CORE, work), policy(), NOW)
+    assert scaled(plan) == {"elastic": 1}, plan.explain()
+    assert [b.nodes for b in plan.blocked] == [4], plan.explain()
+
+
+def test_a_gang_on_owned_gpus_fits_whole_or_buys_for_all() -> None:
+    """One core node free for a two-node gang: it is not split between core and nothing."""
+    snap = snapshot(POOLS, [*BUSY_CORE[:1], node("c1", "core")], CORE_WORK[:1] + gang("g", 2, 8))
+    plan = decide(snap, policy(), NOW)
+    # One pod on the free core node, one new elastic node for the other.
+    assert scaled(plan) == {"elastic": 1}, plan.explain()
+
+
+def test_a_preempted_gang_moves_whole() -> None:
+    """A preemptible gang on two core nodes: a critical pod that needs one node moves the
+    whole workload (both pods' GPUs), not the pod on that node alone."""
+    workers = gang("sweep", 2, 8, "preemptible")
+    (pod0, state), (pod1, _) = workers
+    from dataclasses import replace
+
+    assert state is not None
+    state = replace(state, started_at=NOW - 7200)
+    on_core = [
+        (replace(pod0, node="c0", started_at=NOW - 7200), state),
+        (replace(pod1, node="c1", started_at=NOW - 7200), None),
+    ]
+    pools = [*POOLS, pool("spot", "spot")]
+    snap = snapshot(pools, BUSY_CORE, [*on_core, pending("urgent", 8, "critical")])
+    plan = decide(snap, policy(), NOW)
+    moves = [a for a in plan.actions if isinstance(a, MoveJob)]
+    assert [(m.job_key, m.gpus) for m in moves] == [("team/sweep", 16)], plan.explain()
+    # The gang's two pods go to spot together: two nodes, in one scale-up.
+    assert scaled(plan) == {"spot": 2}, plan.explain()
+
+
+# ------------------------------------------------------------------ property
+
+
+@st.composite
+def gang_clusters(draw: st.DrawFn) -> tuple[ClusterSnapshot, dict, list[tuple[str, int, int]]]:
+    """Clusters with one to three gangs, each pinned to a cloud pool of its own (so each
+    pool's scale-up serves one gang), nodes partly taken, and random limits."""
+    pools = [pool("core", "core", max_nodes=1)]
+    nodes = [node("c0", "core")]
+    workloads = [running("core-work", "c0", 8, "critical")]
+    gangs: list[tuple[str, int, int]] = []
+    j = 0
+    for g in range(draw(st.integers(1, 3))):
+        per_node = draw(st.sampled_from([4, 8]))
+        tier = draw(st.sampled_from(["elastic", "spot"]))
+        name = f"pool{g}"
+        pools.append(
+            pool(
+                name,
+                tier,
+                per_node=per_node,
+                max_nodes=draw(st.integers(0, 8)),
+                provisioning=draw(st.integers(0, 1)),
+            )
+        )
+        for i in range(draw(st.integers(0, 3))):
+            nodes.append(node(f"{name}-n{i}", name, per_node))
+            taken = draw(st.integers(0, per_node))
+            if taken:
+                j += 1
+                workloads.append(running(f"r{j}", f"{name}-n{i}", taken, pool_pin=name))
+        size = draw(st.integers(1, 6))
+        gpus = draw(st.sampled_from([g for g in (1, 2, 4, 8) if g <= per_node]))
+        crit = "preemptible" if tier == "spot" else draw(st.sampled_from(["critical", "standard"]))
+        workloads += gang(
+            f"gang{g}",
+            size,
+            gpus,
+            crit,
+            created=draw(st.integers(1, size)),
+            pool_pin=name,
+        )
+        gangs.append((name, size, gpus))
+    pol = {
+        "scaleUp": {"maxNodesPerTick": draw(st.integers(1, 6))},
+        "budget": draw(st.sampled_from([{}, {"maxHourlyCost": 60.0}, {"maxHourlyCost": 150.0}])),
+    }
+    return snapshot(pools, nodes, workloads), pol, gangs
+
+
+def pods_that_fit(free_gpus: list[int], gpus: int) -> int:
+    """How many pods of ``gpus`` GPUs fit on nodes with these free GPUs (pods of one size
+    pack exactly node by node)."""
+    return sum(f // gpus for f in free_gpus)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gang_clusters())
+def test_gang_demand_is_never_partially_placed(cluster) -> None:
+    snap, pol, gangs = cluster
+    spec = policy(**pol)
+    plan = decide(snap, spec, NOW)
+    added = scaled(plan)
+    pools = {p.name: p for p in snap.pools}
+    used: dict[str, int] = {}
+    for pod in snap.pods:
+        if pod.node is not None:
+            used[pod.node] = used.get(pod.node, 0) + pod.gpus
+    for name, size, gpus in gangs:
+        per_node = pools[name].gpus_per_node
+        free = [n.gpus - used.get(n.name, 0) for n in snap.nodes if n.pool == name]
+        free += [per_node] * pools[name].provisioning_nodes
+        fit_now = pods_that_fit(free, gpus)
+        new = added.get(name, 0)
+        # New capacity only when the whole gang then fits, and no more than it needs.
+        needed = max(0, math.ceil((size - fit_now) / (per_node // gpus)))
+        assert new in (0, needed), (name, size, gpus, free, plan.explain())
+        if needed and new == 0:
+            blocked = sum(b.nodes for b in plan.blocked if b.pool == name)
+            assert blocked >= math.ceil(size * gpus / per_node) - 0, plan.explain()
+            # Held back only by a limit that really stops that many nodes.
+            room = min(
+                pools[name].spec.max_nodes
+                - sum(1 for n in snap.nodes if n.pool == name)
+                - pools[name].provisioning_nodes,
+                spec.scale_up.max_nodes_per_tick,
+            )
+            if spec.budget.max_hourly_cost is None:
+                assert needed > room, (name, needed, room, plan.explain())
+    # Once the nodes asked for are on their way, the next tick asks for none.
+    again = decide(apply_plan(snap, plan, NOW + 30), spec, NOW + 30)
+    for name, _, _ in gangs:
+        if added.get(name):
+            assert name not in scaled(again), (plan.explain(), again.explain())
