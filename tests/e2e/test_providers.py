@@ -159,3 +159,81 @@ def test_a_pool_backed_by_a_machine_deployment_scales_up_and_releases(
     scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
         cluster, operators, "capi", lambda pool: cluster_api_backend(cluster_api, namespace, pool)
     )
+
+
+def budget_caps_what_the_provider_is_allowed(
+    cluster: Cluster, operators: Operators, short: str, backend_for: Callable[[str], Backend]
+) -> None:
+    """The policy's budget holds through the provider: with room for one $10/h node in a
+    $15/h budget and work for three, the NodePool's limit or the MachineDeployment's replicas
+    never allow a second node, while maxNodes (4) would."""
+    policy = cluster.policy(budget={"maxHourlyCost": 15})
+    pool_name = cluster.name(short)
+    backend = backend_for(pool_name)
+    pool = cluster.pool(
+        short,
+        tier="elastic",
+        policy=policy,
+        per_node=GPUS_PER_NODE,
+        price=10.0,
+        max_nodes=4,
+        idle_for="10m",
+        provider=backend.provider,
+    )
+    assert pool == pool_name
+    operators.start()
+    cluster.wait_ticking(policy)
+    seen = {"machines": 0, "allowed": 0}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen["machines"] = max(seen["machines"], len(backend.machines()))
+            seen["allowed"] = max(seen["allowed"], backend.allowed_nodes())
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        cluster.kube.create_job(
+            gpu_job(
+                "over",
+                gpus=GPUS_PER_NODE,
+                completions=3,
+                parallelism=3,
+                run_duration="1h",
+                labels={"hybridgpu.io/criticality": "standard"},
+            )
+        )
+        wait_for(lambda: cluster.pool_nodes(pool), 60, f"a node of {pool}")
+
+        def exceeded() -> bool:
+            cond = cluster.condition(policy, "BudgetExceeded")
+            return bool(cond and cond["status"] == "True")
+
+        wait_for(exceeded, 60, "BudgetExceeded=True")
+        cluster.wait_ticks(policy, 3)  # ticks that saw the pending pods and the budget
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+    assert len(cluster.pool_nodes(pool)) == 1
+    assert seen == {"machines": 1, "allowed": 1}, seen
+    pending = [p for p in cluster.job_pods("over") if not p.spec.node_name]
+    assert len(pending) == 2, "two pods should still wait for budget"
+
+
+def test_a_budget_holds_through_a_karpenter_node_pool(
+    cluster: Cluster, karpenter: StandInKarpenter, operators: Operators
+) -> None:
+    budget_caps_what_the_provider_is_allowed(
+        cluster, operators, "karpb", lambda pool: karpenter_backend(karpenter, pool)
+    )
+
+
+def test_a_budget_holds_through_a_machine_deployment(
+    cluster: Cluster, cluster_api: StandInClusterAPI, operators: Operators
+) -> None:
+    namespace = cluster.kube.namespace
+    budget_caps_what_the_provider_is_allowed(
+        cluster, operators, "capib", lambda pool: cluster_api_backend(cluster_api, namespace, pool)
+    )

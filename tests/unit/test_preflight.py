@@ -201,3 +201,20 @@ def test_a_tick_reports_the_problem_as_the_policys_operator_ready_condition() ->
 
     conditions = {c["type"]: c for c in cluster.policies["default"]["status"]["conditions"]}
     assert conditions["OperatorReady"]["status"] == "True"
+
+
+def test_per_event_handlers_do_not_log_every_success_but_failures_still_show() -> None:
+    import logging
+
+    from hybridgpu.handlers import admission, reconcile
+    from hybridgpu.handlers.startup import _QuietSuccess
+
+    quiet = _QuietSuccess(reconcile.node_came_or_went, admission.MUTATE_ID)
+
+    def shown(message: str) -> bool:
+        return quiet.filter(logging.LogRecord("kopf.objects", 20, "", 0, message, (), None))
+
+    assert not shown("Handler 'node_came_or_went' succeeded.")
+    assert not shown("Webhook 'pod-priority-and-tier' succeeded.")
+    assert shown("Handler 'scalingpolicy_changed' succeeded.")
+    assert shown("Handler 'node_came_or_went' failed with an exception and will try again.")

@@ -8,12 +8,26 @@ from typing import Any
 
 import kopf
 
-from hybridgpu.handlers import admission
+from hybridgpu.handlers import admission, reconcile
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.cluster import KubeCluster, load_api_client
 from hybridgpu.kube.names import FINALIZER, GROUP
 from hybridgpu.metrics.exported import serve
+
+
+class _QuietSuccess(logging.Filter):
+    """Drops kopf's "Handler ... succeeded." line for handlers that run on every event of
+    many objects (one line per pod event would drown the log); failures still show."""
+
+    def __init__(self, *handlers: Any) -> None:
+        """``handlers``: the handler functions, or the ids of webhook handlers."""
+        super().__init__()
+        self.handler_ids = tuple(f"'{h if isinstance(h, str) else h.__name__}'" for h in handlers)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.endswith("succeeded.") and any(h in message for h in self.handler_ids))
 
 
 @kopf.on.startup()
@@ -35,6 +49,15 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
+    logging.getLogger("kopf.objects").addFilter(
+        _QuietSuccess(
+            admission.report_pods_admitted_without_webhook,
+            reconcile.gpu_pod_unschedulable,
+            reconcile.node_came_or_went,
+            admission.MUTATE_ID,
+            admission.VALIDATE_ID,
+        )
+    )
     if options.webhook_port is None:
         settings.admission.server = admission.NoWebhookServer()
     else:
