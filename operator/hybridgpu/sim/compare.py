@@ -195,18 +195,10 @@ def fluid_bound(
     )
 
 
-def compare(
-    pools: Sequence[PoolState],
-    policy: ScalingPolicySpec,
-    jobs: Sequence[TraceJob],
-    settings: SimSettings,
-    *,
-    slo: WaitSLO | None = None,
-    progress: Callable[[str, float], None] | None = None,
-) -> dict[str, PolicyResult]:
-    """Every policy of POLICIES on the same trace and settings; owned nodes billed over the
-    trace window for every policy that has them."""
-    slo = slo or WaitSLO()
+def policy_runs(
+    pools: Sequence[PoolState], policy: ScalingPolicySpec
+) -> dict[str, tuple[list[PoolState], ScalingPolicySpec]]:
+    """The pools and policy each simulated policy of POLICIES runs with."""
     if not _tier(pools, Tier.ELASTIC):
         raise UserError("the cluster needs an elastic pool: the on_demand baseline runs on it")
     # Without spot pools, preemptible work runs on on-demand nodes like any other.
@@ -220,19 +212,46 @@ def compare(
     runs["on_demand"] = (_tier(pools, Tier.ELASTIC), no_spot)
     if _tier(pools, Tier.CORE):
         runs["owned_only"] = (_tier(pools, Tier.CORE), no_spot)
+    return runs
+
+
+def simulation(
+    name: str,
+    pools: Sequence[PoolState],
+    policy: ScalingPolicySpec,
+    jobs: Sequence[TraceJob],
+    settings: SimSettings,
+    progress: Callable[[float], None] | None = None,
+) -> Simulation:
+    """The simulation of one policy of ``policy_runs``."""
+    # Deadlines and idle reclaim are hybridgpu's: the baselines ignore the annotations.
+    return Simulation(
+        name,
+        pools,
+        policy,
+        jobs,
+        settings,
+        progress=progress,
+        reads_annotations=name == "hybridgpu",
+    )
+
+
+def compare(
+    pools: Sequence[PoolState],
+    policy: ScalingPolicySpec,
+    jobs: Sequence[TraceJob],
+    settings: SimSettings,
+    *,
+    slo: WaitSLO | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> dict[str, PolicyResult]:
+    """Every policy of POLICIES on the same trace and settings; owned nodes billed over the
+    trace window for every policy that has them."""
+    slo = slo or WaitSLO()
     results: dict[str, PolicyResult] = {}
-    for name, (run_pools, run_policy) in runs.items():
+    for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
         step = (lambda f, n=name: progress(n, f)) if progress else None
-        # Deadlines and idle reclaim are hybridgpu's: the baselines ignore the annotations.
-        results[name] = Simulation(
-            name,
-            run_pools,
-            run_policy,
-            jobs,
-            settings,
-            progress=step,
-            reads_annotations=name == "hybridgpu",
-        ).run()
+        results[name] = simulation(name, run_pools, run_policy, jobs, settings, step).run()
     window = trace_window_seconds(jobs)
     hourly_core = core_cost_per_hour(pools)
     for name, result in results.items():

@@ -1,0 +1,144 @@
+"""The simulator's figures stay exactly what they were unless a change means them to move.
+
+Every policy's result (dollars to the cent, GPU-hours, waits, moves, interruptions) and a
+digest of every job's outcome (when it first started, when it finished, how long it waited,
+what it lost) are pinned in ``sim_golden.json`` for the bundled scenario and two small
+synthetic traces that exercise deadlines, return to core, spot availability and correlated
+interruptions. A speedup of the simulator must leave them all as they are. A change that
+moves a figure on purpose (a bug fix, a new rule in decide()) regenerates the file with
+
+    HYBRIDGPU_UPDATE_GOLDEN=1 .venv/bin/pytest -q tests/unit/test_sim_golden.py
+
+and says in its commit message which figure moved and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.sim import BUNDLED_CLUSTER, sim_cluster
+
+from hybridgpu.models.snapshot import Criticality, PoolState
+from hybridgpu.sim.compare import BOUND, WaitSLO, fluid_bound, policy_runs, simulation
+from hybridgpu.sim.compare import trace_window_seconds as _window
+from hybridgpu.sim.config import load_cluster
+from hybridgpu.sim.engine import SimSettings, Simulation
+from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace
+from hybridgpu.sim.traces import TraceJob, synthetic
+
+pytestmark = pytest.mark.unit
+
+GOLDEN = Path(__file__).with_name("sim_golden.json")
+UPDATE = os.environ.get("HYBRIDGPU_UPDATE_GOLDEN") == "1"
+
+
+def _annotated(jobs: list[TraceJob]) -> list[TraceJob]:
+    """Some preemptible jobs with a deadline and some standard ones that may return to
+    owned GPUs, so the deadline and return-to-core rules have work."""
+    out: list[TraceJob] = []
+    for n, job in enumerate(jobs):
+        if job.criticality == Criticality.PREEMPTIBLE and n % 3 == 0:
+            job = replace(job, deadline_seconds=2.5 * job.duration_seconds + 3600)
+        elif job.criticality == Criticality.STANDARD and n % 4 == 0:
+            job = replace(job, return_to_core=True, expected_duration_seconds=job.duration_seconds)
+        out.append(job)
+    return out
+
+
+def _cases() -> dict[str, tuple[list[PoolState], Any, list[TraceJob], SimSettings]]:
+    bundled = load_cluster(BUNDLED_CLUSTER)
+    small = sim_cluster(core_nodes=2, od_gpu_price=3.0, spot_gpu_price=0.9)
+    policy = bundled.policy.spec
+    jobs = _annotated(synthetic(seed=3, hours=24))
+    return {
+        # What `hybridgpu simulate` runs without arguments.
+        "bundled": (
+            bundled.pools,
+            policy,
+            synthetic(seed=7, hours=72),
+            SimSettings(spot_hazard_per_hour=0.05, seed=7),
+        ),
+        "availability": (
+            small,
+            policy,
+            jobs,
+            SimSettings(
+                spot_hazard_per_hour=0.2,
+                spot_availability=AvailabilityTrace(
+                    gap_seconds=1800, launchable=(True, True, False, True, False, False)
+                ),
+                seed=5,
+            ),
+        ),
+        "correlated": (
+            small,
+            policy.model_copy(update={"interval": "45s"}),
+            jobs,
+            SimSettings(
+                spot_correlated=CorrelatedTrace(
+                    gap_seconds=600, drops=((7, 0.5), (30, 1.0), (41, 0.25)), length=60
+                ),
+                checkpoint_interval_seconds=900,
+                seed=9,
+            ),
+        ),
+    }
+
+
+def _job_digest(sim: Simulation) -> str:
+    rows = [
+        (
+            j.trace.name,
+            None if j.first_started is None else round(j.first_started, 3),
+            None if j.finished_at is None else round(j.finished_at, 3),
+            round(j.wait_seconds, 3),
+            round(j.lost_seconds, 3),
+            None if j.reclaimed_at is None else round(j.reclaimed_at, 3),
+        )
+        for j in sim.jobs
+    ]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:24]
+
+
+def _figures() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for case, (pools, policy, jobs, settings) in _cases().items():
+        figures: dict[str, Any] = {}
+        for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
+            sim = simulation(name, run_pools, run_policy, jobs, settings)
+            result = sim.run()
+            figures[name] = {
+                **result.to_json(),
+                "cost_terms_dollars": {
+                    k: round(v, 2) for k, v in result.cost_terms_dollars.items()
+                },
+                "end_seconds": round(result.end_seconds, 3),
+                "jobs_digest": _job_digest(sim),
+            }
+        bound = fluid_bound(pools, jobs, _window(jobs), WaitSLO())
+        figures[BOUND] = bound.to_json()
+        out[case] = figures
+    return out
+
+
+def test_every_policy_figure_and_job_outcome_is_as_pinned() -> None:
+    figures = json.loads(json.dumps(_figures()))  # tuples and keys as the file has them
+    if UPDATE:
+        GOLDEN.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    pinned = json.loads(GOLDEN.read_text())
+    for case, policies in pinned.items():
+        for name, want in policies.items():
+            got = figures[case][name]
+            moved = {k: (want[k], got.get(k)) for k in want if got.get(k) != want[k]}
+            assert not moved, (
+                f"{case}/{name} moved (pinned, now): {moved}; if on purpose, regenerate "
+                "with HYBRIDGPU_UPDATE_GOLDEN=1 and say why in the commit"
+            )
+    assert figures.keys() == pinned.keys()
+    assert all(figures[c].keys() == pinned[c].keys() for c in pinned)
