@@ -19,11 +19,14 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.support.sim import BUNDLED_CLUSTER, sim_cluster
 
 from hybridgpu.models.snapshot import Criticality, PoolState
@@ -53,7 +56,7 @@ def _annotated(jobs: list[TraceJob]) -> list[TraceJob]:
     return out
 
 
-def _cases() -> dict[str, tuple[list[PoolState], Any, list[TraceJob], SimSettings]]:
+def _cases() -> dict[str, tuple[Sequence[PoolState], Any, list[TraceJob], SimSettings]]:
     bundled = load_cluster(BUNDLED_CLUSTER)
     small = sim_cluster(core_nodes=2, od_gpu_price=3.0, spot_gpu_price=0.9)
     policy = bundled.policy.spec
@@ -139,10 +142,11 @@ def _raw(result: PolicyResult) -> dict[str, Any]:
 
 def _figures() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for case, (pools, policy, jobs, settings) in _cases().items():
+    for case, (pools, policy, jobs, physics) in _cases().items():
         figures: dict[str, Any] = {}
         for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
-            sim = simulation(name, run_pools, run_policy, jobs, settings)
+            # Quiet ticks run decide() too, to prove that skipping them changes nothing.
+            sim = simulation(name, run_pools, run_policy, jobs, physics, check_quiet=True)
             figures[name] = {**_raw(sim.run()), "jobs_digest": _job_digest(sim)}
         bound = fluid_bound(pools, jobs, _window(jobs), WaitSLO())
         figures[BOUND] = _raw(bound)
@@ -176,3 +180,50 @@ def test_every_policy_figure_and_job_outcome_is_as_pinned() -> None:
         f"{len(moved)} figure(s) moved: {moved[:8]}; if on purpose, regenerate with "
         "HYBRIDGPU_UPDATE_GOLDEN=1 and say in the commit which moved and why"
     )
+
+
+annotated_jobs = st.lists(
+    st.tuples(
+        st.floats(0, 8 * 3600, allow_nan=False),
+        st.floats(300, 4 * 3600, allow_nan=False),
+        st.sampled_from([1, 2, 4, 8]),
+        st.sampled_from(list(Criticality)),
+        st.sampled_from([None, 1.5, 4.0]),  # deadline, in durations
+        st.booleans(),  # return to core / low utilization with an idle-timeout
+    ),
+    min_size=1,
+    max_size=16,
+).map(
+    lambda rows: [
+        TraceJob(
+            f"j{n}",
+            arrival,
+            duration,
+            gpus,
+            crit,
+            deadline_seconds=None if factor is None else factor * duration,
+            return_to_core=flag and crit == Criticality.STANDARD,
+            utilization_percent=2.0 if flag and crit != Criticality.STANDARD else None,
+            idle_timeout_seconds=1800.0 if flag and crit != Criticality.STANDARD else None,
+        )
+        for n, (arrival, duration, gpus, crit, factor, flag) in enumerate(rows)
+    ]
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    jobs=annotated_jobs,
+    hazard=st.sampled_from([0.0, 0.5]),
+    interval=st.sampled_from(["10s", "30s", "5m"]),
+)
+def test_a_tick_skipped_as_quiet_is_one_where_decide_does_nothing(jobs, hazard, interval) -> None:
+    """Every policy, with deadlines, return to core, idle reclaim and interruptions: decide()
+    run on each tick the simulation would skip plans no action and asks for no recheck."""
+    pools = sim_cluster(core_nodes=2, od_gpu_price=3.0, spot_gpu_price=0.9)
+    policy = load_cluster(BUNDLED_CLUSTER).policy.spec.model_copy(update={"interval": interval})
+    physics = SimSettings(spot_hazard_per_hour=hazard, seed=len(jobs))
+    for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
+        sim = simulation(name, run_pools, run_policy, jobs, physics, check_quiet=True)
+        sim.run()  # raises when a quiet tick would have acted
+        assert sim.decisions <= sim.ticks

@@ -222,8 +222,10 @@ def simulation(
     jobs: Sequence[TraceJob],
     settings: SimSettings,
     progress: Callable[[float], None] | None = None,
+    *,
+    check_quiet: bool = False,
 ) -> Simulation:
-    """The simulation of one policy of ``policy_runs``."""
+    """The simulation of one policy of ``policy_runs`` (``check_quiet``: see Simulation)."""
     # Deadlines and idle reclaim are hybridgpu's: the baselines ignore the annotations.
     return Simulation(
         name,
@@ -233,6 +235,7 @@ def simulation(
         settings,
         progress=progress,
         reads_annotations=name == "hybridgpu",
+        check_quiet=check_quiet,
     )
 
 

@@ -16,6 +16,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from sortedcontainers import SortedList
+
 from hybridgpu.core.cost import is_cloud, node_hour_dollars
 from hybridgpu.core.deadline import (
     banked_seconds,
@@ -121,6 +123,15 @@ class _Node:
     used_gpu_percent: float = 0.0
     """Sum over its jobs of GPUs times their utilization: the node's DCGM average is this
     over its GPUs (free GPUs read 0%)."""
+    booting: bool = False
+    """Launched and not Ready yet (until its "ready" event)."""
+    counted: tuple[int, int, int, int] | None = None
+    """What the node adds to the simulation's per-pool tallies (``_Tally``) right now."""
+    placeable: tuple[int, str] | None = None
+    """Its key (free GPUs, name) in its pool's ``_placeable`` while pods can land on it."""
+    view: NodeState | None = None
+    view_key: tuple[object, ...] = ()
+    """The node as the operator last saw it, and the state it was built from."""
 
     @property
     def utilization_percent(self) -> float:
@@ -150,6 +161,20 @@ class _Job:
     """The progress the operator has recorded on the Job (hybridgpu.io/progress): what its
     earlier runs saved, counted as conservatively as the operator counts it."""
     reclaimed_at: float | None = None
+
+
+@dataclass
+class _Tally:
+    """One pool's nodes by state, kept up to date as nodes change so that billing causes,
+    samples and wake-ups cost O(pools) instead of O(nodes) per step."""
+
+    nodes: int = 0
+    booting: int = 0
+    empty: int = 0
+    """Ready cloud nodes without jobs."""
+    busy_free_gpus: int = 0
+    """Free GPUs on ready cloud nodes that run jobs (for owned pools: on uncordoned nodes)."""
+    busy_used_gpus: int = 0
 
 
 @dataclass
@@ -277,9 +302,11 @@ class Simulation:
         horizon_seconds: float | None = None,
         progress: Callable[[float], None] | None = None,
         reads_annotations: bool = True,
+        check_quiet: bool = False,
     ) -> None:
         """``reads_annotations`` False: the operator ignores the jobs' deadlines and
-        idle-timeouts, as the baselines do (no autoscaler knows them)."""
+        idle-timeouts, as the baselines do (no autoscaler knows them). ``check_quiet``: run
+        decide() on quiet ticks too and fail when it would have acted (tests)."""
         self.name = name
         self.reads_annotations = reads_annotations
         self.pools = {p.name: p for p in pools}
@@ -302,6 +329,13 @@ class Simulation:
         self.scale_ups = 0
         self.releases = 0
         self.ticks = 0
+        self.decisions = 0
+        """Ticks that ran decide(); the others were quiet (``_quiet``)."""
+        self.check_quiet = check_quiet
+        self._noticed: set[str] = set()
+        """Nodes under an interruption notice."""
+        self._movable_on_cloud = 0
+        """Running jobs that consolidation or return to core could move off a cloud node."""
         self.recheck_at: float | None = None
         """When the last plan said it goes stale by itself (a wait for owned GPUs ends)."""
         self.work_by_tier: dict[str, float] = {t.value: 0.0 for t in Tier}
@@ -317,6 +351,32 @@ class Simulation:
         self.progress = progress
         self._eligible_cache: dict[tuple[str | None, bool, tuple[str, ...]], list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
+        self._tally = {p.name: _Tally() for p in pools}
+        self._placeable: dict[str, SortedList[tuple[int, str]]] = {
+            p.name: SortedList() for p in pools
+        }
+        """Per pool, the nodes pods can land on (ready, not cordoned) by (free GPUs, name):
+        the scheduler's best fit is the first with enough free GPUs."""
+        self._node_price = {
+            p.name: node_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in pools
+        }
+        self._cloud_nodes = 0
+        self._idle_cloud: dict[str, _Node] = {}
+        """Cloud nodes with an idle stretch running (their idleFor may run out)."""
+        self._demand_gpus = 0
+        """GPUs of the jobs running or pending."""
+        self._jobs_changed = True
+        self._job_views: tuple[tuple[GPUPod, ...], tuple[JobState, ...]] = ((), ())
+        # The jobs a deadline or idle-reclaim rule may fire for (``_rules_due``).
+        self._annotated = [
+            i
+            for i, j in enumerate(self.trace)
+            if reads_annotations
+            and (
+                j.idle_timeout_seconds is not None
+                or (j.deadline_at is not None and j.criticality == Criticality.PREEMPTIBLE)
+            )
+        ]
         self.heartbeat = max(self.interval, HEARTBEAT_SECONDS)
         # Owned pools only and no preemption: the operator has nothing it could do.
         self.operator_can_act = (
@@ -359,7 +419,7 @@ class Simulation:
 
     def _launch(self, pool: PoolState, ready_at: float) -> _Node:
         self.node_seq += 1
-        price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+        price = self._node_price[pool.name]
         node = _Node(
             name=f"{pool.name}-{self.node_seq:05d}",
             pool=pool.name,
@@ -370,8 +430,13 @@ class Simulation:
             ready_at=ready_at,
             free=pool.spec.gpu.per_node,
             idle_since=ready_at,
+            booting=ready_at > self.now,
         )
         self.nodes[node.name] = node
+        self._tally[node.pool].nodes += 1
+        if is_cloud(node.tier):
+            self._cloud_nodes += 1
+        self._node_changed(node)
         if ready_at > self.now:
             self._push(ready_at, "ready", node.name)
         if node.tier == Tier.SPOT:
@@ -450,16 +515,9 @@ class Simulation:
         return sorted(names, key=lambda n: (order[self.pools[n].spec.tier], n))
 
     def _schedule(self) -> None:
+        """Place pending pods, most critical and oldest first, each on the fullest node of
+        its first eligible pool that has room (kube-scheduler with a bin-packing score)."""
         if not self.pending:
-            return
-        max_free: dict[str, int] = {}
-        by_pool: dict[str, list[_Node]] = {}
-        for node in self.nodes.values():
-            if node.cordoned or node.ready_at > self.now or node.removed_at is not None:
-                continue
-            by_pool.setdefault(node.pool, []).append(node)
-            max_free[node.pool] = max(max_free.get(node.pool, 0), node.free)
-        if not max_free:
             return
         order = sorted(
             self.pending,
@@ -473,15 +531,11 @@ class Simulation:
             job = self.jobs[index]
             need = job.trace.gpus
             for pool in self._eligible_pools(job):
-                if max_free.get(pool, 0) < need:
+                placeable = self._placeable[pool]
+                at = placeable.bisect_left((need, ""))
+                if at == len(placeable):
                     continue
-                # Bin-packing score: the fullest node that fits.
-                best = min(
-                    (n for n in by_pool[pool] if n.free >= need),
-                    key=lambda n: (n.free, n.name),
-                )
-                self._start(job, best)
-                max_free[pool] = max(n.free for n in by_pool[pool])
+                self._start(job, self.nodes[placeable[at][1]])
                 break
 
     def _start(self, job: _Job, node: _Node) -> None:
@@ -491,6 +545,10 @@ class Simulation:
         node.jobs.add(job.index)
         node.used_gpu_percent += job.trace.gpus * self._utilization(job)
         self._refresh_idle(node)
+        self._node_changed(node)
+        self._jobs_changed = True
+        if self._may_move(job, node):
+            self._movable_on_cloud += 1
         job.node = node.name
         job.run_started = self.now
         job.wait_seconds += self.now - job.pending_since
@@ -505,12 +563,15 @@ class Simulation:
         checkpoint, loses the rest, and spends the restart overhead again when it restarts."""
         node = self.nodes[job.node] if job.node else None
         if node is not None:
+            if self._may_move(job, node):
+                self._movable_on_cloud -= 1
             node.free += job.trace.gpus
             node.jobs.discard(job.index)
             node.used_gpu_percent -= job.trace.gpus * self._utilization(job)
             if not node.jobs:
                 node.used_gpu_percent = 0.0  # no float residue on an empty node
             self._refresh_idle(node)
+            self._node_changed(node)
             ran = self.now - job.run_started if job.run_started is not None else 0.0
             self.work_by_tier[node.tier] += ran * job.trace.gpus / 3600
             if requeue:
@@ -532,6 +593,7 @@ class Simulation:
                     lost * job.trace.gpus * node.price / node.gpus / 3600
                 )
         self.running.discard(job.index)
+        self._jobs_changed = True
         job.node = None
         job.run_started = None
         job.run_id += 1
@@ -541,6 +603,7 @@ class Simulation:
             job.pool = pool
             self.pending.add(job.index)
         else:
+            self._demand_gpus -= job.trace.gpus
             job.done = True
             job.finished_at = self.now
 
@@ -556,6 +619,60 @@ class Simulation:
             node.idle_since = None
         elif node.idle_since is None:
             node.idle_since = max(self.now, node.ready_at)
+
+    def _may_move(self, job: _Job, node: _Node) -> bool:
+        """Whether consolidation or return to core could move ``job`` off ``node``."""
+        if not is_cloud(node.tier):
+            return False
+        return job.trace.criticality == Criticality.PREEMPTIBLE or (
+            self.reads_annotations and job.trace.return_to_core
+        )
+
+    def _node_changed(self, node: _Node) -> None:
+        """Bring the per-pool tallies and the idle cloud nodes up to date with ``node``."""
+        tally = self._tally[node.pool]
+        if node.counted is not None:
+            booting, empty, free, used = node.counted
+            tally.booting -= booting
+            tally.empty -= empty
+            tally.busy_free_gpus -= free
+            tally.busy_used_gpus -= used
+        cloud = is_cloud(node.tier)
+        placeable = None
+        if node.removed_at is None and not node.cordoned and not node.booting:
+            placeable = (node.free, node.name)
+        if placeable != node.placeable:
+            if node.placeable is not None:
+                self._placeable[node.pool].remove(node.placeable)
+            if placeable is not None:
+                self._placeable[node.pool].add(placeable)
+            node.placeable = placeable
+        if node.removed_at is not None:
+            node.counted = None
+            self._noticed.discard(node.name)
+            tally.nodes -= 1
+            self._cloud_nodes -= cloud
+            self._idle_cloud.pop(node.name, None)
+            return
+        if not cloud:
+            # Owned GPUs count while free and schedulable.
+            counted = (0, 0, 0 if node.cordoned else node.free, 0)
+        elif node.booting:
+            counted = (1, 0, 0, 0)
+        elif not node.jobs:
+            counted = (0, 1, 0, 0)
+        else:
+            counted = (0, 0, node.free, node.gpus - node.free)
+        booting, empty, free, used = counted
+        tally.booting += booting
+        tally.empty += empty
+        tally.busy_free_gpus += free
+        tally.busy_used_gpus += used
+        node.counted = counted
+        if cloud and node.idle_since is not None:
+            self._idle_cloud[node.name] = node
+        else:
+            self._idle_cloud.pop(node.name, None)
 
     def _known_checkpoint(self, job: _Job) -> float:
         """The checkpoint interval the operator is told (the Job's annotation)."""
@@ -580,8 +697,16 @@ class Simulation:
                 provisioning[node.pool] = provisioning.get(node.pool, 0) + 1
                 continue
             busy = bool(node.jobs)
-            nodes.append(
-                NodeState(
+            key = (
+                node.cordoned,
+                node.idle_since,
+                busy,
+                node.used_gpu_percent,
+                node.interruption_deadline,
+            )
+            if node.view is None or node.view_key != key:
+                node.view_key = key
+                node.view = NodeState(
                     name=node.name,
                     pool=node.pool,
                     gpus=node.gpus,
@@ -591,13 +716,12 @@ class Simulation:
                     utilization_percent=node.utilization_percent if busy else 0.0,
                     interruption_deadline=node.interruption_deadline,
                 )
-            )
-        pods: list[GPUPod] = []
-        jobs: list[JobState] = []
-        for index in sorted(self.running | self.pending):
-            pod, state = self._job_view(self.jobs[index])
-            pods.append(pod)
-            jobs.append(state)
+            nodes.append(node.view)
+        if self._jobs_changed:
+            views = [self._job_view(self.jobs[i]) for i in sorted(self.running | self.pending)]
+            self._job_views = (tuple(v[0] for v in views), tuple(v[1] for v in views))
+            self._jobs_changed = False
+        pods, jobs = self._job_views
         pools = tuple(
             PoolState(
                 name=p.name,
@@ -612,8 +736,8 @@ class Simulation:
             taken_at=self.now,
             pools=pools,
             nodes=tuple(nodes),
-            pods=tuple(pods),
-            jobs=tuple(jobs),
+            pods=pods,
+            jobs=jobs,
         )
 
     def _job_view(self, job: _Job) -> tuple[GPUPod, JobState]:
@@ -675,13 +799,47 @@ class Simulation:
         self._views[job.index] = (job.run_id, pod, state)
         return pod, state
 
+    def _quiet(self) -> bool:
+        """Whether decide() has nothing to do now: no pending pod past its grace period, no
+        interruption notice, no cloud node idle for its idleFor, nothing consolidation, return
+        to core, a deadline or idle reclaim could move. Then it plans nothing and asks for no
+        recheck (``check_quiet`` proves it in tests), so the tick is skipped and costs no
+        snapshot."""
+        if self._noticed or self._movable_on_cloud:
+            return False
+        for index in self._annotated:
+            if index in self.running or index in self.pending:
+                return False
+        for index in self.pending:
+            if self.jobs[index].pending_since + self.grace <= self.now:
+                return False
+        for node in self._idle_cloud.values():
+            assert node.idle_since is not None
+            if node.idle_since + self.idle_for[node.pool] <= self.now:
+                return False
+        return True
+
     def _tick(self) -> Plan:
         self.ticks += 1
+        quiet = self._quiet()
+        if quiet and not self.check_quiet:
+            self.recheck_at = None
+            return Plan(decided_at=self.now)
+        self.decisions += 1
         plan = decide(self._snapshot(), self.policy, self.now)
+        if quiet and (plan.actions or plan.recheck_at is not None):
+            raise AssertionError(
+                f"{self.name} at {self.now:g} s: a tick taken for quiet acts: "
+                + "; ".join(a.reason for a in plan.actions)
+                + f" (recheck at {plan.recheck_at})"
+            )
         self.recheck_at = plan.recheck_at
-        by_name = {
-            f"sim/{j.trace.name}": j for j in (self.jobs[i] for i in self.running | self.pending)
-        }
+        by_name: dict[str, _Job] = {}
+        if any(isinstance(a, MoveJob | ReclaimIdle) for a in plan.actions):
+            by_name = {
+                f"sim/{j.trace.name}": j
+                for j in (self.jobs[i] for i in self.running | self.pending)
+            }
         for action in plan.actions:
             if isinstance(action, ScaleUp):
                 pool = self.pools[action.pool]
@@ -713,11 +871,13 @@ class Simulation:
                     self._stop(job, requeue=True, pool=action.to_pool)
                 else:
                     job.pool = action.to_pool
+                    self._jobs_changed = True
             elif isinstance(action, HandleInterruption):
                 node = self.nodes.get(action.node)
                 if node is None:
                     continue
                 node.cordoned = True
+                self._node_changed(node)
                 for index in sorted(node.jobs):
                     self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
         return plan
@@ -748,20 +908,20 @@ class Simulation:
         terms = self.cost_terms
         free_core = 0
         busy: list[tuple[float, int]] = []
-        for node in self.nodes.values():
-            if not is_cloud(node.tier):
-                if not node.cordoned:
-                    free_core += node.free
+        for name, tally in self._tally.items():
+            if not tally.nodes:
                 continue
-            if node.ready_at > self.now:
-                terms["provisioning"] += node.price * dt
+            pool = self.pools[name]
+            if not is_cloud(pool.spec.tier):
+                free_core += tally.busy_free_gpus
                 continue
-            gpu_price = node.price / node.gpus
-            if not node.jobs:
-                terms["idle_nodes"] += node.price * dt
-                continue
-            terms["half_empty_nodes"] += node.free * gpu_price * dt
-            busy.append((gpu_price, node.gpus - node.free))
+            price = self._node_price[name]
+            gpu_price = price / pool.spec.gpu.per_node
+            terms["provisioning"] += tally.booting * price * dt
+            terms["idle_nodes"] += tally.empty * price * dt
+            terms["half_empty_nodes"] += tally.busy_free_gpus * gpu_price * dt
+            if tally.busy_used_gpus:
+                busy.append((gpu_price, tally.busy_used_gpus))
         # Owned GPUs that sat free while cloud GPUs worked: the dearest cloud work first.
         for gpu_price, gpus in sorted(busy, reverse=True):
             overlap = min(free_core, gpus)
@@ -778,23 +938,25 @@ class Simulation:
         node.removed_at = self.now
         self.removed.append(node)
         del self.nodes[node.name]
+        self._node_changed(node)
 
     # ----------------------------------------------------------------- time
     def _sample(self) -> None:
         for tier in Tier:
-            gpus = sum(n.gpus for n in self.nodes.values() if n.tier == tier)
-            cost = sum(n.price for n in self.nodes.values() if n.tier == tier)
+            gpus = 0
+            cost = 0.0
+            for name, tally in self._tally.items():
+                pool = self.pools[name]
+                if pool.spec.tier == tier and tally.nodes:
+                    gpus += tally.nodes * pool.spec.gpu.per_node
+                    cost += tally.nodes * self._node_price[name]
             self.series[f"gpus_{tier.value}"].append(gpus)
             self.series[f"cost_{tier.value}"].append(cost)
         self.series["t"].append(self.now / 3600)
-        self.series["demand_gpus"].append(
-            sum(self.jobs[i].trace.gpus for i in self.running | self.pending)
-        )
+        self.series["demand_gpus"].append(self._demand_gpus)
 
     def _needs_ticks(self) -> bool:
-        if self.pending:
-            return True
-        return any(is_cloud(n.tier) for n in self.nodes.values())
+        return bool(self.pending) or self._cloud_nodes > 0
 
     def _next_wake(self) -> float:
         """When the operator must look again although nothing happened: a heartbeat while
@@ -806,11 +968,11 @@ class Simulation:
         if not self._needs_ticks():
             return self._rules_due()  # an idle-timeout may still run out on owned GPUs
         wake = self.now + self.heartbeat
-        for node in self.nodes.values():
-            if node.idle_since is not None and is_cloud(node.tier):
-                idle_for = self.idle_for[node.pool]
-                if node.idle_since + idle_for > self.now:
-                    wake = min(wake, node.idle_since + idle_for)
+        for node in self._idle_cloud.values():
+            assert node.idle_since is not None
+            idle_for = self.idle_for[node.pool]
+            if node.idle_since + idle_for > self.now:
+                wake = min(wake, node.idle_since + idle_for)
         if self.pending and self.settings.spot_availability is not None:
             # Spot capacity may come back at the next sample of the availability series.
             gap = self.settings.spot_availability.gap_seconds
@@ -827,7 +989,9 @@ class Simulation:
         """The first moment a deadline or idle-reclaim rule may fire for a job as things
         stand (the real operator looks every interval; the simulation only then)."""
         due = math.inf
-        for index in self.running | self.pending:
+        for index in self._annotated:
+            if index not in self.running and index not in self.pending:
+                continue
             job = self.jobs[index]
             pod, state = self._job_view(job)
             if pod.idle_timeout_seconds is not None and pod.idle_since is not None:
@@ -869,7 +1033,7 @@ class Simulation:
         outstanding = len(self.trace)
         while self.now <= self.horizon:
             left = outstanding - self.reclaimed.workloads
-            if left == 0 and not any(is_cloud(n.tier) for n in self.nodes.values()):
+            if left == 0 and not self._cloud_nodes:
                 break
             next_event = self.events[0][0] if self.events else math.inf
             if not self.operator_can_act:
@@ -914,6 +1078,8 @@ class Simulation:
         if kind == "arrive":
             assert isinstance(payload, int)
             self.pending.add(payload)
+            self._demand_gpus += self.jobs[payload].trace.gpus
+            self._jobs_changed = True
             return 0
         if kind == "finish":
             assert isinstance(payload, tuple)
@@ -925,6 +1091,10 @@ class Simulation:
             self._stop(job, requeue=False)
             return 1
         if kind == "ready":
+            ready = self.nodes.get(str(payload))
+            if ready is not None:
+                ready.booting = False
+                self._node_changed(ready)
             return 0
         if kind == "drop":
             assert isinstance(payload, tuple)
@@ -938,6 +1108,7 @@ class Simulation:
                 return 0
             self.interruptions += 1
             node.interruption_deadline = self.now + INTERRUPTION_NOTICE_SECONDS
+            self._noticed.add(node.name)
             self._push(node.interruption_deadline, "reclaim", node.name)
         elif kind == "reclaim":
             for index in sorted(node.jobs):
