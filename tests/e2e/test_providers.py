@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,25 +87,10 @@ def cluster_api_backend(capi: StandInClusterAPI, namespace: str, pool: str) -> B
     )
 
 
-def scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
-    cluster: Cluster, operators: Operators, short: str, backend_for: Callable[[str], Backend]
-) -> None:
-    policy = cluster.policy()
-    pool_name = cluster.name(short)
-    backend = backend_for(pool_name)
-    pool = cluster.pool(
-        short,
-        tier="elastic",
-        policy=policy,
-        per_node=GPUS_PER_NODE,
-        max_nodes=1,
-        idle_for="2s",
-        provider=backend.provider,
-    )
-    assert pool == pool_name
-    assert backend.allowed_nodes() == 0 and backend.machines() == []
-    operators.start()
-
+@contextmanager
+def high_water_marks(cluster: Cluster, backend: Backend, pool: str) -> Iterator[dict[str, int]]:
+    """The most machines, allowed nodes and Nodes the pool had at any moment while the block
+    ran (polled every 0.2 s), to check a cap was never exceeded, even briefly."""
     seen = {"machines": 0, "allowed": 0, "nodes": 0}
     stop = threading.Event()
 
@@ -118,6 +104,40 @@ def scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
+        yield seen
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+
+
+def provider_pool(
+    cluster: Cluster,
+    short: str,
+    policy: str,
+    backend_for: Callable[[str], Backend],
+    **spec: Any,
+) -> tuple[str, Backend]:
+    """An elastic pool of ``GPUS_PER_NODE``-GPU nodes behind the backend's provider."""
+    backend = backend_for(cluster.name(short))
+    pool = cluster.pool(
+        short,
+        tier="elastic",
+        policy=policy,
+        per_node=GPUS_PER_NODE,
+        provider=backend.provider,
+        **spec,
+    )
+    assert backend.allowed_nodes() == 0 and backend.machines() == []
+    return pool, backend
+
+
+def scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
+    cluster: Cluster, operators: Operators, short: str, backend_for: Callable[[str], Backend]
+) -> None:
+    policy = cluster.policy()
+    pool, backend = provider_pool(cluster, short, policy, backend_for, max_nodes=1, idle_for="2s")
+    operators.start()
+    with high_water_marks(cluster, backend, pool) as seen:
         # Two pods of one node each; maxNodes is 1, so they take turns on one node.
         cluster.kube.create_job(
             gpu_job(
@@ -135,9 +155,6 @@ def scales_up_for_pending_work_within_max_nodes_then_releases_the_idle_node(
         # Idle now: released after idleFor (2s), within a few ticks, the machine with it.
         wait_for(lambda: cluster.pool_nodes(pool) == [], 90, f"the idle node of {pool} released")
         wait_for(lambda: backend.machines() == [], 30, f"the machine behind {pool} gone")
-    finally:
-        stop.set()
-        watcher.join(timeout=5)
     assert backend.allowed_nodes() == 0, "the provider still allows a node nobody asked for"
     assert seen == {"machines": 1, "allowed": 1, "nodes": 1}, seen
     assert cluster.events("ScaleUp"), "no ScaleUp Event"
@@ -168,33 +185,12 @@ def budget_caps_what_the_provider_is_allowed(
     $15/h budget and work for three, the NodePool's limit or the MachineDeployment's replicas
     never allow a second node, while maxNodes (4) would."""
     policy = cluster.policy(budget={"maxHourlyCost": 15})
-    pool_name = cluster.name(short)
-    backend = backend_for(pool_name)
-    pool = cluster.pool(
-        short,
-        tier="elastic",
-        policy=policy,
-        per_node=GPUS_PER_NODE,
-        price=10.0,
-        max_nodes=4,
-        idle_for="10m",
-        provider=backend.provider,
+    pool, backend = provider_pool(
+        cluster, short, policy, backend_for, price=10.0, max_nodes=4, idle_for="10m"
     )
-    assert pool == pool_name
     operators.start()
     cluster.wait_ticking(policy)
-    seen = {"machines": 0, "allowed": 0}
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            seen["machines"] = max(seen["machines"], len(backend.machines()))
-            seen["allowed"] = max(seen["allowed"], backend.allowed_nodes())
-            stop.wait(0.2)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with high_water_marks(cluster, backend, pool) as seen:
         cluster.kube.create_job(
             gpu_job(
                 "over",
@@ -213,11 +209,8 @@ def budget_caps_what_the_provider_is_allowed(
 
         wait_for(exceeded, 60, "BudgetExceeded=True")
         cluster.wait_ticks(policy, 3)  # ticks that saw the pending pods and the budget
-    finally:
-        stop.set()
-        watcher.join(timeout=5)
     assert len(cluster.pool_nodes(pool)) == 1
-    assert seen == {"machines": 1, "allowed": 1}, seen
+    assert seen == {"machines": 1, "allowed": 1, "nodes": 1}, seen
     pending = [p for p in cluster.job_pods("over") if not p.spec.node_name]
     assert len(pending) == 2, "two pods should still wait for budget"
 
