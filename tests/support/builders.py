@@ -69,6 +69,7 @@ def running(
     checkpoint: float | None = None,
     expected: float | None = None,
     returns: bool = False,
+    created: float | None = None,
 ) -> tuple[GPUPod, JobState | None]:
     c = Criticality(crit)
     pod = GPUPod(
@@ -93,6 +94,7 @@ def running(
             checkpoint_seconds=checkpoint,
             expected_duration_seconds=expected,
             return_to_core=returns,
+            created_at=created,
         )
         if job
         else None

@@ -483,6 +483,43 @@ CASES = {
         ],
         want=[("consolidate", "team/train", "core")],
     ),
+    # Return to core: preemptible Jobs that leave most of a multi-GPU cloud node empty.
+    "preemptible Jobs on a mostly empty spot node return to free owned GPUs": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            # Checkpoints every 30 minutes, the last one just now.
+            running("batch", "s1", 2, "preemptible", started=NOW - 7200, checkpoint=1800),
+            running("etl", "s1", 1, "preemptible", started=NOW - 3600, checkpoint=1800),
+        ],
+        want=[("consolidate", "team/batch", "core"), ("consolidate", "team/etl", "core")],
+    ),
+    "preemptible Jobs that use most of their spot node stay there": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("batch", "s1", 4, "preemptible", started=NOW - 7200, checkpoint=1800),
+            running("etl", "s1", 1, "preemptible", started=NOW - 3600, checkpoint=1800),
+        ],
+        want=[],
+    ),
+    "a preemptible Job alone on a 1-GPU spot node stays there": Case(
+        nodes=[*CORE_NODES, node("s1", "spot", gpus=1)],
+        pools=[*STANDARD_POOLS[:2], pool("spot", "spot", per_node=1, price=0.92)],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("batch", "s1", 1, "preemptible", started=NOW - 7200, checkpoint=1800),
+        ],
+        want=[],
+    ),
+    "a preemptible Job that states no checkpoint interval stays on its spot node": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("batch", "s1", 2, "preemptible", started=NOW - 7200),
+        ],
+        want=[],
+    ),
     "a standard Job that did not opt in stays in the cloud": Case(
         nodes=[*CORE_NODES, node("e1", "elastic")],
         workloads=[
@@ -534,14 +571,50 @@ CASES = {
         ],
         want=[],
     ),
-    # Preemptible work comes back only to owned nodes idle for their idleFor: sent back to
-    # owned GPUs free now, it was preempted again by firm work (docs/benchmarks.md).
-    "preemptible work does not return to owned GPUs that are free but not idle": Case(
+    # Preemptible work that fills most of its cloud node comes back only to owned nodes idle
+    # for their idleFor: sent back to owned GPUs free now, it was preempted again by firm
+    # work (docs/benchmarks.md). Half a node or less comes back to owned GPUs free now.
+    "preemptible work on a half-empty spot node returns to owned GPUs free but not idle": Case(
         nodes=[*CORE_NODES, node("s1", "spot")],
         workloads=[
             running("svc", "c1", 4, "critical"),
             running("svc2", "c2", 8, "critical"),
             running("batch", "s1", 4, "preemptible", started=NOW - 7200, checkpoint=1800),
+        ],
+        want=[("consolidate", "team/batch", "core")],
+    ),
+    "a preemptible Job already late by most of its wait budget stays on spot": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            # Created 100 minutes before this run started: 100 + 10 + 30 minutes > 2 hours.
+            running(
+                "batch",
+                "s1",
+                4,
+                "preemptible",
+                started=NOW - 7200,
+                checkpoint=1800,
+                created=NOW - 7200 - 6000,
+            ),
+        ],
+        want=[],
+    ),
+    "a preemptible Job its owner pinned to spot stays there": Case(
+        nodes=[*CORE_NODES, node("s1", "spot")],
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 8, "critical"),
+            running(
+                "batch",
+                "s1",
+                4,
+                "preemptible",
+                started=NOW - 7200,
+                checkpoint=1800,
+                pool_pin="spot",
+            ),
         ],
         want=[],
     ),

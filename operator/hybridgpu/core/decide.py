@@ -1249,15 +1249,15 @@ class _Decider:
 
     # ---------------------------------------------------- 3b. return to core
     def _return_to_core(self) -> None:
-        """Rule 4: standard Jobs that opt in (hybridgpu.io/return-to-core: "true") and alone
-        keep a cloud node busy move back to owned GPUs free now, when releasing that node
-        saves more over their remaining run than the work their restart throws away.
-        Preemptible work already comes back (``_consolidate``)."""
+        """Rule 4: Jobs that alone keep a cloud node busy move back to owned GPUs free now,
+        when releasing that node saves more over their remaining run than the work their
+        restart throws away: standard Jobs that opt in (hybridgpu.io/return-to-core:
+        "true"), and preemptible Jobs that leave at least half of a multi-GPU cloud node
+        empty (``_may_return``). Other preemptible work comes back only to owned nodes idle
+        for their idleFor (``_consolidate``)."""
         if not self.policy.consolidation.enabled or self.moves_left <= 0:
             return
         opted = {j.key for j in self.snap.jobs if j.return_to_core}
-        if not opted:
-            return
         candidates: list[tuple[float, str, list[GPUPod]]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
@@ -1265,14 +1265,10 @@ class _Decider:
                 continue
             if not self._schedulable(self.nodes[node_name]):
                 continue
-            if all(
-                p.job in opted
-                and p.job in self.jobs
-                and p.job not in self.moving
-                and p.criticality == Criticality.STANDARD
-                and p.started_at is not None
-                for p in pods
-            ):
+            preemptible = any(p.criticality == PREEMPTIBLE for p in pods)
+            if preemptible and 2 * sum(p.gpus for p in pods) > ledger.per_node:
+                continue  # the node is mostly used: see _may_return
+            if all(self._may_return(p, ledger, opted) for p in pods):
                 candidates.append((-ledger.node_price, node_name, pods))
         for _, node_name, pods in sorted(candidates, key=lambda c: (c[0], c[1])):
             jobs = sorted({p.job for p in pods if p.job is not None})
@@ -1321,8 +1317,11 @@ class _Decider:
                         to_pool=target.name,
                         gpus=sum(p.gpus for p in pods if p.job == key),
                         kind=ActionKind.CONSOLIDATE,
-                        reason=f"standard Job {key} (hybridgpu.io/return-to-core) alone keeps "
-                        f"{source.tier} node {node_name} busy and owned GPUs of {target.name} "
+                        reason=f"{job.criticality} Job {key}"
+                        + (" (hybridgpu.io/return-to-core)" if job.return_to_core else "")
+                        + f" alone keeps {source.tier} node {node_name} busy"
+                        + ("" if job.return_to_core else f" ({gpus} of {source.per_node} GPUs)")
+                        + f" and owned GPUs of {target.name} "
                         f"are free: moving it back saves ${savings:.2f}/h once the node is "
                         f"released, more over its {left_h:.1f} h left than the "
                         f"${lost:.2f} of work its restart throws away",
@@ -1330,6 +1329,42 @@ class _Decider:
                 )
             for p in pods:
                 self._adjust(node_name, p.gpus)
+
+    def _may_return(self, pod: GPUPod, ledger: _PoolLedger, opted: set[str]) -> bool:
+        """Whether the pod's Job may move from this cloud node back to owned GPUs.
+
+        A standard Job when it opts in. A preemptible Job when the caller found its node at
+        least half empty (the half-empty node is the waste: its price is paid mostly for
+        GPUs nobody uses, and releasing it saves far more per hour than the GPUs moved),
+        when it states its checkpoint interval (it moves right after a checkpoint and loses
+        only the restart) and when its delay so far, two restarts and one checkpoint
+        interval fit in the preemptible waitBudget (room for this restart and one more
+        preemption by firm work). Preemptible Jobs that fill most of a node, e.g. alone on
+        a 1-GPU spot node, stay: on openb with measured spot preemptions, returning them
+        made firm work preempt them again and again, and preemptible work finished 4.3-7.7 h
+        late (allowance 4 h; bench/simulate_openb.py --spot-trace)."""
+        if pod.criticality == Criticality.STANDARD:
+            return (
+                pod.job in opted
+                and pod.job in self.jobs
+                and pod.job not in self.moving
+                and pod.started_at is not None
+            )
+        if pod.criticality != PREEMPTIBLE:
+            return False
+        job = self._movable(pod.job)
+        if job is None or (pod.pool == ledger.name and not job.pinned_by_operator):
+            return False  # too young, moving, or pinned to that pool by its owner
+        every = job.checkpoint_seconds
+        room = self._delay_seconds(job) + 2 * self.restart_hours * 3600 + (every or 0.0)
+        return bool(every) and room <= self.wait_budget[PREEMPTIBLE]
+
+    def _delay_seconds(self, job: JobState) -> float:
+        """How late the Job already is: the time since its creation that its saved progress
+        does not account for, up to its current run (0 when its creation is not known)."""
+        if job.created_at is None or job.started_at is None:
+            return 0.0
+        return max(job.started_at - job.created_at - job.progress_seconds, 0.0)
 
     def _take_owned(self, pods: list[GPUPod]) -> list[tuple[str, int]] | None:
         """Owned GPUs free now (none promised to waiting pods) for every pod, largest first,
