@@ -33,7 +33,7 @@ from hybridgpu.cloud import kubeapi
 from hybridgpu.cloud.base import Instance, InterruptionNotice, ProviderError
 from hybridgpu.cloud.kubeapi import provider_error
 from hybridgpu.models.base import parse_duration_seconds
-from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.pool import GPUPoolSpec, product_label
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def kwok_node(name: str, pool: str, spec: GPUPoolSpec) -> dict[str, Any]:
         "type": "kwok",
         POOL_LABEL: pool,
         TIER_LABEL: str(spec.tier),
-        "nvidia.com/gpu.product": spec.gpu.model,
+        "nvidia.com/gpu.product": product_label(spec.gpu),
         "nvidia.com/gpu.count": gpus,
         **spec.labels,
         **(spec.node_selector or {}),

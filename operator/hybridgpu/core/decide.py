@@ -48,7 +48,7 @@ from hybridgpu.models.actions import (
 )
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.pool import Tier
+from hybridgpu.models.pool import Tier, serves_models
 from hybridgpu.models.snapshot import (
     CRITICALITY_RANK,
     ClusterSnapshot,
@@ -134,8 +134,8 @@ class _PoolLedger:
 
 
 def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
-    """Whether the pool's GPUs are among ``models`` (empty: any model will do)."""
-    return not models or ledger.state.spec.gpu.model in models
+    """Whether the pool's GPUs are among ``models`` (empty: any whole GPU will do)."""
+    return serves_models(ledger.state.spec.gpu, models)
 
 
 @dataclass(slots=True)

@@ -18,11 +18,49 @@ class Tier(StrEnum):
     SPOT = "spot"
 
 
+SHARED_SUFFIX = "-SHARED"
+"""What NVIDIA's GPU feature discovery appends to a node's nvidia.com/gpu.product label when
+its GPUs are shared (time-slicing or MPS): pods that ask for a share select it."""
+
+
+class GPUSharing(SpecModel):
+    """The pool's GPUs are shared: the device plugin advertises each GPU as ``replicas``
+    nvidia.com/gpu units (time-slicing, MPS), or each node is partitioned into MIG slices of
+    one profile. Pods that want a share of a GPU select the pool's ``<model>-SHARED``
+    product; pods that want whole GPUs never land here."""
+
+    strategy: Literal["time-slicing", "mps", "mig"] = Field(
+        default="time-slicing", description="How the GPUs are shared."
+    )
+    replicas: int = Field(
+        ge=2, le=48, description="Units (nvidia.com/gpu) each physical GPU is advertised as."
+    )
+
+
 class GPUSpec(SpecModel):
     """The GPUs in every node of the pool."""
 
+    rules = (
+        Rule(
+            cel="!has(self.sharing) || self.perNode % self.sharing.replicas == 0",
+            message="with sharing, perNode counts the advertised units: a multiple of "
+            "sharing.replicas (e.g. 8 GPUs x 4 replicas = 32)",
+            check=lambda s: s.sharing is None or s.per_node % s.sharing.replicas == 0,
+        ),
+    )
+
     model: str = Field(min_length=1, description="GPU model, e.g. A100-80GB, H100, V100, L4.")
-    per_node: int = Field(ge=1, le=64, description="GPUs per node (nvidia.com/gpu capacity).")
+    per_node: int = Field(
+        ge=1,
+        le=512,
+        description="GPUs per node (nvidia.com/gpu capacity); with sharing, the units the "
+        "node advertises (physical GPUs x sharing.replicas).",
+    )
+    sharing: GPUSharing | None = Field(
+        default=None,
+        description="The GPUs are shared (time-slicing, MPS, MIG): only pods asking for a "
+        "share (node affinity on the <model>-SHARED product) run here.",
+    )
     memory_gib: int | None = Field(
         default=None, alias="memoryGiB", ge=1, description="Memory of one GPU in GiB."
     )
@@ -341,3 +379,23 @@ class GPUPoolStatus(SpecModel):
     observed_generation: int | None = Field(
         default=None, description="metadata.generation the status reflects."
     )
+
+
+def serves_models(gpu: GPUSpec, models: tuple[str, ...]) -> bool:
+    """Whether a pool with these GPUs may run a pod restricted to GPU ``models`` (empty: any
+    whole GPU). A shared pool runs only pods that name its ``<model>-SHARED`` product; a
+    pod that names a shared product runs only there. One rule for decide(), the simulator
+    and its checks."""
+    if gpu.sharing is not None:
+        return product_label(gpu) in models
+    return not models or gpu.model in models
+
+
+def product_label(gpu: GPUSpec) -> str:
+    """The nvidia.com/gpu.product value of the pool's nodes: ``<model>-SHARED`` when shared."""
+    return gpu.model + SHARED_SUFFIX if gpu.sharing is not None else gpu.model
+
+
+def physical_gpus(gpu: GPUSpec) -> int:
+    """Physical GPUs in one node (the advertised units over the sharing replicas)."""
+    return gpu.per_node // gpu.sharing.replicas if gpu.sharing is not None else gpu.per_node

@@ -27,6 +27,7 @@ from hybridgpu.errors import UserError
 from hybridgpu.models.policy import ScalingPolicySpec, WaitBudgetSpec
 from hybridgpu.models.pool import Tier
 from hybridgpu.models.snapshot import Criticality, PoolState
+from hybridgpu.sim.config import share_fractional
 from hybridgpu.sim.defaults import DEFAULT_FIRM_SLO_SECONDS, DEFAULT_PREEMPTIBLE_SLO_SECONDS
 from hybridgpu.sim.engine import PolicyResult, SimSettings, Simulation
 from hybridgpu.sim.traces import TraceJob
@@ -251,6 +252,7 @@ def compare(
     """Every policy of POLICIES on the same trace and settings; owned nodes billed over the
     trace window for every policy that has them."""
     slo = slo or WaitSLO()
+    jobs = share_fractional(jobs, pools)  # fractional GPUs as shares of shared pools
     results: dict[str, PolicyResult] = {}
     for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
         step = (lambda f, n=name: progress(n, f)) if progress else None

@@ -3,8 +3,9 @@ kubectl, so the simulator and the operator read one configuration."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import describe_validation_error, read_yaml_documents
-from hybridgpu.models.pool import Tier
+from hybridgpu.models.pool import Tier, product_label, serves_models
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
 from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.sim.traces import TraceJob
@@ -96,19 +97,53 @@ class Infeasible:
     reason: str
 
 
+TIER_ORDER = (Tier.CORE.value, Tier.ELASTIC.value, Tier.SPOT.value)
+
+
+def share_fractional(jobs: Sequence[TraceJob], pools: Sequence[PoolState]) -> list[TraceJob]:
+    """Jobs that need a fraction of one GPU (``gpu_milli``) as shares of the pools that share
+    their GPUs (``gpu.sharing``): ceil(milli x replicas / 1000) units, restricted to those
+    pools' ``<model>-SHARED`` products, as a pod selects them in Kubernetes. The replicas are
+    those of the first such pool in tier order (owned first) whose model the job may use;
+    pools sharing with other replicas would give other units, so they are left out. A job no
+    shared pool can take keeps its whole GPU. Idempotent: a resolved job has no gpu_milli."""
+    shared = [p for p in pools if p.spec.gpu.sharing is not None and p.spec.max_nodes > 0]
+    if not shared:
+        return list(jobs)
+    shared.sort(key=lambda p: (TIER_ORDER.index(p.spec.tier), p.name))
+    out: list[TraceJob] = []
+    for job in jobs:
+        milli = job.gpu_milli
+        usable = [p for p in shared if not job.gpu_models or p.spec.gpu.model in job.gpu_models]
+        if milli is None or job.gpus != 1 or not usable:
+            out.append(job)
+            continue
+        sharing = usable[0].spec.gpu.sharing
+        assert sharing is not None
+        products = sorted(
+            {
+                product_label(p.spec.gpu)
+                for p in usable
+                if p.spec.gpu.sharing is not None
+                and p.spec.gpu.sharing.replicas == sharing.replicas
+            }
+        )
+        units = max(1, math.ceil(milli * sharing.replicas / 1000))
+        out.append(replace(job, gpus=units, gpu_models=tuple(products), gpu_milli=None))
+    return out
+
+
 def infeasible_jobs(jobs: Sequence[TraceJob], pools: Sequence[PoolState]) -> list[Infeasible]:
     """Jobs that could never start: each needs a GPU model no pool has, or more GPUs than any
     node of the pools it may use (core and elastic; spot too for preemptible jobs), or than
     any elastic node (the on_demand baseline runs on elastic pools only)."""
-    have = sorted({p.spec.gpu.model for p in pools})
+    have = sorted({product_label(p.spec.gpu) for p in pools})
 
     def largest(tiers: set[str], models: tuple[str, ...]) -> PoolState | None:
         usable = [
             p
             for p in pools
-            if p.spec.tier in tiers
-            and p.spec.max_nodes > 0
-            and (not models or p.spec.gpu.model in models)
+            if p.spec.tier in tiers and p.spec.max_nodes > 0 and serves_models(p.spec.gpu, models)
         ]
         return max(usable, key=lambda p: (p.spec.gpu.per_node, p.name), default=None)
 
@@ -159,6 +194,7 @@ def feasible_jobs(
 ) -> tuple[list[TraceJob], list[Infeasible]]:
     """``jobs`` without the ones no pool can run, and those; UserError naming the first of
     them unless ``skip``."""
+    jobs = share_fractional(jobs, pools)
     bad = infeasible_jobs(jobs, pools)
     if bad and not skip:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""

@@ -38,7 +38,7 @@ from hybridgpu.models.actions import (
 )
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.pool import Tier
+from hybridgpu.models.pool import Tier, serves_models
 from hybridgpu.models.snapshot import (
     CRITICALITY_RANK,
     ClusterSnapshot,
@@ -510,7 +510,7 @@ class Simulation:
         names = [
             n
             for n, p in self.pools.items()
-            if p.spec.tier in order and (not models or p.spec.gpu.model in models)
+            if p.spec.tier in order and serves_models(p.spec.gpu, models)
         ]
         return sorted(names, key=lambda n: (order[self.pools[n].spec.tier], n))
 

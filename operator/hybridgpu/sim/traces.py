@@ -54,6 +54,10 @@ class TraceJob:
     """hybridgpu.io/idle-timeout: reclaimed after this long below the idle threshold."""
     return_to_core: bool = False
     """hybridgpu.io/return-to-core: a standard job the operator may move back to owned GPUs."""
+    gpu_milli: int | None = None
+    """Of a one-GPU job: the thousandths of one GPU it needs (openb gpu_milli); None or
+    1000: the whole GPU. Run as a share where a pool shares its GPUs (sim.config), else
+    rounded up to the whole GPU, as Kubernetes allocates nvidia.com/gpu."""
 
     @property
     def deadline_at(self) -> float | None:
@@ -61,6 +65,19 @@ class TraceJob:
         if self.deadline_seconds is None:
             return None
         return self.arrival_seconds + self.deadline_seconds
+
+
+def _gpu_milli(path: Path, line: int, raw: str | None, gpus: int) -> int | None:
+    """A one-GPU job's share of the GPU in thousandths (None: whole or not given)."""
+    if raw is None or not raw.strip() or gpus != 1:
+        return None
+    milli = _number(path, line, "gpu_milli", raw)
+    if milli is None or not 0 < milli <= 1000:
+        raise UserError(
+            f"{path}:{line}: field 'gpu_milli' is {raw!r}; expected thousandths of one GPU, "
+            "from 1 to 1000 (or an empty cell)"
+        )
+    return None if milli >= 1000 else math.ceil(milli)
 
 
 def parse_gpu_models(raw: str | None) -> tuple[str, ...]:
@@ -135,8 +152,8 @@ def load_openb(
 
     A pod arrives at creation_time and runs from scheduled_time to deletion_time; times are
     divided by ``time_scale``. Pods asking no GPU, and pods never scheduled (their run time is
-    unknown), are skipped and counted. A fractional GPU (gpu_milli < 1000) counts as one
-    whole GPU: Kubernetes allocates nvidia.com/gpu in whole units.
+    unknown), are skipped and counted. A fractional GPU (gpu_milli < 1000 of one GPU) is kept:
+    it runs as a share on a pool that shares its GPUs, else as one whole GPU.
     """
     path = Path(path)
     mapping = dict(qos_map or DEFAULT_QOS_MAP)
@@ -180,6 +197,7 @@ def load_openb(
                 gpus=int(gpus),
                 criticality=mapping[qos],
                 gpu_models=parse_gpu_models(row.get("gpu_spec")),
+                gpu_milli=_gpu_milli(path, line, row.get("gpu_milli"), int(gpus)),
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
@@ -274,8 +292,9 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     optionally checkpoint_interval_seconds (empty: the simulation's default; 0: never),
     gpu_models (``A|B``: the pool GPU models it may run on; empty: any), deadline_seconds
     (after arrival), expected_duration_seconds (empty with a deadline: the real duration),
-    utilization_percent (0-100; empty: busy), idle_timeout_seconds (idle reclaim opt-in)
-    and return_to_core (``true``: a standard job the operator may move back to owned GPUs).
+    utilization_percent (0-100; empty: busy), idle_timeout_seconds (idle reclaim opt-in),
+    return_to_core (``true``: a standard job the operator may move back to owned GPUs) and
+    gpu_milli (of a one-GPU job: thousandths of the GPU it needs, a share where a pool shares).
     Every optional cell may be empty."""
     path = Path(path)
     required = ("name", "arrival_seconds", "duration_seconds", "gpus", "criticality")
@@ -352,6 +371,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 utilization_percent=utilization,
                 idle_timeout_seconds=seconds.get("idle_timeout_seconds"),
                 return_to_core=returns == "true",
+                gpu_milli=_gpu_milli(path, line, row.get("gpu_milli"), int(gpus)),
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
