@@ -123,3 +123,26 @@ def test_correlated_interruptions_take_nodes_together(tmp_path: Path) -> None:
     assert result.spot_interruptions == len(notices) > 0
     # Every drop of the trace is the whole group: all live spot nodes at the same moment.
     assert max(notices.count(t) for t in set(notices)) >= 6
+
+
+@pytest.mark.parametrize(("availability", "premium_hours"), [([1, 1, 1], 3 * 8), ([0, 0, 0], 0)])
+def test_on_demand_paid_for_want_of_spot_is_a_term_of_its_own(
+    tmp_path: Path, availability: list[int], premium_hours: int
+) -> None:
+    """Preemptible work allowed on on-demand runs there when spot has no capacity: what it
+    paid above the spot price is `spot_unavailable` in --explain, not work the bound avoids;
+    with spot capacity it runs on spot and the term is zero."""
+    pools = _cluster(0, 4.0, 1.25)  # no owned GPUs: on-demand or spot
+    base = load_cluster(_BUNDLED).policy.spec
+    preemption = base.preemption.model_copy(update={"allow_on_demand_for_preemptible": True})
+    policy = base.model_copy(update={"preemption": preemption})
+    jobs = [TraceJob(f"b{i}", 0, 3600, 8, Criticality.PREEMPTIBLE) for i in range(3)]
+    series = load_availability_trace(_series(tmp_path, availability))
+    settings = SimSettings(spot_availability=series, spot_hazard_per_hour=0)
+    result = Simulation("h", pools, policy, jobs, settings).run()
+    assert result.unfinished_jobs == 0
+    terms = result.cost_terms_dollars
+    # 3 jobs x 8 GPUs x 1 h above the spot price of 1.25 a GPU-hour (on-demand 4.0).
+    assert terms["spot_unavailable"] == pytest.approx(premium_hours * (4.0 - 1.25))
+    assert sum(terms.values()) == pytest.approx(result.cloud_cost_dollars, abs=0.01)
+    assert all(v >= -1e-9 for v in terms.values()), terms

@@ -66,6 +66,7 @@ COST_TERMS = (
     "work_while_owned_gpus_free",
     "lost_work",
     "billing_minimum",
+    "spot_unavailable",
     "cloud_work",
 )
 # Every this many seconds the cost/capacity time series gets a sample (for the PNG).
@@ -125,7 +126,7 @@ class _Node:
     over its GPUs (free GPUs read 0%)."""
     booting: bool = False
     """Launched and not Ready yet (until its "ready" event)."""
-    counted: tuple[int, int, int, int] | None = None
+    counted: tuple[int, int, int, int, int] | None = None
     """What the node adds to the simulation's per-pool tallies (``_Tally``) right now."""
     placeable: tuple[int, str] | None = None
     """Its key (free GPUs, name) in its pool's ``_placeable`` while pods can land on it."""
@@ -175,6 +176,9 @@ class _Tally:
     busy_free_gpus: int = 0
     """Free GPUs on ready cloud nodes that run jobs (for owned pools: on uncordoned nodes)."""
     busy_used_gpus: int = 0
+    busy_preemptible_gpus: int = 0
+    """Of busy_used_gpus: GPUs preemptible jobs use (on on-demand nodes, the work spot
+    would have run had it had capacity)."""
 
 
 @dataclass
@@ -632,11 +636,12 @@ class Simulation:
         """Bring the per-pool tallies and the idle cloud nodes up to date with ``node``."""
         tally = self._tally[node.pool]
         if node.counted is not None:
-            booting, empty, free, used = node.counted
+            booting, empty, free, used, preemptible = node.counted
             tally.booting -= booting
             tally.empty -= empty
             tally.busy_free_gpus -= free
             tally.busy_used_gpus -= used
+            tally.busy_preemptible_gpus -= preemptible
         cloud = is_cloud(node.tier)
         placeable = None
         if node.removed_at is None and not node.cordoned and not node.booting:
@@ -656,18 +661,26 @@ class Simulation:
             return
         if not cloud:
             # Owned GPUs count while free and schedulable.
-            counted = (0, 0, 0 if node.cordoned else node.free, 0)
+            counted = (0, 0, 0 if node.cordoned else node.free, 0, 0)
         elif node.booting:
-            counted = (1, 0, 0, 0)
+            counted = (1, 0, 0, 0, 0)
         elif not node.jobs:
-            counted = (0, 1, 0, 0)
+            counted = (0, 1, 0, 0, 0)
         else:
-            counted = (0, 0, node.free, node.gpus - node.free)
-        booting, empty, free, used = counted
+            preemptible = 0
+            if node.tier == Tier.ELASTIC:
+                preemptible = sum(
+                    self.jobs[i].trace.gpus
+                    for i in node.jobs
+                    if self.jobs[i].trace.criticality == Criticality.PREEMPTIBLE
+                )
+            counted = (0, 0, node.free, node.gpus - node.free, preemptible)
+        booting, empty, free, used, preemptible = counted
         tally.booting += booting
         tally.empty += empty
         tally.busy_free_gpus += free
         tally.busy_used_gpus += used
+        tally.busy_preemptible_gpus += preemptible
         node.counted = counted
         if cloud and node.idle_since is not None:
             self._idle_cloud[node.name] = node
@@ -907,7 +920,8 @@ class Simulation:
             return
         terms = self.cost_terms
         free_core = 0
-        busy: list[tuple[float, int]] = []
+        busy: list[tuple[float, int, int, float]] = []
+        spot_gpu_price = self._spot_gpu_price_while_unavailable()
         for name, tally in self._tally.items():
             if not tally.nodes:
                 continue
@@ -921,13 +935,38 @@ class Simulation:
             terms["idle_nodes"] += tally.empty * price * dt
             terms["half_empty_nodes"] += tally.busy_free_gpus * gpu_price * dt
             if tally.busy_used_gpus:
-                busy.append((gpu_price, tally.busy_used_gpus))
+                # Preemptible work on on-demand while the spot pools of its model had no
+                # capacity: what it paid above the spot price is spot unavailability's.
+                spot = spot_gpu_price.get(pool.spec.gpu.model)
+                premium = max(gpu_price - spot, 0.0) if spot is not None else 0.0
+                pre = tally.busy_preemptible_gpus if premium else 0
+                busy.append((gpu_price, tally.busy_used_gpus, pre, premium))
         # Owned GPUs that sat free while cloud GPUs worked: the dearest cloud work first.
-        for gpu_price, gpus in sorted(busy, reverse=True):
+        for gpu_price, gpus, pre, premium in sorted(busy, reverse=True):
             overlap = min(free_core, gpus)
             free_core -= overlap
             terms["work_while_owned_gpus_free"] += overlap * gpu_price * dt
-            terms["cloud_work"] += (gpus - overlap) * gpu_price * dt
+            unavailable = min(pre, gpus - overlap) * premium * dt
+            terms["spot_unavailable"] += unavailable
+            terms["cloud_work"] += (gpus - overlap) * gpu_price * dt - unavailable
+
+    def _spot_gpu_price_while_unavailable(self) -> dict[str, float]:
+        """GPU model -> the cheapest spot price per GPU-hour of its spot pools, for the models
+        whose every spot pool cannot launch now (none: spot had capacity or no availability
+        series is replayed)."""
+        if self.settings.spot_availability is None:
+            return {}
+        cheapest: dict[str, float] = {}
+        launchable: set[str] = set()
+        for name, pool in self.pools.items():
+            if pool.spec.tier != Tier.SPOT or pool.spec.max_nodes <= 0:
+                continue
+            model = pool.spec.gpu.model
+            per_gpu = self._node_price[name] / pool.spec.gpu.per_node
+            cheapest[model] = min(cheapest.get(model, per_gpu), per_gpu)
+            if self._launchable(name):
+                launchable.add(model)
+        return {m: p for m, p in cheapest.items() if m not in launchable}
 
     def _cost_terms(self) -> dict[str, float]:
         terms = dict(self.cost_terms)

@@ -77,6 +77,7 @@ EXPLAIN_LABELS = {
     "work_while_owned_gpus_free": "work while as many owned GPUs sat free",
     "lost_work": "work lost to moves, interruptions, restarts",
     "billing_minimum": "billing minimum of short-lived nodes",
+    "spot_unavailable": "preemptible on on-demand while spot had no capacity",
     "beyond_bound": "other work the bound avoids (deferred, cheaper)",
 }
 
