@@ -5,6 +5,8 @@
 #   hack/control-plane.sh up|down|status   start / stop / inspect the control plane
 #   hack/control-plane.sh env              print `export KUBECONFIG=...` for the running one
 #   hack/control-plane.sh paths            print the binary and state directories
+#   hack/control-plane.sh stop-component|start-component|restart COMPONENT
+#                                          one component alone (fault tests), state kept
 #
 # Everything listens on 127.0.0.1 on free ports. Binaries are cached under
 # $HYBRIDGPU_CACHE_DIR/control-plane/<version key>/bin, state under $HYBRIDGPU_CACHE_DIR/run/<name>.
@@ -484,6 +486,108 @@ all_alive() {
   for c in "${COMPONENTS[@]}"; do alive "$c" || return 1; done
 }
 
+# One function per component (`up` starts them in order; `restart` one of them alone), with the
+# ports of ports.env and the files of the state directory.
+start_etcd() {
+  # etcd: loopback only; fsync off because this data is thrown away after the session.
+  start_component etcd "$BIN_DIR/etcd" --name=default --data-dir="$RUN_DIR/etcd-data" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="default=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync --quota-backend-bytes=8589934592 --log-level=warn
+}
+
+start_kube-apiserver() {
+  start_component kube-apiserver "$BIN_DIR/kube-apiserver" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --authorization-mode=Node,RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/16 \
+    --allow-privileged=true --profiling=false \
+    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
+    --v=1
+}
+
+start_kube-controller-manager() {
+  start_component kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --cert-dir="$RUN_DIR/kcm-certs" \
+    --kubeconfig="$RUN_DIR/kube-controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$RUN_DIR/kube-controller-manager.kubeconfig" \
+    --authorization-kubeconfig="$RUN_DIR/kube-controller-manager.kubeconfig" \
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --use-service-account-credentials=true --leader-elect=false \
+    --kube-api-qps=500 --kube-api-burst=1000 --concurrent-job-syncs=20 \
+    --v=1
+}
+
+start_kube-scheduler() {
+  start_component kube-scheduler "$BIN_DIR/kube-scheduler" \
+    --config="$RUN_DIR/kube-scheduler.yaml" \
+    --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --cert-dir="$RUN_DIR/scheduler-certs" \
+    --authentication-kubeconfig="$RUN_DIR/kube-scheduler.kubeconfig" \
+    --authorization-kubeconfig="$RUN_DIR/kube-scheduler.kubeconfig" \
+    --v=1
+}
+
+start_kwok() {
+  start_component kwok "$BIN_DIR/kwok" \
+    --kubeconfig="$RUN_DIR/kwok.kubeconfig" --config="$RUN_DIR/kwok.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr=10.244.0.1/16 --node-ip=10.240.0.1 \
+    --server-address="127.0.0.1:$KWOK_PORT"
+}
+
+healthy() {
+  case "$1" in
+    etcd) etcd_ok ;;
+    kube-apiserver) apiserver_ok ;;
+    kube-controller-manager) kcm_ok ;;
+    kube-scheduler) scheduler_ok ;;
+    kwok) kwok_ok ;;
+  esac
+}
+
+cmd_stop_component() {
+  # Stop one component of a running control plane (fault tests: an apiserver or etcd outage);
+  # its state stays, `start-component` brings it back on the same port.
+  local c=${1:-}
+  [[ " ${COMPONENTS[*]} " == *" $c "* ]] || die "usage: $0 stop-component|start-component|restart ${COMPONENTS[*]// /|}"
+  load_ports || die "$CLUSTER_NAME is not up"
+  exec 8>"$RUN_DIR/.lock"
+  flock -w 60 8 || die "another up/down of $CLUSTER_NAME holds $RUN_DIR/.lock"
+  stop_pid_group "$c"
+  log "$c stopped ($CLUSTER_NAME)"
+}
+
+cmd_start_component() {
+  local c=${1:-}
+  [[ " ${COMPONENTS[*]} " == *" $c "* ]] || die "usage: $0 stop-component|start-component|restart ${COMPONENTS[*]// /|}"
+  load_ports || die "$CLUSTER_NAME is not up"
+  exec 8>"$RUN_DIR/.lock"
+  flock -w 60 8 || die "another up/down of $CLUSTER_NAME holds $RUN_DIR/.lock"
+  if alive "$c"; then
+    log "$c already running ($CLUSTER_NAME)"
+  else
+    "start_$c"
+  fi
+  wait_for "$c" 120 healthy "$c" || die "$c did not come back"
+  log "$c started ($CLUSTER_NAME)"
+}
+
+cmd_restart() {
+  cmd_stop_component "$@"
+  exec 8>&-
+  cmd_start_component "$@"
+}
+
 cmd_up() {
   mkdir -p "$RUN_DIR"
   exec 8>"$RUN_DIR/.lock"
@@ -524,52 +628,13 @@ PORTS
     echo $! >"$RUN_DIR/watchdog.pid"
   fi
 
-  # etcd: loopback only; fsync off because this data is thrown away after the session.
-  start_component etcd "$BIN_DIR/etcd" --name=default --data-dir="$RUN_DIR/etcd-data" \
-    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
-    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster="default=http://127.0.0.1:$ETCD_PEER_PORT" \
-    --unsafe-no-fsync --quota-backend-bytes=8589934592 --log-level=warn
+  start_etcd
   wait_for etcd 60 etcd_ok || { stop_all; die "etcd failed to start"; }
-
-  start_component kube-apiserver "$BIN_DIR/kube-apiserver" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
-    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" \
-    --authorization-mode=Node,RBAC \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$PKI/sa.pub" \
-    --service-account-signing-key-file="$PKI/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/16 \
-    --allow-privileged=true --profiling=false \
-    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
-    --v=1
+  start_kube-apiserver
   wait_for kube-apiserver 120 apiserver_ok || { stop_all; die "kube-apiserver failed to start"; }
-
-  start_component kube-controller-manager "$BIN_DIR/kube-controller-manager" \
-    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --cert-dir="$RUN_DIR/kcm-certs" \
-    --kubeconfig="$RUN_DIR/kube-controller-manager.kubeconfig" \
-    --authentication-kubeconfig="$RUN_DIR/kube-controller-manager.kubeconfig" \
-    --authorization-kubeconfig="$RUN_DIR/kube-controller-manager.kubeconfig" \
-    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-    --use-service-account-credentials=true --leader-elect=false \
-    --kube-api-qps=500 --kube-api-burst=1000 --concurrent-job-syncs=20 \
-    --v=1
-  start_component kube-scheduler "$BIN_DIR/kube-scheduler" \
-    --config="$RUN_DIR/kube-scheduler.yaml" \
-    --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --cert-dir="$RUN_DIR/scheduler-certs" \
-    --authentication-kubeconfig="$RUN_DIR/kube-scheduler.kubeconfig" \
-    --authorization-kubeconfig="$RUN_DIR/kube-scheduler.kubeconfig" \
-    --v=1
-  start_component kwok "$BIN_DIR/kwok" \
-    --kubeconfig="$RUN_DIR/kwok.kubeconfig" --config="$RUN_DIR/kwok.yaml" \
-    --manage-all-nodes=false \
-    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-    --cidr=10.244.0.1/16 --node-ip=10.240.0.1 \
-    --server-address="127.0.0.1:$KWOK_PORT"
+  start_kube-controller-manager
+  start_kube-scheduler
+  start_kwok
   wait_for kube-controller-manager 90 kcm_ok || { stop_all; die "kube-controller-manager failed"; }
   wait_for kube-scheduler 90 scheduler_ok || { stop_all; die "kube-scheduler failed"; }
   wait_for kwok 90 kwok_ok || { stop_all; die "kwok failed to start"; }
@@ -669,7 +734,10 @@ main() {
     status) cmd_status "$@" ;;
     env) cmd_env "$@" ;;
     paths) cmd_paths "$@" ;;
-    *) die "usage: $0 build|up|down|status|env|paths" ;;
+    stop-component) cmd_stop_component "$@" ;;
+    start-component) cmd_start_component "$@" ;;
+    restart) cmd_restart "$@" ;;
+    *) die "usage: $0 build|up|down|status|env|paths|stop-component|start-component|restart" ;;
   esac
 }
 

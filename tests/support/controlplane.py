@@ -145,10 +145,16 @@ def _script_env(name: str) -> dict[str, str]:
     return env
 
 
-def _run_script(command: str, name: str, *, extra_env: dict[str, str] | None = None) -> str:
+def _run_script(
+    command: str,
+    name: str,
+    *,
+    extra_env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> str:
     env = _script_env(name) | (extra_env or {})
     result = subprocess.run(
-        ["bash", str(CONTROL_PLANE_SCRIPT), command],
+        ["bash", str(CONTROL_PLANE_SCRIPT), command, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -186,6 +192,35 @@ def stop_control_plane(plane: ControlPlane) -> None:
         _run_script("down", plane.name)
         # A session's cluster is throwaway: its certificates and logs go with it.
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def stop_component(plane: ControlPlane, component: str) -> None:
+    """Stop one component of a control plane this process started (an outage); its state
+    stays. Bring it back with :func:`start_component`; ``stop_control_plane`` stops the rest.
+    """
+    _run_script("stop-component", _owned_name(plane, component), args=(component,))
+
+
+def start_component(plane: ControlPlane, component: str) -> None:
+    """Start a stopped component again, on its old port, and wait until it is healthy."""
+    _run_script("start-component", _owned_name(plane, component), args=(component,))
+
+
+def restart_component(plane: ControlPlane, component: str) -> None:
+    """SIGTERM one component (its whole process group), start it again and wait until it is
+    healthy: what a crashed or rolled static pod does."""
+    _run_script("restart", _owned_name(plane, component), args=(component,))
+
+
+def _owned_name(plane: ControlPlane, component: str) -> str:
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
+    if not plane.owned or not plane.name:
+        raise ControlPlaneError("only a control plane this process started can be restarted")
+    return plane.name
 
 
 def install_crds(plane: ControlPlane, crds_dir: Path = CRDS_DIR) -> list[str]:

@@ -182,6 +182,9 @@ class Prometheus:
     process: subprocess.Popen[bytes]
     history_end: float
     """Time of the last backfilled point (seconds since the epoch, on a step boundary)."""
+    command: tuple[str, ...] = ()
+    """How it was started: :func:`start_prometheus_again` runs it again (same port, TSDB)."""
+    workdir: Path | None = None
 
     def api(self, path: str, **params: str) -> dict[str, object]:
         query = urllib.parse.urlencode(params)
@@ -242,31 +245,46 @@ def start_prometheus(workdir: Path, scrape_target: str) -> Prometheus:
         f"      - targets: ['{scrape_target}']\n"
     )
     port = free_port()
-    log_file = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            prometheus_bin,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-            "--log.level=warn",
-        ],
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        cwd=workdir,
+    command = (
+        prometheus_bin,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=30d",
+        "--log.level=warn",
     )
-    log_file.close()
-    server = Prometheus(f"http://127.0.0.1:{port}", process, history_end)
+    server = Prometheus(f"http://127.0.0.1:{port}", _spawn(command, workdir), history_end)
+    server.command, server.workdir = command, workdir
+    _wait_ready(server)
+    return server
+
+
+def start_prometheus_again(server: Prometheus) -> None:
+    """Start a stopped Prometheus again on its port with its TSDB (an outage ends)."""
+    if server.workdir is None or not server.command:
+        raise RuntimeError("this Prometheus was not started by start_prometheus")
+    if server.process.poll() is None:
+        return
+    server.process = _spawn(server.command, server.workdir)
+    _wait_ready(server)
+
+
+def _spawn(command: tuple[str, ...], workdir: Path) -> subprocess.Popen[bytes]:
+    with (workdir / "prometheus.log").open("ab") as log_file:
+        return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir)
+
+
+def _wait_ready(server: Prometheus) -> None:
+    workdir = server.workdir or Path(".")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if server.process.poll() is not None:
             log_text = (workdir / "prometheus.log").read_text()[-3000:]
             raise RuntimeError(f"prometheus exited: {log_text}")
         try:
             with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as response:
                 if response.status == 200:
-                    return server
+                    return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.1)
@@ -275,6 +293,9 @@ def start_prometheus(workdir: Path, scrape_target: str) -> Prometheus:
 
 
 def stop_prometheus(server: Prometheus) -> None:
+    """Stop it (SIGTERM, SIGKILL after 15 s); a stopped one is left as it is."""
+    if server.process.poll() is not None:
+        return
     server.process.terminate()
     try:
         server.process.wait(timeout=15)
