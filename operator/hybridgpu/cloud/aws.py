@@ -9,6 +9,8 @@
   instance with the pool, and terminates the named instance itself. ``instant`` rather
   than ``maintain``: a maintain fleet would replace an interrupted spot node on its own,
   racing the operator that drains it and decides where the work goes (docs/aws.md).
+  Instances a launch returned count toward the pool until DescribeInstances lists them:
+  EC2's lists are eventually consistent.
 - Interruption, rebalance, state-change and AWS Health scheduled-change events arrive from
   EventBridge in SQS; each becomes an :class:`InterruptionNotice` and its message is deleted
   only when every notice it produced was acknowledged.
@@ -51,6 +53,9 @@ POOL_TAG = "hybridgpu.io/pool"
 CLUSTER_TAG = "hybridgpu.io/cluster"
 SPOT_NOTICE_SECONDS = 120.0
 """EC2 gives a spot instance two minutes between the warning and the interruption."""
+LIST_LAG_GRACE_SECONDS = 300.0
+"""How long an instance EC2 Fleet launched counts toward its pool while DescribeInstances
+does not list it yet (EC2's lists are eventually consistent)."""
 
 # Error codes that say "try again later" (throttling, capacity, AWS-side failures).
 _RETRYABLE_CODES = frozenset(
@@ -175,6 +180,10 @@ class AWSProvider:
         self._prices: dict[tuple[str, tuple[str, ...]], _CachedPrice] = {}
         self._fleet_intents: dict[str, tuple[tuple[int, tuple[str, ...]], str]] = {}
         """Open fleet launch per pool: (target, live instances) and its ClientToken."""
+        self._launched: dict[str, dict[str, float]] = {}
+        """Fleet launches not listed yet, by pool, then instance ID: when CreateFleet
+        returned it. A new instance shows up in DescribeInstances late; counting only the
+        list would launch it again on the next tick."""
 
     # --- CapacityProvider -------------------------------------------------------------
 
@@ -214,7 +223,7 @@ class AWSProvider:
         with _translated(f"read the target of pool {pool}"):
             if aws.auto_scaling_group_name:
                 return int(self._group(aws)["DesiredCapacity"])
-            return len(self._fleet_instances(pool, aws, _LIVE_EC2_STATES))
+            return len(self._fleet_members(pool, aws))
 
     def set_target(self, pool: str, spec: GPUPoolSpec, nodes: int) -> None:
         """Raise the pool to ``nodes`` instances (capped at maxNodes); lower targets are ignored."""
@@ -301,6 +310,7 @@ class AWSProvider:
                 InstanceIds=[instance_id]
             ),
         )
+        self._launched.get(pool, {}).pop(instance_id, None)
 
     def spot_price_per_node_hour(self, pool: str, spec: GPUPoolSpec) -> float | None:
         """Current spot price of one node, dollars/hour, cached for spot_price_ttl_seconds.
@@ -460,10 +470,21 @@ class AWSProvider:
             ],
         )
 
+    def _fleet_members(self, pool: str, aws: AWSProviderSpec) -> list[str]:
+        """Pending and running instances of a fleet pool: those listed, and those launched
+        that the list does not show yet (for up to LIST_LAG_GRACE_SECONDS)."""
+        listed = {i["InstanceId"] for i in self._fleet_instances(pool, aws, _LIVE_EC2_STATES)}
+        launched = self._launched.get(pool, {})
+        now = self._clock()
+        for instance_id, at in list(launched.items()):
+            if instance_id in listed or now - at > LIST_LAG_GRACE_SECONDS:
+                del launched[instance_id]
+        return sorted(listed | set(launched))
+
     def _launch_fleet(
         self, pool: str, spec: GPUPoolSpec, aws: AWSProviderSpec, wanted: int
     ) -> None:
-        live = sorted(i["InstanceId"] for i in self._fleet_instances(pool, aws, _LIVE_EC2_STATES))
+        live = self._fleet_members(pool, aws)
         missing = wanted - len(live)
         if missing <= 0:
             return
@@ -484,6 +505,10 @@ class AWSProvider:
                 self._fleet_intents.pop(pool, None)
             raise
         self._fleet_intents.pop(pool, None)  # answered: a later launch is a new intent
+        now = self._clock()
+        for launch in response.get("Instances", []):
+            for instance_id in launch.get("InstanceIds", []):
+                self._launched.setdefault(pool, {})[instance_id] = now
         launched = sum(len(i.get("InstanceIds", [])) for i in response.get("Instances", []))
         if launched == 0 and response.get("Errors"):
             first = response["Errors"][0]
