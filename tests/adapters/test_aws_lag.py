@@ -10,15 +10,32 @@ import pytest
 
 from hybridgpu.cloud.aws import AWSProvider
 from hybridgpu.models.pool import GPUPoolSpec
-from support.faultproxy import DROP_AFTER, FaultProxy
+from support.controlplane import wait_until
+from support.faultproxy import DROP_AFTER, UNAVAILABLE, FaultProxy
 from support.moto import REGION, aws, moto_server
-from support.moto_nodes import aws_client, make_launch_template
+from support.moto_nodes import (
+    aws_client,
+    make_launch_template,
+    make_queue,
+    queue_depth,
+    spot_warning,
+)
 
 __all__ = ["aws", "moto_server"]  # fixtures used by name
 
 pytestmark = pytest.mark.adapters
 
 TEMPLATE = "gpu-spot-lag"
+
+
+@pytest.fixture
+def lists_a_little_late(aws: str) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(upstream=aws, lag_seconds=3)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 @pytest.fixture
@@ -84,3 +101,58 @@ def test_a_lost_fleet_response_under_late_lists_launches_once(late_lists: FaultP
 
     assert len(launched(late_lists.upstream)) == 2
     assert cloud.target("spot", spec) == 2
+
+
+def test_a_warning_for_an_instance_not_listed_yet_waits_for_the_list(
+    lists_a_little_late: FaultProxy,
+) -> None:
+    # A spot warning right after launch: DescribeInstances does not show the instance yet.
+    # It was dropped as "no such instance any more", and the node was never drained.
+    proxy = lists_a_little_late
+    make_launch_template(proxy.upstream, TEMPLATE)
+    queue = make_queue(proxy.upstream, "notices")
+    cloud = AWSProvider(
+        REGION,
+        endpoint_url=proxy.endpoint_url,
+        sleep=lambda _: None,
+        interruption_queue_urls=(queue,),
+    )
+    cloud.set_target("spot", spot_spec(), 1)
+    (instance_id,) = launched(proxy.upstream)
+    aws_client(proxy.upstream, "sqs").send_message(
+        QueueUrl=queue, MessageBody=spot_warning(instance_id)
+    )
+
+    assert cloud.interruptions() == []
+    assert queue_depth(proxy.upstream, queue) == 1, "the warning was dropped"
+    (notice,) = wait_until(cloud.interruptions, timeout_seconds=30, what="the warning placed")
+    assert notice.instance_id == instance_id
+    assert notice.provider_id.endswith(f"/{instance_id}") and notice.provider_id.count("/") == 4
+
+
+def test_a_notice_whose_zone_lookup_failed_is_read_again_within_seconds(
+    late_lists: FaultProxy,
+) -> None:
+    # It came back only after the queue's visibility timeout (5 minutes by default): a spot
+    # warning gives two.
+    queue = make_queue(late_lists.upstream, "notices")
+    cloud = AWSProvider(
+        REGION,
+        endpoint_url=late_lists.endpoint_url,
+        sleep=lambda _: None,
+        interruption_queue_urls=(queue,),
+        max_attempts=1,
+    )
+    aws_client(late_lists.upstream, "sqs").send_message(
+        QueueUrl=queue, MessageBody=spot_warning("i-0123456789abcdef0")
+    )
+    late_lists.fail("DescribeInstances", UNAVAILABLE, times=1)
+
+    assert cloud.interruptions() == []
+    assert queue_depth(late_lists.upstream, queue) == 1
+    # EC2 answers now: the instance does not exist, the notice is dropped.
+    wait_until(
+        lambda: cloud.interruptions() == [] and queue_depth(late_lists.upstream, queue) == 0,
+        timeout_seconds=30,
+        what="the notice read again and dropped",
+    )

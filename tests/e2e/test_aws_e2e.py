@@ -15,21 +15,21 @@ one loses its Node.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from conftest import SPOT_TAINT, SPOT_TOLERATION, Cluster, Operators, wait_for
-from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import gpu_job
 from support.faultproxy import UNAVAILABLE, FaultProxy
-from support.moto import MotoServer, aws, moto_server
+from support.moto import aws, moto_server
 from support.moto_nodes import (
-    MotoNodes,
+    CloudNodes,
+    asg_provider,
     aws_client,
+    cloud_nodes,
     desired_capacity,
+    fleet_provider,
     instance_state,
+    lagging_aws,
     make_auto_scaling_group,
     make_launch_template,
     make_queue,
@@ -38,67 +38,11 @@ from support.moto_nodes import (
     spot_warning,
 )
 
-__all__ = ["aws", "moto_server"]  # fixtures used by name
+__all__ = ["aws", "cloud_nodes", "lagging_aws", "moto_server"]  # fixtures used by name
 
 pytestmark = pytest.mark.e2e
 
-LAG_SECONDS = 4.0
 CRITICALITY = "hybridgpu.io/criticality"
-REGION = "us-east-1"
-
-
-@pytest.fixture
-def lagging_aws(aws: str) -> Iterator[FaultProxy]:
-    """moto (reset) behind a proxy whose lists show a new instance LAG_SECONDS late."""
-    proxy = FaultProxy(upstream=aws, lag_seconds=LAG_SECONDS)
-    proxy.start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
-
-
-class CloudNodes:
-    """Starts MotoNodes for the test's pools; stopped at teardown."""
-
-    def __init__(self, cluster: Cluster, endpoint_url: str) -> None:
-        self.cluster = cluster
-        self.endpoint_url = endpoint_url
-        self.started: list[MotoNodes] = []
-
-    def start(self, *pools: str, boot_delay_seconds: float = 1.0) -> MotoNodes:
-        specs = {p: GPUPoolSpec.model_validate(self.cluster.pool_object(p)["spec"]) for p in pools}
-        nodes = MotoNodes(
-            self.cluster.kube.core, self.endpoint_url, specs, boot_delay_seconds
-        ).start()
-        self.started.append(nodes)
-        return nodes
-
-
-@pytest.fixture
-def cloud_nodes(cluster: Cluster, moto_server: MotoServer) -> Iterator[CloudNodes]:
-    made = CloudNodes(cluster, moto_server.endpoint_url)
-    try:
-        yield made
-    finally:
-        for nodes in made.started:
-            nodes.stop()
-
-
-def asg_provider(group: str) -> dict[str, Any]:
-    return {"type": "aws", "aws": {"region": REGION, "autoScalingGroupName": group}}
-
-
-def fleet_provider(template: str, queue_url: str) -> dict[str, Any]:
-    return {
-        "type": "aws",
-        "aws": {
-            "region": REGION,
-            "launchTemplateName": template,
-            "instanceTypes": ["p3.8xlarge", "g5.12xlarge"],
-            "interruptionQueueURL": queue_url,
-        },
-    }
 
 
 def test_asg_pool_scales_up_once_under_lag_and_gives_the_idle_instance_back(

@@ -20,15 +20,19 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+import pytest
 from kubernetes.client.rest import ApiException
 
 from hybridgpu.cloud.aws import POOL_TAG, provider_id
 from hybridgpu.cloud.kwok import kwok_node
 from hybridgpu.models.pool import GPUPoolSpec
+from support.faultproxy import FaultProxy
+from support.moto import MotoServer
 
 REGION = "us-east-1"
 
@@ -224,3 +228,62 @@ def operator_env(endpoint_url: str) -> dict[str, str]:
         "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
         "AWS_EC2_METADATA_DISABLED": "true",
     }
+
+
+def asg_provider(group: str) -> dict[str, Any]:
+    """A GPUPool ``provider`` on the Auto Scaling group ``group``."""
+    return {"type": "aws", "aws": {"region": REGION, "autoScalingGroupName": group}}
+
+
+def fleet_provider(template: str, queue_url: str | None = None) -> dict[str, Any]:
+    """A GPUPool ``provider`` launching through EC2 Fleet from ``template``."""
+    settings: dict[str, Any] = {
+        "region": REGION,
+        "launchTemplateName": template,
+        "instanceTypes": ["p3.8xlarge", "g5.12xlarge"],
+    }
+    if queue_url:
+        settings["interruptionQueueURL"] = queue_url
+    return {"type": "aws", "aws": settings}
+
+
+LAG_SECONDS = 4.0
+"""How late the e2e tests' proxy lists a new instance."""
+
+
+class CloudNodes:
+    """Starts MotoNodes for an e2e test's pools (the e2e ``Cluster`` builders); the
+    ``cloud_nodes`` fixture stops them."""
+
+    def __init__(self, cluster: Any, endpoint_url: str) -> None:
+        self.cluster = cluster
+        self.endpoint_url = endpoint_url
+        self.started: list[MotoNodes] = []
+
+    def start(self, *pools: str, boot_delay_seconds: float = 1.0) -> MotoNodes:
+        specs = {p: GPUPoolSpec.model_validate(self.cluster.pool_object(p)["spec"]) for p in pools}
+        nodes = MotoNodes(self.cluster.kube.core, self.endpoint_url, specs, boot_delay_seconds)
+        self.started.append(nodes.start())
+        return nodes
+
+
+@pytest.fixture
+def lagging_aws(aws: str) -> Iterator[FaultProxy]:
+    """moto (reset) behind a FaultProxy whose lists show a new instance LAG_SECONDS late."""
+    proxy = FaultProxy(upstream=aws, lag_seconds=LAG_SECONDS)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def cloud_nodes(cluster: Any, moto_server: MotoServer) -> Iterator[CloudNodes]:
+    """Nodes for the test's moto instances; every MotoNodes started is stopped."""
+    made = CloudNodes(cluster, moto_server.endpoint_url)
+    try:
+        yield made
+    finally:
+        for nodes in made.started:
+            nodes.stop()

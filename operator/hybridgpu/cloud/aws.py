@@ -53,6 +53,9 @@ POOL_TAG = "hybridgpu.io/pool"
 CLUSTER_TAG = "hybridgpu.io/cluster"
 SPOT_NOTICE_SECONDS = 120.0
 """EC2 gives a spot instance two minutes between the warning and the interruption."""
+NOTICE_RETRY_SECONDS = 5
+"""A notice that cannot be placed yet (no zone: EC2 failed, or does not list the instance
+yet) is read again after this long."""
 LIST_LAG_GRACE_SECONDS = 300.0
 """How long an instance EC2 Fleet launched counts toward its pool while DescribeInstances
 does not list it yet (EC2's lists are eventually consistent)."""
@@ -616,9 +619,15 @@ class AWSProvider:
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
             return
         zones = self._zones_of(queue_url, [e.instance_id for e in events])
-        if zones is None:
-            # Not held: the message comes back after its visibility timeout and is read again.
-            # A notice without a provider ID could match nodes that have none (owned ones).
+        unlisted = zones is not None and any(
+            e.instance_id not in zones and self._launched_recently(e.instance_id) for e in events
+        )
+        if zones is None or unlisted:
+            # Not held (a notice without a provider ID could match nodes that have none, the
+            # owned ones): EC2 did not answer, or does not list an instance we just launched
+            # yet. Read it again in a few seconds, not after the whole visibility timeout:
+            # a spot warning gives two minutes.
+            self._read_again_soon(queue_url, message["ReceiptHandle"])
             return
         held = _HeldMessage(queue_url, message["ReceiptHandle"])
         for event in events:
@@ -642,6 +651,20 @@ class AWSProvider:
             )
             return
         self._held[message_id] = held
+
+    def _launched_recently(self, instance_id: str) -> bool:
+        """Whether a fleet launch returned this instance and no list has shown it yet."""
+        return any(instance_id in launched for launched in self._launched.values())
+
+    def _read_again_soon(self, queue_url: str, receipt_handle: str) -> None:
+        try:
+            self._sqs(queue_url).change_message_visibility(
+                QueueUrl=queue_url,
+                ReceiptHandle=receipt_handle,
+                VisibilityTimeout=NOTICE_RETRY_SECONDS,
+            )
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("notice comes back after its visibility timeout: %s", exc)
 
     def _zones_of(self, queue_url: str, instance_ids: list[str]) -> dict[str, str] | None:
         """Zone of each instance that still exists; None when EC2 could not be asked."""

@@ -26,9 +26,13 @@ log = logging.getLogger(__name__)
 REGISTRATION_DEADLINE_SECONDS = 900.0
 """An instance with no Node this long after launch is replaced (Karpenter's default too)."""
 REPORT_REPLACED_SECONDS = 3600.0
+"""How long a replaced instance keeps its pool's NodesUnhealthy condition True."""
 NO_CAPACITY_BACKOFF_SECONDS = 300.0
 """How long a pool whose launch failed for capacity is left out of scale-ups."""
-"""How long a replaced instance keeps its pool's NodesUnhealthy condition True."""
+SCALE_UP_BACKOFF_SECONDS = 10.0
+"""After a scale-up failed for a retryable reason (throttling, 5xx, a lost connection), the
+pool's next scale-up waits this long, doubling with each failure in a row."""
+SCALE_UP_BACKOFF_CAP_SECONDS = 300.0
 
 
 def load_factory(path: str) -> Callable[..., Any]:
@@ -61,6 +65,8 @@ class Providers:
         """Instances replaced for never registering, by pool, then instance ID: when."""
         self.no_capacity_until: dict[str, float] = {}
         """Pools whose last launch failed for capacity, until when they are not tried."""
+        self.scale_up_backoff: dict[str, tuple[int, float]] = {}
+        """Pools whose last scale-ups failed: failures in a row, and when to try again."""
 
     def set_pools(self, pools: Mapping[str, GPUPoolSpec]) -> None:
         self.pools = dict(pools)
@@ -188,7 +194,18 @@ class Providers:
 
     # ------------------------------------------------- PoolCapacity (executor)
     def scale_up(self, pool: str, nodes: int) -> None:
+        """Raise the pool's target by ``nodes``. After a retryable failure (a throttled or
+        failing cloud API) the pool is not asked again for SCALE_UP_BACKOFF_SECONDS, doubling
+        per failure in a row up to SCALE_UP_BACKOFF_CAP_SECONDS: every tick retrying would
+        keep the API throttled."""
         spec = self.pools[pool]
+        now = self._clock()
+        failures, retry_at = self.scale_up_backoff.get(pool, (0, 0.0))
+        if now < retry_at:
+            raise ProviderError(
+                f"backing off after {failures} failed scale-up(s) of {pool}: "
+                f"next attempt in {retry_at - now:.0f}s"
+            )
         provider = self.for_spec(spec)
         try:
             provider.set_target(
@@ -198,7 +215,14 @@ class Providers:
             # decide() grows another pool until the back-off ends, then this one is tried again.
             self.no_capacity_until[pool] = self._clock() + NO_CAPACITY_BACKOFF_SECONDS
             raise
+        except ProviderError as err:
+            if not err.retryable:
+                raise
+            delay = min(SCALE_UP_BACKOFF_CAP_SECONDS, SCALE_UP_BACKOFF_SECONDS * 2**failures)
+            self.scale_up_backoff[pool] = (failures + 1, self._clock() + delay)
+            raise ProviderError(f"{err} (next attempt in {delay:.0f}s)") from err
         self.no_capacity_until.pop(pool, None)
+        self.scale_up_backoff.pop(pool, None)
 
     def unlaunchable(self) -> frozenset[str]:
         """Pools whose last launch failed for capacity within the back-off."""
