@@ -66,7 +66,7 @@ def test_asg_pool_scales_up_once_under_lag_and_gives_the_idle_instance_back(
     )
     nodes = cloud_nodes.start(elastic)
     operators.start(extra_env=operator_env(lagging_aws.endpoint_url))
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
 
     cluster.kube.create_job(
         gpu_job("train", gpus=4, pool=elastic, run_duration="8s", labels={CRITICALITY: "standard"})
@@ -110,7 +110,7 @@ def test_spot_interruption_through_sqs_drains_replaces_and_acknowledges(
     )
     nodes = cloud_nodes.start(spot)
     operators.start(extra_env=operator_env(lagging_aws.endpoint_url))
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
 
     cluster.kube.create_job(
         gpu_job(
@@ -193,7 +193,7 @@ def test_a_notice_without_a_zone_touches_no_node(
         "a Job running on core",
     )
     operators.start(extra_env=operator_env(lagging_aws.endpoint_url))
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
 
     # EC2 cannot say where the instance is: the notice must not match Nodes without a
     # providerID (the owned ones); it waits in the queue.

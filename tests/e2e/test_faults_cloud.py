@@ -70,7 +70,7 @@ def test_throttling_bursts_and_timeouts_after_acting_launch_nothing_twice(
     )
     nodes = cloud_nodes.start(elastic, spot, boot_delay_seconds=3.0)
     operators.start(extra_env=operator_env(lagging_aws.endpoint_url))
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
 
     # The launches: a burst of throttling, then the call that gets through answers only
     # after the client gave up (AWS acted; the operator cannot know).
@@ -137,7 +137,7 @@ def test_a_pool_whose_api_keeps_throttling_is_backed_off_then_scales_once(
     )
     nodes = cloud_nodes.start(elastic)
     operators.start(extra_env=operator_env(lagging_aws.endpoint_url))
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
 
     lagging_aws.fail("SetDesiredCapacity", THROTTLE, times=10_000)
     cluster.kube.create_job(

@@ -101,7 +101,7 @@ def test_apiserver_restarted_mid_move_leaves_no_job_suspended_and_launches_once(
     policy, core, spot = core_full_of_preemptible_work(cluster, run_duration="8s")
     core_nodes = {n.metadata.name for n in cluster.pool_nodes(core)}
     operator = operators.start()
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
 
     with NodeNames(cluster, spot) as spot_nodes:
         cluster.kube.create_job(
@@ -151,7 +151,7 @@ def test_etcd_restarted_while_a_scale_up_boots_launches_once_and_the_job_complet
         provider={"type": "kwok", "kwok": {"bootDelay": "4s"}},
     )
     operator = operators.start()
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
 
     def provisioning() -> int:
         status: dict[str, Any] = cluster.pool_object(elastic).get("status") or {}

@@ -145,7 +145,7 @@ def run_prometheus_outage(
     )
     _wait(lambda: _running(cluster, "train"), 60, "the Job running on the elastic node")
     operator = operators.start()
-    cluster.wait_ticking(policy)
+    cluster.wait_ticking(policy, timeout_seconds=180)
     _wait(lambda: _metrics_available(cluster, policy) is True, 60, "MetricsAvailable True")
 
     fate = NodeFate(cluster.kube.core, node)
