@@ -114,6 +114,9 @@ class FakeCluster:
         self.policies: dict[str, Obj] = {}
         self.events: list[Obj] = []
         self.leases: dict[tuple[str, str], Obj] = {}
+        self.deployments: dict[tuple[str, str], Obj] = {}
+        self.replicasets: list[Obj] = []
+        self.hpas: list[Obj] = []
         self.writes: list[tuple[str, str]] = []
         self.crds: dict[str, Obj] = {
             crd["metadata"]["name"]: copy.deepcopy(crd) for crd in all_crds().values()
@@ -193,6 +196,40 @@ class FakeCluster:
                 and p["status"].get("phase") not in ("Succeeded", "Failed")
             ]
         )
+
+    def list_deployments(self) -> list[Obj]:
+        return copy.deepcopy(list(self.deployments.values()))
+
+    def list_replicasets(self) -> list[Obj]:
+        return copy.deepcopy(self.replicasets)
+
+    def list_hpas(self) -> list[Obj]:
+        return copy.deepcopy(self.hpas)
+
+    def get_deployment(self, namespace: str, name: str) -> Obj:
+        if (namespace, name) not in self.deployments:
+            raise NotFound(f"Deployment {namespace}/{name} not found", status=404)
+        return copy.deepcopy(self.deployments[(namespace, name)])
+
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self.writes.append(("deployment", f"{namespace}/{name}"))
+        _merge(self.deployments[(namespace, name)], copy.deepcopy(patch))
+        return copy.deepcopy(self.deployments[(namespace, name)])
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
+        wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
+        return copy.deepcopy(
+            [
+                p
+                for (ns, _), p in self.pods.items()
+                if ns == namespace
+                and all(p["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            ]
+        )
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self.writes.append(("pod", f"{namespace}/{name}"))
+        _merge(self.pods[(namespace, name)], {"metadata": {"annotations": annotations}})
 
     def get_node(self, name: str) -> Obj | None:
         node = self.nodes.get(name)

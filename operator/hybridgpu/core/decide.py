@@ -10,7 +10,8 @@ Order (DESIGN.md, "The control loop"):
    maxNodesPerTick and the budget; the pods of a gang (a JobSet) get a place all at once
    or none of them do;
 3. consolidation: preemptible Jobs on elastic nodes move to spot (or to idle owned nodes)
-   when it pays; standard Jobs that opt in return from the cloud to owned GPUs;
+   when it pays; standard Jobs that opt in return from the cloud to owned GPUs; serving
+   replicas move to free owned GPUs by surge (core/rebalance.py);
 4. idle release of elastic/spot nodes within the disruption budget, never when blind;
 5. GPU health: nodes with XID errors are cordoned.
 
@@ -33,6 +34,7 @@ from hybridgpu.core.deadline import (
     slack_of,
 )
 from hybridgpu.core.forecast import NodeView, OwnedForecast
+from hybridgpu.core.rebalance import rebalance_serving
 from hybridgpu.core.shapes import Shape, pack
 from hybridgpu.models.actions import (
     Action,
@@ -1818,6 +1820,7 @@ class _Decider:
         self.requeued_by_preemption = []
         self._consolidate()
         self._return_to_core()
+        rebalance_serving(self)
         self._emit_scale_ups()
         self._release_idle()
         self._reclaim_idle()

@@ -27,6 +27,7 @@ from hybridgpu.kube.errors import KubeError
 from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
 from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, SCALINGPOLICIES
+from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
 from hybridgpu.kube.snapshot import Measurements, build_snapshot
 from hybridgpu.kube.status import policy_status, pool_status
 from hybridgpu.metrics.exported import METRICS, ExportedMetrics
@@ -183,6 +184,21 @@ class Reconciler:
             1 for j in objects.jobs if "hybridgpu.io/move" in _annotations(j)
         ):
             objects = self.cluster.read_objects()  # a move finished: see its new pods
+        ended, rebalancing = self.executor.advance_rebalances(objects.nodes, every_pool)
+        for outcome in ended:
+            self.metrics.record_rebalance(
+                outcome.namespace,
+                _tier(every_pool, outcome.intent.from_pool),
+                _tier(every_pool, outcome.intent.to_pool),
+                outcome.result,
+            )
+        if ended or rebalancing:
+            objects = self.cluster.read_objects()  # a replica moved: see where it is now
+        try:
+            serving = read_serving(self.cluster)
+        except KubeError as err:  # e.g. no RBAC for Deployments: no rebalance, the rest works
+            result.errors.append(f"serving workloads not read: {err}")
+            serving = ServingObjects(deployments=[])
 
         measured = self._measure(policy_name, policy, pools, objects.nodes, body, now)
         # Unpinned pods are the "default" policy's demand, or everyone's when there is none.
@@ -197,6 +213,7 @@ class Reconciler:
             now,
             unpinned_demand=owns_unpinned,
         )
+        snapshot = with_serving(snapshot, serving, objects.pods)
         plan = decide(snapshot, policy, now)
         result.plan = plan
         self.metrics.record_plan(
@@ -215,6 +232,13 @@ class Reconciler:
         measured.provider_errors |= execution.provider_errors
         for reclaimed in execution.reclaimed:
             self.metrics.record_reclaimed(reclaimed, str(pools[reclaimed.pool].tier))
+        for started in execution.rebalances:
+            self.metrics.record_rebalance(
+                started.namespace,
+                _tier(every_pool, started.from_pool),
+                _tier(every_pool, started.to_pool),
+                "started",
+            )
         if not policy.dry_run:
             result.errors += self.executor.finish_interrupted(snapshot, pools)
             self.executor.shape_nodes(objects.nodes, pools)
@@ -393,6 +417,11 @@ class Reconciler:
             self.metrics.record_pool_conditions(
                 name, str(pools[name].tier), new_pool_status.get("conditions") or []
             )
+
+
+def _tier(pools: dict[str, GPUPoolSpec], pool: str) -> str:
+    spec = pools.get(pool)
+    return str(spec.tier) if spec is not None else "unknown"
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, str]:

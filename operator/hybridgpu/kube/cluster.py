@@ -83,6 +83,8 @@ class KubeCluster:
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)
         self.apiextensions = client.ApiextensionsV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.autoscaling = client.AutoscalingV2Api(api)
 
     def close(self) -> None:
         self.api.close()
@@ -300,6 +302,64 @@ class KubeCluster:
             f"clear startTime of Job {namespace}/{name}",
             lambda: self.batch.patch_namespaced_job_status(
                 name, namespace, {"status": {"startTime": None}}, _content_type=MERGE
+            ),
+        )
+
+    # ---------------------------------------------------------------- serving
+    def list_deployments(self) -> list[Obj]:
+        items: list[Obj] = self._json(
+            "list deployments",
+            lambda: self.apps.list_deployment_for_all_namespaces(_preload_content=False),
+        )["items"]
+        return items
+
+    def list_replicasets(self) -> list[Obj]:
+        items: list[Obj] = self._json(
+            "list replicasets",
+            lambda: self.apps.list_replica_set_for_all_namespaces(_preload_content=False),
+        )["items"]
+        return items
+
+    def list_hpas(self) -> list[Obj]:
+        items: list[Obj] = self._json(
+            "list horizontalpodautoscalers",
+            lambda: self.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces(
+                _preload_content=False
+            ),
+        )["items"]
+        return items
+
+    def get_deployment(self, namespace: str, name: str) -> Obj:
+        result: Obj = self._json(
+            f"read Deployment {namespace}/{name}",
+            lambda: self.apps.read_namespaced_deployment(name, namespace, _preload_content=False),
+        )
+        return result
+
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """Merge-patch; a ``metadata.resourceVersion`` in it makes it conditional (409)."""
+        result: Obj = self._json(
+            f"patch Deployment {namespace}/{name}",
+            lambda: self.apps.patch_namespaced_deployment(
+                name, namespace, patch, _content_type=MERGE, _preload_content=False
+            ),
+        )
+        return result
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
+        items: list[Obj] = self._json(
+            f"list pods in {namespace} ({label_selector})",
+            lambda: self.core.list_namespaced_pod(
+                namespace, label_selector=label_selector, _preload_content=False
+            ),
+        )["items"]
+        return items
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self._call(
+            f"annotate pod {namespace}/{name}",
+            lambda: self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
             ),
         )
 

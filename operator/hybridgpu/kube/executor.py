@@ -46,12 +46,14 @@ from hybridgpu.kube.names import (
     TIER_LABEL,
     VERSION,
 )
+from hybridgpu.kube.serving import COMPLETED, Outcome, ServingMover, read_intent
 from hybridgpu.models.actions import (
     Action,
     CordonUnhealthy,
     HandleInterruption,
     MoveJob,
     Plan,
+    RebalanceReplica,
     ReclaimIdle,
     ReleaseNode,
     ScaleUp,
@@ -71,6 +73,12 @@ EVENT_REASONS = {
     "cordon_unhealthy": "CordonUnhealthy",
     "deadline": "DeadlineOnDemand",
     "reclaim_idle": "IdleReclaimed",
+    "rebalance": "Rebalance",
+}
+REBALANCE_EVENT_REASONS = {
+    "completed": "Rebalanced",
+    "rolled_back": "RebalanceRolledBack",
+    "aborted": "RebalanceAborted",
 }
 EVENT_REPEAT_SECONDS = 60.0
 """The same state Event (blocked, metrics unavailable) is bumped at most this often: ticks
@@ -109,6 +117,8 @@ class Execution:
     events: int = 0
     reclaimed: list[ReclaimIdle] = field(default_factory=list)
     """Idle reclaims carried out this run (not the ones already done, nor dry runs)."""
+    rebalances: list[RebalanceReplica] = field(default_factory=list)
+    """Surge rebalances started this run."""
 
 
 def pool_ref(name: str) -> ObjectRef:
@@ -127,6 +137,10 @@ def job_ref(namespace: str, name: str) -> ObjectRef:
     return ObjectRef(kind="Job", name=name, api_version="batch/v1", namespace=namespace)
 
 
+def deployment_ref(namespace: str, name: str) -> ObjectRef:
+    return ObjectRef(kind="Deployment", name=name, api_version="apps/v1", namespace=namespace)
+
+
 class PlanExecutor:
     """Runs plans against one cluster."""
 
@@ -142,6 +156,7 @@ class PlanExecutor:
         self._posted: dict[tuple[str, str, str, str], float] = {}
         self._progress: Mapping[str, float] = {}
         """The plan being executed's saved progress by Job, recorded on Jobs it stops."""
+        self.serving = ServingMover(cluster, clock)
 
     # ------------------------------------------------------------------ plan
     def execute(
@@ -191,6 +206,8 @@ class PlanExecutor:
     def _ref_of(self, action: Action) -> ObjectRef:
         if isinstance(action, MoveJob):
             return job_ref(action.namespace, action.job)
+        if isinstance(action, RebalanceReplica):
+            return deployment_ref(action.namespace, action.workload)
         if isinstance(action, ReclaimIdle):
             if action.job:
                 return job_ref(action.namespace, action.name)
@@ -259,6 +276,63 @@ class PlanExecutor:
             self.cluster.cordon(action.node, "xid-errors")
         elif isinstance(action, ReclaimIdle) and self.reclaim(action):
             result.reclaimed.append(action)
+        elif isinstance(action, RebalanceReplica) and self.serving.start(action):
+            result.rebalances.append(action)
+
+    # ------------------------------------------------------------- rebalance
+    def advance_rebalances(
+        self, nodes: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]
+    ) -> tuple[list[Outcome], int]:
+        """Advance every surge rebalance recorded on a Deployment (kube/serving.py), release
+        the cloud nodes they emptied, and uncordon nodes cordoned for a rebalance no intent
+        names any more. Returns the rebalances that ended and how many are still in flight."""
+        result = Execution()
+        ended: list[Outcome] = []
+        busy: set[str] = set()
+        in_flight = 0
+        try:
+            deployments = self.serving.list_with_intent()
+        except KubeError as err:
+            log.warning("cannot list Deployments to advance rebalances: %s", err)
+            return [], 0
+        for deployment in deployments:
+            intent = read_intent(annotations_of(deployment))
+            try:
+                outcome = self.serving.advance(deployment)
+            except KubeError as err:
+                log.warning("rebalance of %s: %s", deployment["metadata"].get("name"), err)
+                outcome = None
+            if outcome is None:
+                if intent is not None:
+                    busy.add(intent.node)
+                    in_flight += 1
+                continue
+            ended.append(outcome)
+            self._event(
+                result,
+                deployment_ref(outcome.namespace, outcome.name),
+                REBALANCE_EVENT_REASONS[outcome.result],
+                outcome.message,
+                "Normal" if outcome.result == COMPLETED else "Warning",
+                action=True,
+            )
+        for outcome in ended:
+            node = outcome.intent.node
+            if node in busy:
+                continue  # another replica still leaves it
+            busy.add(node)
+            try:
+                if outcome.release and self.serving.node_is_empty(node):
+                    self.release_node(outcome.intent.from_pool, node, pools, result)
+                else:
+                    self.cluster.uncordon(node)
+            except KubeError as err:
+                log.warning("after the rebalance off %s: %s", node, err)
+        try:
+            self.serving.uncordon_orphans(nodes, busy)
+        except KubeError as err:
+            log.warning("uncordon after a rebalance: %s", err)
+        return ended, in_flight
 
     def reclaim(self, action: ReclaimIdle) -> bool:
         """Suspend the idle Job (recording why on it) or evict the idle bare pod through the

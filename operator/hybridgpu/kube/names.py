@@ -39,6 +39,9 @@ RELEASING_ANNOTATION = "hybridgpu.io/releasing"
 """On a Node: RFC 3339 time the operator started to cordon, drain and terminate it."""
 INTERRUPTION_ANNOTATION = "hybridgpu.io/interruption-deadline"
 """On a Node: epoch seconds the provider takes it away (written when a notice arrives)."""
+REBALANCE_ANNOTATION = "hybridgpu.io/rebalance"
+"""On a Deployment: JSON {node, pod, fromPool, toPool, replicas, step, since, stepSince,
+timeout} while the operator moves one of its replicas to owned GPUs by surge."""
 CORDONED_BY_ANNOTATION = "hybridgpu.io/cordoned-by"
 """On a Node: why the operator cordoned it (release, interruption, xid)."""
 

@@ -35,6 +35,7 @@ from hybridgpu.models.actions import (
     HandleInterruption,
     MoveJob,
     Plan,
+    RebalanceReplica,
     ReclaimIdle,
     ReleaseNode,
     ScaleUp,
@@ -194,6 +195,8 @@ def _action_key(action: Action) -> tuple[str, ...] | None:
         return (action.kind.value, action.namespace, action.job, str(action.to_pool))
     if isinstance(action, ReclaimIdle):
         return (action.kind.value, action.namespace, action.name)
+    if isinstance(action, RebalanceReplica):
+        return (action.kind.value, action.namespace, action.workload, action.pod)
     if isinstance(action, ScaleUp):
         return None
     return (action.kind.value, action.pool, action.node)
@@ -265,6 +268,14 @@ class ExportedMetrics:
             p + "preemptions",
             "Jobs moved between tiers (reason: preempt, consolidate, deadline).",
             ["from_tier", "to_tier", "reason"],
+            registry=r,
+        )
+        self.rebalances = Counter(
+            p + "rebalances",
+            "Serving replicas moved from cloud nodes to owned GPUs by surge, by outcome "
+            "(started, completed, rolled_back: the surge replica was not Ready in time, "
+            "aborted: someone else changed the workload).",
+            ["namespace", "from_tier", "to_tier", "result"],
             registry=r,
         )
         self.scale_events = Counter(
@@ -448,6 +459,12 @@ class ExportedMetrics:
         self.reclaimed_gpu_hours.labels(namespace=action.namespace, tier=tier).inc(
             action.idle_gpu_hours
         )
+
+    def record_rebalance(self, namespace: str, from_tier: str, to_tier: str, result: str) -> None:
+        """Count one surge rebalance started or ended (a dry run records none)."""
+        self.rebalances.labels(
+            namespace=namespace, from_tier=from_tier, to_tier=to_tier, result=result
+        ).inc()
 
     def observe_reconcile(self, seconds: float) -> None:
         """Record how long one tick took, seconds."""

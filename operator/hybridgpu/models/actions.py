@@ -16,6 +16,8 @@ class ActionKind(StrEnum):
     DEADLINE = "deadline"
     """A Job with a deadline moves to on-demand: waiting longer would miss it."""
     RECLAIM_IDLE = "reclaim_idle"
+    REBALANCE = "rebalance"
+    """A serving replica moves from a cloud node to owned GPUs by surge."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,43 @@ class ReclaimIdle:
         return self.gpus * self.idle_seconds / 3600.0
 
 
-Action = HandleInterruption | MoveJob | ScaleUp | ReleaseNode | CordonUnhealthy | ReclaimIdle
+@dataclass(frozen=True, slots=True)
+class RebalanceReplica:
+    """Move one replica of a serving workload (a Deployment) off a cloud node by surge: cordon
+    the node, add one replica (it can only land elsewhere: on the owned GPUs decide found
+    free), wait until it is Ready, then remove the cloud replica; the emptied node is
+    released. The workload never has fewer Ready replicas than it asks for."""
+
+    namespace: str
+    workload: str
+    """The Deployment's name."""
+    pod: str
+    """The replica on the cloud node (its pod's name)."""
+    node: str
+    from_pool: str
+    to_pool: str
+    gpus: int
+    replicas: int
+    """The Deployment's replicas when decided: it surges to replicas + 1, then back."""
+    reason: str
+    timeout_seconds: float = 600.0
+    """A surge replica not Ready by then is given up (policy rebalance.surgeTimeout)."""
+    kind: ActionKind = ActionKind.REBALANCE
+
+    @property
+    def workload_key(self) -> str:
+        return f"{self.namespace}/{self.workload}"
+
+
+Action = (
+    HandleInterruption
+    | MoveJob
+    | ScaleUp
+    | ReleaseNode
+    | CordonUnhealthy
+    | ReclaimIdle
+    | RebalanceReplica
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,29 @@ class ConsolidationSpec(SpecModel):
     )
 
 
+class RebalanceSpec(SpecModel):
+    """Serving replicas (Deployments) on cloud nodes move to owned GPUs that are free, by
+    surge: the new replica is Ready before the cloud one goes, so none is ever unavailable."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Rebalance serving replicas from cloud nodes to free owned GPUs when it "
+        "empties a cloud node and saves at least consolidation.minSavingsPerHour.",
+    )
+    max_per_tick: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="At most this many cloud nodes emptied by rebalance at once (moves in "
+        "flight count).",
+    )
+    surge_timeout: PositiveDuration = Field(
+        default="10m",
+        description="A surge replica not Ready after this long is given up: the workload is "
+        "scaled back (the unready replica goes) and the cloud node uncordoned.",
+    )
+
+
 class DisruptionSpec(SpecModel):
     """Limits on removing nodes."""
 
@@ -165,6 +188,10 @@ class ScalingPolicySpec(SpecModel):
     )
     disruption: DisruptionSpec = Field(
         default_factory=DisruptionSpec, description="Node release limits."
+    )
+    rebalance: RebalanceSpec = Field(
+        default_factory=RebalanceSpec,
+        description="Serving replicas moved from cloud nodes to free owned GPUs by surge.",
     )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cloud spend limits.")
     wait_budget: WaitBudgetSpec = Field(

@@ -120,6 +120,9 @@ class GPUPod:
     ``namespace/name``: decide() finds capacity for all its pending pods or for none."""
     gang_size: int = 1
     """How many pods the gang runs at once, the ones not created yet included."""
+    serving: str | None = None
+    """``namespace/name`` of the serving workload (Deployment) it is a replica of; None for
+    anything else."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once: decide() reads it in hot loops."""
 
@@ -185,6 +188,42 @@ class JobState:
 
 
 @dataclass(frozen=True, slots=True)
+class RebalanceIntent:
+    """A surge rebalance in flight, recorded on the workload (annotation
+    hybridgpu.io/rebalance)."""
+
+    node: str
+    """The cloud node the replica leaves (cordoned for the move)."""
+    pod: str
+    step: str
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServingState:
+    """A serving workload (a Deployment) whose pods request GPUs."""
+
+    namespace: str
+    name: str
+    replicas: int
+    """spec.replicas: what it asks for."""
+    ready: int
+    """status.readyReplicas."""
+    stable: bool = True
+    """No rollout in progress: the controller has seen the latest spec and every replica is
+    updated and available."""
+    autoscaled: bool = False
+    """A HorizontalPodAutoscaler targets it: a surge would fight the autoscaler, so it is
+    not rebalanced (reported)."""
+    rebalance: RebalanceIntent | None = None
+    kind: str = "Deployment"
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
+
+
+@dataclass(frozen=True, slots=True)
 class MetricsHealth:
     """Whether utilization data can be trusted."""
 
@@ -212,3 +251,5 @@ class ClusterSnapshot:
     jobs: tuple[JobState, ...] = ()
     metrics: MetricsHealth = field(default_factory=MetricsHealth)
     budget: BudgetState = field(default_factory=BudgetState)
+    serving: tuple[ServingState, ...] = ()
+    """Serving workloads with GPU replicas (their pods name them in ``GPUPod.serving``)."""

@@ -1,0 +1,127 @@
+"""Rule 3c of ``decide``: serving replicas move from cloud nodes to owned GPUs by surge.
+
+Serving workloads (Deployments) are never disrupted, and they run for weeks: a replica that
+landed on an on-demand node while core was full stays there, billed by the hour, long after
+owned GPUs freed up. When the owned GPUs free now (after pending work took its share and
+none promised to a waiting pod) hold every GPU pod of a cloud node, and every one of those
+pods is a Ready replica of a stable Deployment, the node is emptied by surge, replica by
+replica: the executor (kube/serving.py) cordons it, adds one replica, waits until it is
+Ready, then removes the cloud one. The node is then released.
+
+Not rebalanced, with a note saying why: workloads an HPA scales (a surge would fight it),
+workloads mid-rollout or short of Ready replicas, replicas pinned to a cloud pool.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hybridgpu.models.actions import RebalanceReplica
+from hybridgpu.models.base import parse_duration_seconds
+from hybridgpu.models.snapshot import GPUPod, ServingState
+
+if TYPE_CHECKING:
+    from hybridgpu.core.decide import _Decider
+
+CORDONED_FOR_REBALANCE = "rebalance"
+"""The node annotation hybridgpu.io/cordoned-by of a node a rebalance empties."""
+
+
+def rebalance_serving(d: _Decider) -> None:
+    """Append the RebalanceReplica actions worth doing now to ``d.actions``."""
+    spec = d.policy.rebalance
+    serving = {w.key: w for w in d.snap.serving}
+    if not spec.enabled or not serving:
+        return
+    in_flight = {w.rebalance.node for w in serving.values() if w.rebalance is not None}
+    room = min(spec.max_per_tick, d.policy.disruption.max_nodes_per_tick) - len(in_flight)
+    if room <= 0:
+        return
+    skipped: dict[str, str] = {}
+    core_pools = {name for name, ledger in d.pools.items() if ledger.tier == "core"}
+    candidates: list[tuple[float, str, list[GPUPod]]] = []
+    for node_name, pods in d.pods_on.items():
+        ledger = d.pools.get(d.node_pool.get(node_name, ""))
+        if ledger is None or ledger.tier == "core" or node_name in d.reserved:
+            continue
+        node = d.nodes.get(node_name)
+        if node is None or not d._schedulable(node) or node_name in d.unhealthy:
+            continue
+        if _movable(pods, serving, core_pools, skipped):
+            candidates.append((-ledger.node_price, node_name, pods))
+    for key, why in sorted(skipped.items()):
+        d.notes.append(
+            f"Deployment {key} has a replica on a cloud node and is not rebalanced: {why}"
+        )
+    min_savings = d.policy.consolidation.min_savings_per_hour
+    timeout = parse_duration_seconds(spec.surge_timeout)
+    for _, node_name, pods in sorted(candidates):
+        if room <= 0:
+            break
+        taken = d._take_owned(pods)
+        if taken is None:
+            continue
+        source = d.pools[d.node_pool[node_name]]
+        target = d.pools[d.node_pool[taken[0][0]]]
+        gpus = sum(p.gpus for p in pods)
+        savings = source.node_price - sum(g * d.pools[d.node_pool[n]].gpu_price for n, g in taken)
+        if savings < min_savings:
+            for where, taken_gpus in taken:
+                d._adjust(where, taken_gpus)
+            continue
+        room -= 1
+        for pod in sorted(pods, key=lambda p: p.key):
+            assert pod.serving is not None
+            workload = serving[pod.serving]
+            d.actions.append(
+                RebalanceReplica(
+                    namespace=workload.namespace,
+                    workload=workload.name,
+                    pod=pod.name,
+                    node=node_name,
+                    from_pool=source.name,
+                    to_pool=target.name,
+                    gpus=pod.gpus,
+                    replicas=workload.replicas,
+                    timeout_seconds=timeout,
+                    reason=f"owned GPUs of {target.name} are free for the {gpus} GPU(s) of "
+                    f"serving replicas on {source.tier} node {node_name}: surge {workload.kind} "
+                    f"{workload.key} to {workload.replicas + 1} replicas, remove replica "
+                    f"{pod.name} once the new one is Ready, then release the node, saving "
+                    f"${savings:.2f}/h",
+                )
+            )
+        d.reserved.add(node_name)  # no other rule empties or fills it this tick
+
+
+def _movable(
+    pods: list[GPUPod],
+    serving: dict[str, ServingState],
+    core_pools: set[str],
+    skipped: dict[str, str],
+) -> bool:
+    """Whether every GPU pod of a cloud node is a replica that may surge to core now (and
+    each workload has only one replica there: one surge per workload at a time)."""
+    seen: set[str] = set()
+    for pod in pods:
+        workload = serving.get(pod.serving) if pod.serving is not None else None
+        if workload is None or pod.terminating or pod.started_at is None:
+            return False
+        if workload.key in seen or workload.rebalance is not None:
+            return False
+        seen.add(workload.key)
+        why = _why_not(workload, pod, core_pools)
+        if why is not None:
+            skipped[workload.key] = why
+            return False
+    return True
+
+
+def _why_not(workload: ServingState, pod: GPUPod, core_pools: set[str]) -> str | None:
+    if workload.autoscaled:
+        return "a HorizontalPodAutoscaler scales it (a surge would fight the autoscaler)"
+    if not workload.stable or workload.ready < workload.replicas:
+        return f"{workload.ready} of {workload.replicas} replicas Ready or a rollout in progress"
+    if pod.pool is not None and pod.pool not in core_pools:
+        return f"its pods are pinned to pool {pod.pool}"
+    return None

@@ -1,0 +1,210 @@
+"""decide(): serving replicas move from cloud nodes to free owned GPUs by surge (rule 3c,
+core/rebalance.py), only when that empties a cloud node, never for a workload an HPA scales
+or that is short of Ready replicas, and never with owned GPUs that pending work needs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.support.builders import NOW, STANDARD_POOLS, node, pending, policy, running, snapshot
+
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import ActionKind, RebalanceReplica, ReleaseNode
+from hybridgpu.models.snapshot import (
+    ClusterSnapshot,
+    Criticality,
+    GPUPod,
+    JobState,
+    RebalanceIntent,
+    ServingState,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def replica(
+    name: str, node_name: str | None, gpus: int = 4, workload: str = "web", **kw: object
+) -> tuple[GPUPod, JobState | None]:
+    pod = GPUPod(
+        namespace="team",
+        name=name,
+        gpus=gpus,
+        criticality=Criticality.CRITICAL,
+        node=node_name,
+        pending_since=NOW - 86400,
+        started_at=None if node_name is None else NOW - 86000,
+        serving=f"team/{workload}",
+        **kw,  # type: ignore[arg-type]
+    )
+    return pod, None
+
+
+def deployment(name: str = "web", replicas: int = 2, **kw: Any) -> ServingState:
+    ready = kw.pop("ready", replicas)
+    return ServingState("team", name, replicas=replicas, ready=ready, **kw)
+
+
+def with_serving(snap: ClusterSnapshot, *workloads: ServingState) -> ClusterSnapshot:
+    return replace(snap, serving=workloads)
+
+
+def rebalances(snap: ClusterSnapshot, **spec: object) -> list[RebalanceReplica]:
+    plan = decide(snap, policy(**spec), NOW)
+    return [a for a in plan.actions if isinstance(a, RebalanceReplica)]
+
+
+def one_replica_on_elastic(core_busy: int = 0, **kw: Any) -> ClusterSnapshot:
+    """Replica web-a on core-1 (full), web-b alone on elastic node e1; core-2 has
+    8 - core_busy GPUs free."""
+    workloads = [replica("web-a", "core-1"), running("fill", "core-1", 4), replica("web-b", "e1")]
+    if core_busy:
+        workloads.append(running("batch", "core-2", core_busy))
+    snap = snapshot(
+        STANDARD_POOLS,
+        [node("core-1", "core"), node("core-2", "core"), node("e1", "elastic")],
+        workloads,
+    )
+    return with_serving(snap, deployment(**kw))
+
+
+def test_a_replica_alone_on_a_cloud_node_surges_to_free_owned_gpus() -> None:
+    [move] = rebalances(one_replica_on_elastic())
+    assert (move.namespace, move.workload, move.pod, move.node) == ("team", "web", "web-b", "e1")
+    assert (move.from_pool, move.to_pool, move.gpus, move.replicas) == ("elastic", "core", 4, 2)
+    assert move.kind == ActionKind.REBALANCE
+    assert "surge Deployment team/web to 3 replicas" in move.reason
+    assert "$" in move.reason
+
+
+def test_no_rebalance_without_owned_gpus_that_fit() -> None:
+    assert rebalances(one_replica_on_elastic(core_busy=5)) == []
+    assert len(rebalances(one_replica_on_elastic(core_busy=4))) == 1
+
+
+def test_pending_work_takes_the_owned_gpus_first() -> None:
+    snap = one_replica_on_elastic()
+    pod, job = pending("urgent", 8, "critical")
+    snap = replace(snap, pods=(*snap.pods, pod), jobs=(*snap.jobs, job))  # type: ignore[arg-type]
+    assert rebalances(snap) == []
+
+
+def test_an_autoscaled_workload_is_not_rebalanced_and_the_plan_says_why() -> None:
+    snap = one_replica_on_elastic(autoscaled=True)
+    plan = decide(snap, policy(), NOW)
+    assert not [a for a in plan.actions if a.kind == ActionKind.REBALANCE]
+    assert any("HorizontalPodAutoscaler" in n and "team/web" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("state", [{"ready": 1}, {"stable": False}])
+def test_a_workload_short_of_ready_replicas_or_mid_rollout_is_left_alone(state: dict) -> None:
+    plan = decide(one_replica_on_elastic(**state), policy(), NOW)
+    assert not [a for a in plan.actions if a.kind == ActionKind.REBALANCE]
+    assert any("rollout" in n for n in plan.notes)
+
+
+def test_a_node_that_also_runs_other_work_is_not_emptied_by_rebalance() -> None:
+    snap = one_replica_on_elastic()
+    other, job = running("train", "e1", 2)
+    snap = replace(snap, pods=(*snap.pods, other), jobs=(job,))  # type: ignore[arg-type]
+    assert rebalances(snap) == []
+
+
+def test_every_replica_of_a_node_moves_together_one_per_workload() -> None:
+    snap = snapshot(
+        STANDARD_POOLS,
+        [node("core-1", "core"), node("core-2", "core"), node("e1", "elastic")],
+        [replica("web-b", "e1", 2), replica("api-a", "e1", 2, workload="api")],
+    )
+    snap = with_serving(snap, deployment(replicas=1), deployment("api", replicas=1))
+    moves = rebalances(snap)
+    assert sorted((m.workload, m.node) for m in moves) == [("api", "e1"), ("web", "e1")]
+    # Two replicas of one workload on a node would need a surge of two: left alone.
+    snap = snapshot(
+        STANDARD_POOLS,
+        [node("core-1", "core"), node("e1", "elastic")],
+        [replica("web-a", "e1", 2), replica("web-b", "e1", 2)],
+    )
+    assert rebalances(with_serving(snap, deployment())) == []
+
+
+def test_switched_off_pinned_or_not_worth_it_means_no_rebalance() -> None:
+    assert rebalances(one_replica_on_elastic(), rebalance={"enabled": False}) == []
+    assert rebalances(one_replica_on_elastic(), consolidation={"minSavingsPerHour": 1000}) == []
+    snap = one_replica_on_elastic()
+    pods = tuple(replace(p, pool="elastic") if p.name == "web-b" else p for p in snap.pods)
+    assert rebalances(replace(snap, pods=pods)) == []
+    pods = tuple(replace(p, pool="core") if p.name == "web-b" else p for p in snap.pods)
+    assert len(rebalances(replace(snap, pods=pods))) == 1
+
+
+def test_moves_in_flight_count_against_max_per_tick_and_their_node_is_not_released() -> None:
+    snap = snapshot(
+        STANDARD_POOLS,
+        [
+            node("core-1", "core"),
+            node("core-2", "core"),
+            node("e1", "elastic", cordoned=True, cordoned_by="rebalance", idle_since=NOW - 7200),
+            node("e2", "elastic"),
+        ],
+        [
+            replica("web-b", "e1"),
+            replica("web-c", "core-1"),
+            replica("api-a", "e2", workload="api"),
+        ],
+    )
+    intent = RebalanceIntent(node="e1", pod="web-b", step="surge", since=NOW - 30)
+    snap = with_serving(snap, deployment(rebalance=intent), deployment("api", replicas=1))
+    plan = decide(snap, policy(), NOW)
+    assert not [a for a in plan.actions if isinstance(a, RebalanceReplica | ReleaseNode)]
+    moves = rebalances(snap, rebalance={"maxPerTick": 2})
+    assert [(m.workload, m.node) for m in moves] == [("api", "e2")]
+
+
+def test_the_dearest_cloud_node_is_emptied_first_within_max_per_tick() -> None:
+    pools = [*STANDARD_POOLS]
+    snap = snapshot(
+        pools,
+        [node("core-1", "core"), node("core-2", "core"), node("e1", "elastic"), node("s1", "spot")],
+        [replica("a-1", "s1", workload="a"), replica("b-1", "e1", workload="b")],
+    )
+    snap = with_serving(snap, deployment("a", replicas=1), deployment("b", replicas=1))
+    [move] = rebalances(snap)
+    assert move.node == "e1"  # elastic $24/h before spot $8/h
+    assert len(rebalances(snap, rebalance={"maxPerTick": 2})) == 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    core_free=st.lists(st.integers(0, 8), min_size=1, max_size=3),
+    replicas=st.lists(st.tuples(st.integers(1, 8), st.booleans(), st.booleans()), max_size=6),
+    max_per_tick=st.integers(0, 3),
+)
+def test_rebalance_never_takes_more_owned_gpus_than_are_free(
+    core_free: list[int], replicas: list[tuple[int, bool, bool]], max_per_tick: int
+) -> None:
+    nodes = [node(f"core-{i}", "core") for i in range(len(core_free))]
+    workloads: list[tuple[GPUPod, JobState | None]] = []
+    for i, free in enumerate(core_free):
+        if free < 8:
+            workloads.append(running(f"fill{i}", f"core-{i}", 8 - free, "critical"))
+    serving = []
+    for i, (gpus, autoscaled, ready) in enumerate(replicas):
+        nodes.append(node(f"e{i}", "elastic"))
+        workloads.append(replica(f"w{i}-0", f"e{i}", gpus, workload=f"w{i}"))
+        serving.append(
+            deployment(f"w{i}", replicas=1, ready=1 if ready else 0, autoscaled=autoscaled)
+        )
+    pools = [replace(STANDARD_POOLS[0]), *STANDARD_POOLS[1:]]
+    snap = with_serving(snapshot(pools, nodes, workloads), *serving)
+    moves = rebalances(snap, rebalance={"maxPerTick": max_per_tick})
+    by_name = {s.name: s for s in serving}
+    assert sum(m.gpus for m in moves) <= sum(core_free[: len(nodes)])
+    assert len({m.node for m in moves}) <= max_per_tick
+    for m in moves:
+        state = by_name[m.workload]
+        assert not state.autoscaled and state.ready >= state.replicas
+        assert m.to_pool == "core" and m.from_pool == "elastic"
