@@ -1357,6 +1357,12 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         ),
         'hybridgpu_preemptions_total{from_tier="core",to_tier="spot",reason="preempt"}': "0+2x60",
         'hybridgpu_reclaimed_gpu_hours_total{namespace="ml",tier="spot"}': "0+0.5x60",
+        'hybridgpu_rebalances_total{namespace="web",from_tier="elastic",to_tier="core",'
+        'result="completed"}': "0+1x60",
+        'hybridgpu_rebalances_total{namespace="web",from_tier="elastic",to_tier="core",'
+        'result="started"}': "0+2x60",
+        'hybridgpu_rebalances_total{namespace="web",from_tier="elastic",to_tier="core",'
+        'result="rolled_back"}': "0+0.25x60",
         'hybridgpu_admission_reviews_total{webhook="pod-priority-and-tier",'
         'criticality="critical",outcome="patched"}': "0+1x60",
         'hybridgpu_admission_reviews_total{webhook="pod-priority-and-tier",'
@@ -1372,6 +1378,7 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         ),
     }
     moves, admission = "hybridgpu-moves.json", "hybridgpu-admission.json"
+    serving = "hybridgpu-serving.json"
     cases: list[tuple[str, list[tuple[str, float]]]] = [
         ("Cost per hour by tier", [('{tier="core"}', 10), ('{tier="spot"}', 5)]),
         ("Spend rate now", [("{}", 15)]),
@@ -1392,6 +1399,8 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         (admission, "Critical pods refused", [("{}", 15)]),
         (admission, "Pods without their PriorityClass", [("{}", 60)]),
         (admission, "Webhook calls that failed open", [("{}", 60)]),  # ours only
+        (serving, "Replicas rebalanced to owned GPUs", [("{}", 60)]),  # not the started ones
+        (serving, "Rebalances rolled back or aborted", [("{}", 15)]),
     ]
     exprs = [(panel_expr(title), samples) for title, samples in cases]
     exprs += [(panel_expr(title, file), samples) for file, title, samples in other_cases]

@@ -73,7 +73,12 @@ def one_replica_on_elastic(core_busy: int = 0, **kw: Any) -> ClusterSnapshot:
 
 def test_a_replica_alone_on_a_cloud_node_surges_to_free_owned_gpus() -> None:
     [move] = rebalances(one_replica_on_elastic())
-    assert (move.namespace, move.workload, move.pod, move.node) == ("team", "web", "web-b", "e1")
+    assert (move.namespace, move.workload, move.pods, move.node) == (
+        "team",
+        "web",
+        ("web-b",),
+        "e1",
+    )
     assert (move.from_pool, move.to_pool, move.gpus, move.replicas) == ("elastic", "core", 4, 2)
     assert move.kind == ActionKind.REBALANCE
     assert "surge Deployment team/web to 3 replicas" in move.reason
@@ -113,22 +118,26 @@ def test_a_node_that_also_runs_other_work_is_not_emptied_by_rebalance() -> None:
     assert rebalances(snap) == []
 
 
-def test_every_replica_of_a_node_moves_together_one_per_workload() -> None:
+def test_every_replica_of_a_node_moves_together_one_surge_per_workload() -> None:
     snap = snapshot(
         STANDARD_POOLS,
         [node("core-1", "core"), node("core-2", "core"), node("e1", "elastic")],
-        [replica("web-b", "e1", 2), replica("api-a", "e1", 2, workload="api")],
+        [
+            replica("web-b", "e1", 2),
+            replica("web-c", "e1", 2),
+            replica("web-a", "core-1", 2),
+            replica("api-a", "e1", 2, workload="api"),
+        ],
     )
-    snap = with_serving(snap, deployment(replicas=1), deployment("api", replicas=1))
+    snap = with_serving(snap, deployment(replicas=3), deployment("api", replicas=1))
     moves = rebalances(snap)
-    assert sorted((m.workload, m.node) for m in moves) == [("api", "e1"), ("web", "e1")]
-    # Two replicas of one workload on a node would need a surge of two: left alone.
-    snap = snapshot(
-        STANDARD_POOLS,
-        [node("core-1", "core"), node("e1", "elastic")],
-        [replica("web-a", "e1", 2), replica("web-b", "e1", 2)],
-    )
-    assert rebalances(with_serving(snap, deployment())) == []
+    assert sorted((m.workload, m.pods, m.gpus, m.replicas) for m in moves) == [
+        ("api", ("api-a",), 2, 1),
+        ("web", ("web-b", "web-c"), 4, 3),
+    ]
+    assert all(m.node == "e1" for m in moves)
+    web = next(m for m in moves if m.workload == "web")
+    assert "surge Deployment team/web to 5 replicas" in web.reason
 
 
 def test_switched_off_pinned_or_not_worth_it_means_no_rebalance() -> None:
@@ -156,9 +165,9 @@ def test_moves_in_flight_count_against_max_per_tick_and_their_node_is_not_releas
             replica("api-a", "e2", workload="api"),
         ],
     )
-    intent = RebalanceIntent(node="e1", pod="web-b", step="surge", since=NOW - 30)
+    intent = RebalanceIntent(node="e1", pods=("web-b",), step="surge", since=NOW - 30)
     snap = with_serving(snap, deployment(rebalance=intent), deployment("api", replicas=1))
-    plan = decide(snap, policy(), NOW)
+    plan = decide(snap, policy(rebalance={"maxPerTick": 1}), NOW)
     assert not [a for a in plan.actions if isinstance(a, RebalanceReplica | ReleaseNode)]
     moves = rebalances(snap, rebalance={"maxPerTick": 2})
     assert [(m.workload, m.node) for m in moves] == [("api", "e2")]
@@ -172,7 +181,7 @@ def test_the_dearest_cloud_node_is_emptied_first_within_max_per_tick() -> None:
         [replica("a-1", "s1", workload="a"), replica("b-1", "e1", workload="b")],
     )
     snap = with_serving(snap, deployment("a", replicas=1), deployment("b", replicas=1))
-    [move] = rebalances(snap)
+    [move] = rebalances(snap, rebalance={"maxPerTick": 1})
     assert move.node == "e1"  # elastic $24/h before spot $8/h
     assert len(rebalances(snap, rebalance={"maxPerTick": 2})) == 2
 

@@ -4,9 +4,10 @@ Serving workloads (Deployments) are never disrupted, and they run for weeks: a r
 landed on an on-demand node while core was full stays there, billed by the hour, long after
 owned GPUs freed up. When the owned GPUs free now (after pending work took its share and
 none promised to a waiting pod) hold every GPU pod of a cloud node, and every one of those
-pods is a Ready replica of a stable Deployment, the node is emptied by surge, replica by
-replica: the executor (kube/serving.py) cordons it, adds one replica, waits until it is
-Ready, then removes the cloud one. The node is then released.
+pods is a Ready replica of a stable Deployment, the node is emptied by surge: for each
+workload with replicas there, the executor (kube/serving.py) cordons the node, adds as many
+replicas, waits until they are Ready, then removes the cloud ones. The node is then
+released.
 
 Not rebalanced, with a note saying why: workloads an HPA scales (a surge would fight it),
 workloads mid-rollout or short of Ready replicas, replicas pinned to a cloud pool.
@@ -70,25 +71,30 @@ def rebalance_serving(d: _Decider) -> None:
                 d._adjust(where, taken_gpus)
             continue
         room -= 1
-        for pod in sorted(pods, key=lambda p: p.key):
+        by_workload: dict[str, list[GPUPod]] = {}
+        for pod in pods:
             assert pod.serving is not None
-            workload = serving[pod.serving]
+            by_workload.setdefault(pod.serving, []).append(pod)
+        for key, replicas in sorted(by_workload.items()):
+            workload = serving[key]
+            names = tuple(sorted(p.name for p in replicas))
+            surge = workload.replicas + len(names)
             d.actions.append(
                 RebalanceReplica(
                     namespace=workload.namespace,
                     workload=workload.name,
-                    pod=pod.name,
+                    pods=names,
                     node=node_name,
                     from_pool=source.name,
                     to_pool=target.name,
-                    gpus=pod.gpus,
+                    gpus=sum(p.gpus for p in replicas),
                     replicas=workload.replicas,
                     timeout_seconds=timeout,
                     reason=f"owned GPUs of {target.name} are free for the {gpus} GPU(s) of "
-                    f"serving replicas on {source.tier} node {node_name}: surge {workload.kind} "
-                    f"{workload.key} to {workload.replicas + 1} replicas, remove replica "
-                    f"{pod.name} once the new one is Ready, then release the node, saving "
-                    f"${savings:.2f}/h",
+                    f"serving replicas on {source.tier} node {node_name}: surge "
+                    f"{workload.kind} {workload.key} to {surge} replicas, remove "
+                    f"{', '.join(names)} once the new ones are Ready, then release the node, "
+                    f"saving ${savings:.2f}/h",
                 )
             )
         d.reserved.add(node_name)  # no other rule empties or fills it this tick
@@ -100,16 +106,14 @@ def _movable(
     core_pools: set[str],
     skipped: dict[str, str],
 ) -> bool:
-    """Whether every GPU pod of a cloud node is a replica that may surge to core now (and
-    each workload has only one replica there: one surge per workload at a time)."""
-    seen: set[str] = set()
+    """Whether every GPU pod of a cloud node is a Ready replica that may surge to owned GPUs
+    now (one surge per workload at a time)."""
     for pod in pods:
         workload = serving.get(pod.serving) if pod.serving is not None else None
         if workload is None or pod.terminating or pod.started_at is None:
             return False
-        if workload.key in seen or workload.rebalance is not None:
+        if workload.rebalance is not None:
             return False
-        seen.add(workload.key)
         why = _why_not(workload, pod, core_pools)
         if why is not None:
             skipped[workload.key] = why

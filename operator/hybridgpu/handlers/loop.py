@@ -32,7 +32,7 @@ from hybridgpu.kube.snapshot import Measurements, build_snapshot
 from hybridgpu.kube.status import policy_status, pool_status
 from hybridgpu.metrics.exported import METRICS, ExportedMetrics
 from hybridgpu.metrics.prometheus import PrometheusClient, TokenCounter
-from hybridgpu.models.actions import Plan
+from hybridgpu.models.actions import Plan, RebalanceResult
 from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import GPUPoolSpec, Tier
 from hybridgpu.models.snapshot import BudgetState, ClusterSnapshot, MetricsHealth
@@ -237,7 +237,7 @@ class Reconciler:
                 started.namespace,
                 _tier(every_pool, started.from_pool),
                 _tier(every_pool, started.to_pool),
-                "started",
+                RebalanceResult.STARTED.value,
             )
         if not policy.dry_run:
             result.errors += self.executor.finish_interrupted(snapshot, pools)

@@ -1,21 +1,22 @@
 """Serving workloads (Deployments) on the cluster: what the snapshot needs to know of them,
 and the surge rebalance that moves a replica from a cloud node to owned GPUs.
 
-The rebalance of one replica, each step one patch, its intent in the Deployment's
-``hybridgpu.io/rebalance`` annotation as JSON ``{node, pod, fromPool, toPool, replicas,
-step, since, stepSince, timeout}``:
+The rebalance of a Deployment's ``k`` replicas on one cloud node, each step one patch, its
+intent in the Deployment's ``hybridgpu.io/rebalance`` annotation as JSON ``{node, pods,
+fromPool, toPool, replicas, step, since, stepSince, timeout}``:
 
 1. ``start``: cordon the cloud node (``hybridgpu.io/cordoned-by: rebalance``), then in one
    patch conditional on the Deployment's resourceVersion, record the intent (step
-   ``surge``) and scale it to ``replicas + 1``. The new replica can only land elsewhere:
+   ``surge``) and scale it to ``replicas + k``. The new replicas can only land elsewhere:
    on the owned GPUs decide() found free.
-2. ``surge``: once ``replicas`` pods off the cloud node are Ready, mark the cloud pod with
+2. ``surge``: once ``replicas`` pods off the cloud node are Ready, mark the cloud pods with
    ``controller.kubernetes.io/pod-deletion-cost`` far below any other and scale back to
-   ``replicas`` (step ``scale-down``): the ReplicaSet controller removes exactly that pod,
-   so the Ready count never drops below ``replicas`` (a PodDisruptionBudget of the workload
-   never sees an unavailable replica). Not Ready within ``timeout``: scale back (the
-   unready surge pod is the one the ReplicaSet removes), uncordon; rolled back.
-3. ``scale-down``: once the cloud pod is gone, drop the intent; an emptied node is
+   ``replicas`` (step ``scale-down``): the ReplicaSet controller removes exactly those
+   pods, so the Ready count never drops below ``replicas`` (a PodDisruptionBudget of the
+   workload never sees an unavailable replica). Not Ready within ``timeout``: scale back
+   (the unready surge pods are the ones the ReplicaSet removes first), uncordon; rolled
+   back.
+3. ``scale-down``: once the cloud pods are gone, drop the intent; an emptied node is
    released, else uncordoned.
 
 Somebody else changing ``spec.replicas`` mid-surge (a person, an autoscaler) wins: the intent
@@ -39,7 +40,7 @@ from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import annotations_of, is_daemonset_pod, pod_spec_gpus
 from hybridgpu.kube.errors import Conflict, NotFound
 from hybridgpu.kube.names import CORDONED_BY_ANNOTATION, REBALANCE_ANNOTATION, RELEASING_ANNOTATION
-from hybridgpu.models.actions import RebalanceReplica
+from hybridgpu.models.actions import RebalanceReplica, RebalanceResult
 from hybridgpu.models.snapshot import ClusterSnapshot, RebalanceIntent, ServingState
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,9 @@ LOWEST_DELETION_COST = str(-(2**31))
 STEP_SURGE = "surge"
 STEP_SCALE_DOWN = "scale-down"
 
-COMPLETED = "completed"
-ROLLED_BACK = "rolled_back"
-ABORTED = "aborted"
+COMPLETED = RebalanceResult.COMPLETED.value
+ROLLED_BACK = RebalanceResult.ROLLED_BACK.value
+ABORTED = RebalanceResult.ABORTED.value
 
 
 # --------------------------------------------------------------------------- reading
@@ -104,7 +105,7 @@ class Intent:
     """A rebalance recorded on a Deployment."""
 
     node: str
-    pod: str
+    pods: tuple[str, ...]
     from_pool: str
     to_pool: str
     replicas: int
@@ -117,7 +118,7 @@ class Intent:
         return json.dumps(
             {
                 "node": self.node,
-                "pod": self.pod,
+                "pods": list(self.pods),
                 "fromPool": self.from_pool,
                 "toPool": self.to_pool,
                 "replicas": self.replicas,
@@ -142,7 +143,7 @@ def read_intent(annotations: Mapping[str, str]) -> Intent | None:
             return None
         return Intent(
             node=str(data["node"]),
-            pod=str(data["pod"]),
+            pods=tuple(str(p) for p in data["pods"]),
             from_pool=str(data["fromPool"]),
             to_pool=str(data["toPool"]),
             replicas=int(data["replicas"]),
@@ -177,7 +178,7 @@ def serving_state(deployment: Obj, autoscaled: bool) -> ServingState:
         rebalance=None
         if intent is None
         else RebalanceIntent(
-            node=intent.node, pod=intent.pod, step=intent.step, since=intent.since
+            node=intent.node, pods=intent.pods, step=intent.step, since=intent.since
         ),
     )
 
@@ -275,7 +276,7 @@ class ServingMover:
         self.cluster.cordon(action.node, CORDONED_FOR_REBALANCE)
         intent = Intent(
             node=action.node,
-            pod=action.pod,
+            pods=action.pods,
             from_pool=action.from_pool,
             to_pool=action.to_pool,
             replicas=action.replicas,
@@ -289,13 +290,17 @@ class ServingMover:
                 deployment,
                 {
                     "metadata": {"annotations": {REBALANCE_ANNOTATION: intent.annotation()}},
-                    "spec": {"replicas": action.replicas + 1},
+                    "spec": {"replicas": action.replicas + len(action.pods)},
                 },
             )
         except Conflict:
             self.cluster.uncordon(action.node)
             return False
-        log.info("rebalance of %s started: surge to %d", action.workload_key, action.replicas + 1)
+        log.info(
+            "rebalance of %s started: surge to %d",
+            action.workload_key,
+            action.replicas + len(action.pods),
+        )
         return True
 
     def advance(self, deployment: Obj) -> Outcome | None:
@@ -310,37 +315,37 @@ class ServingMover:
         now = self.clock()
         replicas = int((deployment.get("spec") or {}).get("replicas", 1))
         pods = self._pods(deployment)
-        cloud_pod = next(
-            (
-                p
-                for p in pods
-                if (p.get("metadata") or {}).get("name") == intent.pod
-                and not (p.get("metadata") or {}).get("deletionTimestamp")
-            ),
-            None,
-        )
+        leaving = [
+            str((p.get("metadata") or {}).get("name"))
+            for p in pods
+            if (p.get("metadata") or {}).get("name") in intent.pods
+            and not (p.get("metadata") or {}).get("deletionTimestamp")
+        ]
+        which = ", ".join(intent.pods)
+        surge = intent.replicas + len(intent.pods)
 
         def end(result: str, message: str, patch: Obj) -> Outcome:
             patch.setdefault("metadata", {}).setdefault("annotations", {})[REBALANCE_ANNOTATION] = (
                 None
             )
             self._patch(deployment, patch)
-            if result != COMPLETED and cloud_pod is not None:
-                self._annotate_pod(namespace, intent.pod, None)
+            if result != COMPLETED:
+                for pod in leaving:
+                    self._annotate_pod(namespace, pod, None)
             return Outcome(namespace, name, intent, result, message)
 
         if intent.step == STEP_SURGE:
-            if replicas != intent.replicas + 1:
+            if replicas != surge:
                 return end(
                     ABORTED,
                     f"replicas were changed to {replicas} by someone else during the surge "
-                    f"of {namespace}/{name}: they are left as they are",
+                    f"of {namespace}/{name} to {surge}: they are left as they are",
                     {},
                 )
-            if cloud_pod is None:
+            if not leaving:
                 return end(
                     COMPLETED,
-                    f"replica {intent.pod} left node {intent.node} by itself: scaled back to "
+                    f"replicas {which} left node {intent.node} by themselves: scaled back to "
                     f"{intent.replicas}",
                     {"spec": {"replicas": intent.replicas}},
                 )
@@ -350,7 +355,10 @@ class ServingMover:
                 if _is_ready(p) and (p.get("spec") or {}).get("nodeName") != intent.node
             )
             if ready_elsewhere >= intent.replicas:
-                self._annotate_pod(namespace, intent.pod, LOWEST_DELETION_COST)
+                # The ReplicaSet removes unready pods first, then the lowest deletion cost:
+                # with this many Ready elsewhere, the ones it keeps are all Ready.
+                for pod in leaving:
+                    self._annotate_pod(namespace, pod, LOWEST_DELETION_COST)
                 moved = replace(intent, step=STEP_SCALE_DOWN, step_since=now)
                 self._patch(
                     deployment,
@@ -363,17 +371,17 @@ class ServingMover:
             if now - intent.since >= intent.timeout:
                 return end(
                     ROLLED_BACK,
-                    f"the surge replica of {namespace}/{name} was not Ready within "
+                    f"the surge replicas of {namespace}/{name} were not Ready within "
                     f"{intent.timeout:.0f} s: scaled back to {intent.replicas}, node "
                     f"{intent.node} kept",
                     {"spec": {"replicas": intent.replicas}},
                 )
             return None
-        # scale-down: the ReplicaSet controller removes the cloud pod.
-        if cloud_pod is None:
+        # scale-down: the ReplicaSet controller removes the cloud pods.
+        if not leaving:
             outcome = end(
                 COMPLETED,
-                f"replica {intent.pod} of {namespace}/{name} moved from {intent.from_pool} node "
+                f"replicas {which} of {namespace}/{name} moved from {intent.from_pool} node "
                 f"{intent.node} to {intent.to_pool} with no replica unavailable",
                 {},
             )
@@ -381,7 +389,7 @@ class ServingMover:
         if now - intent.step_since >= intent.timeout:
             return end(
                 ABORTED,
-                f"the ReplicaSet did not remove replica {intent.pod} of {namespace}/{name} "
+                f"the ReplicaSet did not remove {', '.join(leaving)} of {namespace}/{name} "
                 f"within {intent.timeout:.0f} s: node {intent.node} kept",
                 {},
             )

@@ -196,7 +196,7 @@ def _action_key(action: Action) -> tuple[str, ...] | None:
     if isinstance(action, ReclaimIdle):
         return (action.kind.value, action.namespace, action.name)
     if isinstance(action, RebalanceReplica):
-        return (action.kind.value, action.namespace, action.workload, action.pod)
+        return (action.kind.value, action.namespace, action.workload, action.node)
     if isinstance(action, ScaleUp):
         return None
     return (action.kind.value, action.pool, action.node)

@@ -102,24 +102,37 @@ class ReclaimIdle:
         return self.gpus * self.idle_seconds / 3600.0
 
 
+class RebalanceResult(StrEnum):
+    """How a surge rebalance went (hybridgpu_rebalances_total's result label)."""
+
+    STARTED = "started"
+    COMPLETED = "completed"
+    """The replica runs on owned GPUs; none was unavailable."""
+    ROLLED_BACK = "rolled_back"
+    """The surge replica was not Ready in time: scaled back, the cloud replica stays."""
+    ABORTED = "aborted"
+    """Someone else changed the workload mid-move (its replicas, or its pods): left to them."""
+
+
 @dataclass(frozen=True, slots=True)
 class RebalanceReplica:
-    """Move one replica of a serving workload (a Deployment) off a cloud node by surge: cordon
-    the node, add one replica (it can only land elsewhere: on the owned GPUs decide found
-    free), wait until it is Ready, then remove the cloud replica; the emptied node is
-    released. The workload never has fewer Ready replicas than it asks for."""
+    """Move the replicas a serving workload (a Deployment) has on one cloud node off it by
+    surge: cordon the node, add as many replicas (they can only land elsewhere: on the owned
+    GPUs decide found free), wait until they are Ready, then remove the cloud replicas; the
+    emptied node is released. The workload never has fewer Ready replicas than it asks for."""
 
     namespace: str
     workload: str
     """The Deployment's name."""
-    pod: str
-    """The replica on the cloud node (its pod's name)."""
+    pods: tuple[str, ...]
+    """Its replicas on the cloud node (their pods' names)."""
     node: str
     from_pool: str
     to_pool: str
     gpus: int
+    """GPUs of those replicas together."""
     replicas: int
-    """The Deployment's replicas when decided: it surges to replicas + 1, then back."""
+    """The Deployment's replicas when decided: it surges to replicas + len(pods), then back."""
     reason: str
     timeout_seconds: float = 600.0
     """A surge replica not Ready by then is given up (policy rebalance.surgeTimeout)."""

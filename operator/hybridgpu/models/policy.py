@@ -93,11 +93,11 @@ class RebalanceSpec(SpecModel):
         "empties a cloud node and saves at least consolidation.minSavingsPerHour.",
     )
     max_per_tick: int = Field(
-        default=1,
+        default=5,
         ge=0,
         le=1000,
         description="At most this many cloud nodes emptied by rebalance at once (moves in "
-        "flight count).",
+        "flight count), and never more than disruption.maxNodesPerTick.",
     )
     surge_timeout: PositiveDuration = Field(
         default="10m",

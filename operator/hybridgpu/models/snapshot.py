@@ -193,8 +193,8 @@ class RebalanceIntent:
     hybridgpu.io/rebalance)."""
 
     node: str
-    """The cloud node the replica leaves (cordoned for the move)."""
-    pod: str
+    """The cloud node the replicas leave (cordoned for the move)."""
+    pods: tuple[str, ...]
     step: str
     since: float
 

@@ -65,9 +65,10 @@ class WaitSLO:
 
 
 def _without_moves(policy: ScalingPolicySpec, *, on_demand_for_all: bool) -> ScalingPolicySpec:
-    """The policy with no preemption, no consolidation and no waiting for owned GPUs (an
-    autoscaler buys a node for every pod that fits nowhere); ``on_demand_for_all`` lets
-    preemptible work onto on-demand nodes (a cluster without spot runs it there)."""
+    """The policy with no preemption, no consolidation, no serving rebalance and no waiting
+    for owned GPUs (an autoscaler buys a node for every pod that fits nowhere);
+    ``on_demand_for_all`` lets preemptible work onto on-demand nodes (a cluster without spot
+    runs it there)."""
     allow = on_demand_for_all or policy.preemption.allow_on_demand_for_preemptible
     return policy.model_copy(
         update={
@@ -75,6 +76,7 @@ def _without_moves(policy: ScalingPolicySpec, *, on_demand_for_all: bool) -> Sca
                 update={"enabled": False, "allow_on_demand_for_preemptible": allow}
             ),
             "consolidation": policy.consolidation.model_copy(update={"enabled": False}),
+            "rebalance": policy.rebalance.model_copy(update={"enabled": False}),
             "wait_budget": WaitBudgetSpec(critical="0s", standard="0s", preemptible="0s"),
         }
     )

@@ -32,6 +32,7 @@ from hybridgpu.models.actions import (
     HandleInterruption,
     MoveJob,
     Plan,
+    RebalanceReplica,
     ReclaimIdle,
     ReleaseNode,
     ScaleUp,
@@ -47,12 +48,14 @@ from hybridgpu.models.snapshot import (
     JobState,
     NodeState,
     PoolState,
+    ServingState,
 )
 from hybridgpu.sim.defaults import (
     DEFAULT_BILLING_MINIMUM_SECONDS,
     DEFAULT_BOOT_SECONDS,
     DEFAULT_CHECKPOINT_SECONDS,
 )
+from hybridgpu.sim import serving as serving_sim
 from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
@@ -104,6 +107,9 @@ class SimSettings:
     is taken at the first preemption after its launch in the pool's own replay (as one
     instance's measured life), instead of from a random point of the trace."""
     seed: int = 1
+    surge_ready_seconds: float = 300.0
+    """A serving replica added by a surge rebalance is Ready this long after it got its GPUs
+    (model load); the cloud replica serves until then."""
 
 
 @dataclass
@@ -245,6 +251,10 @@ class PolicyResult:
     never finished): what the fluid bound's SLO is checked against."""
     deadlines: DeadlineStats = field(default_factory=DeadlineStats)
     idle_reclaim: ReclaimStats = field(default_factory=ReclaimStats)
+    rebalances: int = 0
+    """Serving replicas moved from cloud nodes to owned GPUs by surge."""
+    serving_disruptions: int = 0
+    """Times a serving replica was stopped before its end (requeued): a surge never does."""
 
     @property
     def work_gpu_hours(self) -> float:
@@ -278,6 +288,8 @@ class PolicyResult:
             "releases": self.releases,
             "deadlines": self.deadlines.to_json(),
             "idle_reclaim": self.idle_reclaim.to_json(),
+            "rebalances": self.rebalances,
+            "serving_disruptions": self.serving_disruptions,
         }
 
 
@@ -398,6 +410,13 @@ class Simulation:
         self.deadline_margin = 2 * self.interval
         self.reclaimed = ReclaimStats()
         self.deadline_moves = 0
+        self.serving = serving_sim.ServingBook()
+        self.serving_disruptions = 0
+        self.by_trace_name: dict[str, _Job] = {}
+        """Serving replicas by name (a rebalance names the pods it moves)."""
+        self._has_serving = any(j.service is not None for j in self.trace)
+        self._serving_on_cloud = 0
+        """Serving replicas running on cloud nodes (a rebalance may move them)."""
         last_arrival = max((j.arrival_seconds for j in self.trace), default=0.0)
         self.horizon = horizon_seconds or (
             last_arrival + max((j.duration_seconds for j in self.trace), default=0.0) * 4 + 86400
@@ -553,6 +572,8 @@ class Simulation:
         self._jobs_changed = True
         if self._may_move(job, node):
             self._movable_on_cloud += 1
+        if job.trace.service is not None and is_cloud(node.tier):
+            self._serving_on_cloud += 1
         job.node = node.name
         job.run_started = self.now
         job.wait_seconds += self.now - job.pending_since
@@ -569,6 +590,8 @@ class Simulation:
         if node is not None:
             if self._may_move(job, node):
                 self._movable_on_cloud -= 1
+            if job.trace.service is not None and is_cloud(node.tier):
+                self._serving_on_cloud -= 1
             node.free += job.trace.gpus
             node.jobs.discard(job.index)
             node.used_gpu_percent -= job.trace.gpus * self._utilization(job)
@@ -601,6 +624,8 @@ class Simulation:
         job.node = None
         job.run_started = None
         job.run_id += 1
+        if requeue and job.trace.service is not None:
+            self.serving_disruptions += 1
         if requeue:
             job.run_overhead = self.settings.restart_overhead_seconds
             job.pending_since = self.now
@@ -732,9 +757,16 @@ class Simulation:
             nodes.append(node.view)
         if self._jobs_changed:
             views = [self._job_view(self.jobs[i]) for i in sorted(self.running | self.pending)]
-            self._job_views = (tuple(v[0] for v in views), tuple(v[1] for v in views))
+            self._job_views = (
+                tuple(v[0] for v in views),
+                tuple(v[1] for v in views if v[0].serving is None),  # replicas are no Jobs
+            )
             self._jobs_changed = False
         pods, jobs = self._job_views
+        serving: tuple[ServingState, ...] = ()
+        if self._has_serving:
+            pods = pods + tuple(serving_sim.surge_pods(self))
+            serving = serving_sim.serving_states(self, self.running | self.pending)
         pools = tuple(
             PoolState(
                 name=p.name,
@@ -751,13 +783,19 @@ class Simulation:
             nodes=tuple(nodes),
             pods=pods,
             jobs=jobs,
+            serving=serving,
         )
 
     def _job_view(self, job: _Job) -> tuple[GPUPod, JobState]:
         """The job as the operator sees it; rebuilt only when it changed (run_id moves on
         every start and stop)."""
         cached = self._views.get(job.index)
-        if cached is not None and cached[0] == job.run_id and cached[1].pool == job.pool:
+        if (
+            cached is not None
+            and cached[0] == job.run_id
+            and cached[1].pool == job.pool
+            and cached[1].node == job.node  # a rebalanced replica moves while it runs
+        ):
             return cached[1], cached[2]
         crit = job.trace.criticality
         trace = job.trace
@@ -771,7 +809,7 @@ class Simulation:
             gpus=job.trace.gpus,
             criticality=crit,
             node=job.node,
-            job=f"sim/{job.trace.name}",
+            job=None if trace.service is not None else f"sim/{job.trace.name}",
             pool=job.pool,
             pending_since=job.pending_since,
             started_at=job.run_started,
@@ -779,6 +817,7 @@ class Simulation:
             idle_timeout_seconds=trace.idle_timeout_seconds if self.reads_annotations else None,
             idle_since=job.run_started if idle else None,
             utilization_percent=used if host is not None else None,
+            serving=serving_sim.workload_of(job),
         )
         deadline = trace.deadline_at if self.reads_annotations else None
         state = JobState(
@@ -815,11 +854,13 @@ class Simulation:
     def _quiet(self) -> bool:
         """Whether decide() has nothing to do now: no pending pod past its grace period, no
         interruption notice, no cloud node idle for its idleFor, nothing consolidation, return
-        to core, a deadline or idle reclaim could move. Then it plans nothing and asks for no
+        to core, a serving rebalance, a deadline or idle reclaim could move. Then it plans nothing and asks for no
         recheck (``check_quiet`` proves it in tests), so the tick is skipped and costs no
         snapshot."""
         if self._noticed or self._movable_on_cloud:
             return False
+        if self._serving_on_cloud and serving_sim.owned_gpus_free(self):
+            return False  # a rebalance may move a replica
         for index in self._annotated:
             if index in self.running or index in self.pending:
                 return False
@@ -885,6 +926,8 @@ class Simulation:
                 else:
                     job.pool = action.to_pool
                     self._jobs_changed = True
+            elif isinstance(action, RebalanceReplica):
+                serving_sim.start(self, action)
             elif isinstance(action, HandleInterruption):
                 node = self.nodes.get(action.node)
                 if node is None:
@@ -1063,6 +1106,8 @@ class Simulation:
             self._schedule_drop(pool)
         for index, tj in enumerate(self.trace):
             self.jobs.append(_Job(index, tj, tj.arrival_seconds))
+            if tj.service is not None:
+                self.by_trace_name[tj.name] = self.jobs[-1]
             self._push(tj.arrival_seconds, "arrive", index)
         trace_end = max((j.arrival_seconds + j.duration_seconds for j in self.trace), default=1.0)
         next_tick = 0.0
@@ -1134,6 +1179,10 @@ class Simulation:
             if ready is not None:
                 ready.booting = False
                 self._node_changed(ready)
+            return 0
+        if kind == "surge":
+            assert isinstance(payload, int)
+            serving_sim.ready(self, payload)
             return 0
         if kind == "drop":
             assert isinstance(payload, tuple)
@@ -1217,4 +1266,6 @@ class Simulation:
             max_lateness_seconds=lateness,
             deadlines=deadlines,
             idle_reclaim=self.reclaimed,
+            rebalances=self.serving.completed,
+            serving_disruptions=self.serving_disruptions,
         )

@@ -58,6 +58,8 @@ class TraceJob:
     """Of a one-GPU job: the thousandths of one GPU it needs (openb gpu_milli); None or
     1000: the whole GPU. Run as a share where a pool shares its GPUs (sim.config), else
     rounded up to the whole GPU, as Kubernetes allocates nvidia.com/gpu."""
+    service: str | None = None
+    """The serving workload (a Deployment) this is one replica of; None: a batch Job."""
 
     @property
     def deadline_at(self) -> float | None:
@@ -216,7 +218,8 @@ def load_dlrm(
     An instance arrives at creation_time (empty: it was there when the trace starts, so 0)
     and serves from scheduled_time (empty: from the start) to deletion_time (empty: to the
     end of the trace, the latest time it records). Serving is latency-sensitive: every
-    instance is ``criticality`` (critical)."""
+    instance is ``criticality`` (critical), one replica of the Deployment named by its
+    app_name (the simulator's serving rebalance moves replicas, never stops them)."""
     path = Path(path)
     required = ("instance_sn", "role", "gpu_request", "creation_time", "scheduled_time")
     reader, _ = _open_csv(path, (*required, "deletion_time"))
@@ -251,6 +254,7 @@ def load_dlrm(
                 duration / time_scale,
                 max(1, math.ceil(gpus)),
                 criticality,
+                service=row.get("app_name") or None,
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))

@@ -1,0 +1,100 @@
+"""Serving rebalance on the Alibaba 2025 DLRM serving trace: how much cloud spend does the
+surge rebalance save against today's behaviour (rebalance off), with how many disruptions?
+
+Runs hybridgpu (the real ``core.decide``) twice over the same slice of the trace with the
+fleet of examples/cluster-dlrm.yaml: once as configured (rebalance on) and once with
+``rebalance.enabled: false``. The slice keeps the instances that exist in its first
+``--days`` days, each cut at the slice's end (so both runs bill the same window). Prints one
+JSON object.
+
+    .venv/bin/python bench/serving_rebalance.py --days 3
+
+The trace is read from ../shared/traces/alibaba-dlrm/ (relative to the repository); when it
+is absent the script says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from hybridgpu.sim.config import load_cluster
+from hybridgpu.sim.engine import SimSettings, Simulation
+from hybridgpu.sim.traces import TraceJob, load_dlrm
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE = REPO.parent / "shared" / "traces" / "alibaba-dlrm" / "disaggregated_DLRM_trace.csv"
+CLUSTER = REPO / "examples" / "cluster-dlrm.yaml"
+DAY = 86400.0
+
+
+def sliced(jobs: list[TraceJob], days: float) -> list[TraceJob]:
+    end = days * DAY
+    return [
+        replace(j, duration_seconds=min(j.duration_seconds, end - j.arrival_seconds))
+        for j in jobs
+        if j.arrival_seconds < end
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default=str(TRACE))
+    parser.add_argument("--cluster", default=str(CLUSTER))
+    parser.add_argument("--days", type=float, default=3.0, help="slice length (3)")
+    parser.add_argument("--max-per-tick", type=int, default=None, help="rebalance.maxPerTick")
+    args = parser.parse_args()
+    if not Path(args.trace).exists():
+        print(f"skipped: {args.trace} is absent (see /work/shared/traces/README.md)")
+        return 0
+    if args.days <= 0:
+        print("error: --days must be > 0", file=sys.stderr)
+        return 2
+    config = load_cluster(args.cluster)
+    jobs = sliced(load_dlrm(args.trace).jobs, args.days)
+    policy = config.policy.spec
+    if args.max_per_tick is not None:
+        policy = policy.model_copy(
+            update={
+                "rebalance": policy.rebalance.model_copy(update={"max_per_tick": args.max_per_tick})
+            }
+        )
+    out: dict[str, object] = {
+        "days": args.days,
+        "instances": len(jobs),
+        "rebalance": policy.rebalance.model_dump(by_alias=True),
+    }
+    for name, enabled in (("rebalance_off", False), ("rebalance_on", True)):
+        run_policy = policy.model_copy(
+            update={"rebalance": policy.rebalance.model_copy(update={"enabled": enabled})}
+        )
+        started = time.perf_counter()
+        result = Simulation(name, config.pools, run_policy, jobs, SimSettings()).run()
+        out[name] = {
+            "cloud_cost_dollars": round(result.cloud_cost_dollars, 2),
+            "total_cost_dollars": round(result.total_cost_dollars, 2),
+            "cost_by_tier_dollars": {
+                k: round(v, 2) for k, v in result.cost_by_tier_dollars.items()
+            },
+            "rebalances": result.rebalances,
+            "serving_disruptions": result.serving_disruptions,
+            "preemptions": result.preemptions,
+            "unfinished": result.unfinished_jobs,
+            "wait_seconds_critical": result.wait_seconds.get("critical"),
+            "gpu_hours": {k: round(v, 1) for k, v in result.gpu_hours.items()},
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        print(f"{name}: {out[name]}", file=sys.stderr, flush=True)
+    off = out["rebalance_off"]["cloud_cost_dollars"]  # type: ignore[index]
+    on = out["rebalance_on"]["cloud_cost_dollars"]  # type: ignore[index]
+    out["cloud_savings_percent"] = round(100 * (off - on) / off, 1) if off else 0.0
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
