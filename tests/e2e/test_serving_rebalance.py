@@ -6,6 +6,7 @@ restarted operator finishes a rebalance it started; a Deployment an HPA scales i
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -93,17 +94,21 @@ class ReadyWatch:
             self._thread.join(timeout=10)
 
 
-def _setup(cluster: Cluster, name: str, **policy: Any) -> tuple[str, str, str]:
-    """One core node and one on-demand node, each holding one replica of a 2-replica
-    Deployment of 4-GPU pods; then a second core node appears (owned GPUs free up)."""
+def _setup(
+    cluster: Cluster, name: str, *, replicas: int = 2, gpus: int = 4, first_core_gpus: int = 4
+) -> tuple[str, str, str]:
+    """One core node and one on-demand node (4 GPUs), holding the replicas of a Deployment
+    of ``gpus``-GPU pods: the core node what fits, the on-demand node the rest (a
+    PodDisruptionBudget allows no unavailable replica); then a second core node with 4 GPUs
+    appears (owned GPUs free up)."""
     kube = cluster.kube
-    policy_name = cluster.policy(**policy)
+    policy_name = cluster.policy()
     core = cluster.pool("core", tier="core", policy=policy_name)
     elastic = cluster.pool("elastic", tier="elastic", policy=policy_name, idle_for="1h")
-    cluster.core_nodes(core, 1)
+    cluster.core_nodes(core, 1, gpus=first_core_gpus)
     (cloud_node,) = cluster.cloud_nodes(elastic, 1)
     apps = client.AppsV1Api(kube.plane.api)
-    apps.create_namespaced_deployment(kube.namespace, deployment(name, 2, 4))
+    apps.create_namespaced_deployment(kube.namespace, deployment(name, replicas, gpus))
     client.PolicyV1Api(kube.plane.api).create_namespaced_pod_disruption_budget(
         kube.namespace,
         {
@@ -114,13 +119,13 @@ def _setup(cluster: Cluster, name: str, **policy: Any) -> tuple[str, str, str]:
     wait_for(
         lambda: (
             (apps.read_namespaced_deployment_status(name, kube.namespace).status.ready_replicas)
-            == 2
+            == replicas
         ),
         60,
-        "both replicas Ready",
+        "every replica Ready",
     )
-    on = {p.spec.node_name for p in _pods(kube, name)}
-    assert cloud_node in on and len(on) == 2, on
+    on_cloud = [p for p in _pods(kube, name) if p.spec.node_name == cloud_node]
+    assert len(on_cloud) == replicas - first_core_gpus // gpus, on_cloud
     kube.create_gpu_nodes(core, 1, tier="core", gpus=4, name_prefix=f"{cluster.prefix}-free-")
     return policy_name, elastic, cloud_node
 
@@ -188,6 +193,36 @@ def test_a_replica_on_demand_moves_to_owned_gpus_with_none_unavailable(
             for line in metrics.splitlines()
         ), [m for m in metrics.splitlines() if "rebalances" in m]
         assert cluster.policy_status(policy).get("lastTick")
+    finally:
+        operators.stop_all()
+        _delete(kube, apps, name)
+
+
+def test_two_replicas_on_one_cloud_node_surge_together(
+    cluster: Cluster, operators: Operators
+) -> None:
+    kube = cluster.kube
+    name = cluster.name("two")
+    apps = client.AppsV1Api(kube.plane.api)
+    try:
+        _, elastic, cloud_node = _setup(cluster, name, replicas=3, gpus=2, first_core_gpus=2)
+        with ReadyWatch(kube, name).running() as watch:
+            operators.start()
+            wait_for(lambda: REBALANCE in _annotations(apps, kube, name), 60, "a rebalance started")
+            intent = json.loads(_annotations(apps, kube, name)[REBALANCE])
+            assert len(intent["pods"]) == 2 and intent["replicas"] == 3, intent
+            wait_for(lambda: not cluster.pool_nodes(elastic), 120, "the cloud node released")
+            wait_for(
+                lambda: (
+                    REBALANCE not in _annotations(apps, kube, name)
+                    and apps.read_namespaced_deployment(name, kube.namespace).spec.replicas == 3
+                ),
+                30,
+                "the rebalance finished",
+            )
+        assert watch.min_ready_replicas >= 3 and watch.min_ready_pods >= 3
+        pods = _pods(kube, name)
+        assert len(pods) == 3 and all(p.spec.node_name != cloud_node for p in pods)
     finally:
         operators.stop_all()
         _delete(kube, apps, name)

@@ -25,7 +25,9 @@ def _merge(into: Obj, patch: Obj) -> None:
     for key, value in patch.items():
         if value is None:
             into.pop(key, None)
-        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+        elif isinstance(value, dict):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
             _merge(into[key], value)
         else:
             into[key] = copy.deepcopy(value)

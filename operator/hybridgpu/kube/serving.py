@@ -294,7 +294,8 @@ class ServingMover:
                 },
             )
         except Conflict:
-            self.cluster.uncordon(action.node)
+            # Changed since it was read: the next tick decides again. The cordon stays only
+            # while another workload's intent names the node (uncordon_orphans).
             return False
         log.info(
             "rebalance of %s started: surge to %d",
