@@ -40,7 +40,7 @@ def _run(config: ClusterConfig, enabled: bool) -> PolicyResult:
     policy = config.policy.spec.model_copy(
         update={"rebalance": config.policy.spec.rebalance.model_copy(update={"enabled": enabled})}
     )
-    return Simulation("h", config.pools, policy, _trace(), SimSettings()).run()
+    return Simulation("h", config.pools, policy, _trace(), SimSettings(), check_quiet=True).run()
 
 
 def test_replicas_move_to_core_by_surge_and_the_on_demand_node_goes(config) -> None:
@@ -68,7 +68,7 @@ def test_a_replica_that_ends_during_its_surge_gives_the_owned_gpus_back(config) 
         # 1 h: within the 5-minute surge.
         TraceJob("web-0", 60.0, HOUR - 90, 2, Criticality.CRITICAL, service="web"),
     ]
-    sim = Simulation("h", config.pools, config.policy.spec, trace, SimSettings())
+    sim = Simulation("h", config.pools, config.policy.spec, trace, SimSettings(), check_quiet=True)
     result = sim.run()
     assert sim.serving.started == 1 and sim.serving.given_up == 1
     assert result.rebalances == 0 and result.serving_disruptions == 0

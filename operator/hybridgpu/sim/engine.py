@@ -50,12 +50,12 @@ from hybridgpu.models.snapshot import (
     PoolState,
     ServingState,
 )
+from hybridgpu.sim import serving as serving_sim
 from hybridgpu.sim.defaults import (
     DEFAULT_BILLING_MINIMUM_SECONDS,
     DEFAULT_BOOT_SECONDS,
     DEFAULT_CHECKPOINT_SECONDS,
 )
-from hybridgpu.sim import serving as serving_sim
 from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
@@ -854,9 +854,9 @@ class Simulation:
     def _quiet(self) -> bool:
         """Whether decide() has nothing to do now: no pending pod past its grace period, no
         interruption notice, no cloud node idle for its idleFor, nothing consolidation, return
-        to core, a serving rebalance, a deadline or idle reclaim could move. Then it plans nothing and asks for no
-        recheck (``check_quiet`` proves it in tests), so the tick is skipped and costs no
-        snapshot."""
+        to core, a serving rebalance, a deadline or idle reclaim could move. Then it plans
+        nothing and asks for no recheck (``check_quiet`` proves it in tests), so the tick is
+        skipped and costs no snapshot."""
         if self._noticed or self._movable_on_cloud:
             return False
         if self._serving_on_cloud and serving_sim.owned_gpus_free(self):
