@@ -415,6 +415,7 @@ class Simulation:
         self.by_trace_name: dict[str, _Job] = {}
         """Serving replicas by name (a rebalance names the pods it moves)."""
         self._has_serving = any(j.service is not None for j in self.trace)
+        self._rebalances = self._has_serving and policy.rebalance.enabled
         self._serving_on_cloud = 0
         """Serving replicas running on cloud nodes (a rebalance may move them)."""
         last_arrival = max((j.arrival_seconds for j in self.trace), default=0.0)
@@ -859,7 +860,7 @@ class Simulation:
         skipped and costs no snapshot."""
         if self._noticed or self._movable_on_cloud:
             return False
-        if self._serving_on_cloud and serving_sim.owned_gpus_free(self):
+        if self._rebalances and self._serving_on_cloud and serving_sim.owned_gpus_free(self):
             return False  # a rebalance may move a replica
         for index in self._annotated:
             if index in self.running or index in self.pending:
