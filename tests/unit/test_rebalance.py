@@ -217,3 +217,11 @@ def test_rebalance_never_takes_more_owned_gpus_than_are_free(
         state = by_name[m.workload]
         assert not state.autoscaled and state.ready >= state.replicas
         assert m.to_pool == "core" and m.from_pool == "elastic"
+
+
+def test_a_workload_whose_last_rebalance_was_given_up_waits_an_hour() -> None:
+    recent = one_replica_on_elastic(given_up_at=NOW - 600)
+    plan = decide(recent, policy(), NOW)
+    assert not [a for a in plan.actions if a.kind == ActionKind.REBALANCE]
+    assert any("given up; tried again in 50 min" in n for n in plan.notes), plan.notes
+    assert len(rebalances(one_replica_on_elastic(given_up_at=NOW - 3600))) == 1

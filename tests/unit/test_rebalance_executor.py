@@ -17,12 +17,14 @@ from hybridgpu.kube.serving import (
     Intent,
     ServingMover,
     read_intent,
+    serving_state,
 )
 from hybridgpu.models.actions import RebalanceReplica
 
 pytestmark = pytest.mark.unit
 
 REBALANCE = "hybridgpu.io/rebalance"
+GIVEN_UP = "hybridgpu.io/rebalance-given-up"
 T0 = 1_000_000.0
 
 
@@ -112,6 +114,7 @@ def test_once_the_surge_replica_is_ready_the_cloud_pod_is_marked_and_replicas_go
     outcome = mover.advance(mover.list_with_intent()[0])
     assert outcome is not None and outcome.result == "completed" and outcome.release
     assert REBALANCE not in dep(cluster)["metadata"]["annotations"]
+    assert GIVEN_UP not in dep(cluster)["metadata"]["annotations"]
     assert mover.node_is_empty("e1")
 
 
@@ -124,6 +127,9 @@ def test_a_surge_not_ready_in_time_is_scaled_back() -> None:
     assert outcome is not None and outcome.result == "rolled_back" and not outcome.release
     assert dep(cluster)["spec"]["replicas"] == 2
     assert REBALANCE not in dep(cluster)["metadata"]["annotations"]
+    # decide() waits an hour before it tries this workload again
+    assert dep(cluster)["metadata"]["annotations"][GIVEN_UP] == f"{clock.now:.0f}"
+    assert serving_state(dep(cluster), autoscaled=False).given_up_at == clock.now
     assert DELETION_COST_ANNOTATION not in (
         cluster.pods[("team", "web-b")]["metadata"].get("annotations") or {}
     )
@@ -137,6 +143,7 @@ def test_replicas_changed_by_someone_else_win() -> None:
     assert outcome is not None and outcome.result == "aborted"
     assert dep(cluster)["spec"]["replicas"] == 6
     assert REBALANCE not in dep(cluster)["metadata"]["annotations"]
+    assert GIVEN_UP in dep(cluster)["metadata"]["annotations"]
 
 
 def test_an_unreadable_intent_is_dropped_and_replicas_left_alone() -> None:

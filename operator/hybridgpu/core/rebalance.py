@@ -10,7 +10,8 @@ replicas, waits until they are Ready, then removes the cloud ones. The node is t
 released.
 
 Not rebalanced, with a note saying why: workloads an HPA scales (a surge would fight it),
-workloads mid-rollout or short of Ready replicas, replicas pinned to a cloud pool.
+workloads mid-rollout or short of Ready replicas, replicas pinned to a cloud pool, and for an
+hour workloads whose last rebalance was rolled back or aborted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 CORDONED_FOR_REBALANCE = "rebalance"
 """The node annotation hybridgpu.io/cordoned-by of a node a rebalance empties."""
+BACKOFF_SECONDS = 3600.0
+"""A workload whose last rebalance was rolled back or aborted is not tried again for this
+long (a surge replica that cannot get Ready would otherwise surge every surgeTimeout)."""
 
 
 def rebalance_serving(d: _Decider) -> None:
@@ -48,7 +52,7 @@ def rebalance_serving(d: _Decider) -> None:
         node = d.nodes.get(node_name)
         if node is None or not d._schedulable(node) or node_name in d.unhealthy:
             continue
-        if _movable(pods, serving, core_pools, skipped):
+        if _movable(pods, serving, core_pools, skipped, d.now):
             candidates.append((-ledger.node_price, node_name, pods))
     for key, why in sorted(skipped.items()):
         d.notes.append(
@@ -105,6 +109,7 @@ def _movable(
     serving: dict[str, ServingState],
     core_pools: set[str],
     skipped: dict[str, str],
+    now: float,
 ) -> bool:
     """Whether every GPU pod of a cloud node is a Ready replica that may surge to owned GPUs
     now (one surge per workload at a time)."""
@@ -114,18 +119,21 @@ def _movable(
             return False
         if workload.rebalance is not None:
             return False
-        why = _why_not(workload, pod, core_pools)
+        why = _why_not(workload, pod, core_pools, now)
         if why is not None:
             skipped[workload.key] = why
             return False
     return True
 
 
-def _why_not(workload: ServingState, pod: GPUPod, core_pools: set[str]) -> str | None:
+def _why_not(workload: ServingState, pod: GPUPod, core_pools: set[str], now: float) -> str | None:
     if workload.autoscaled:
         return "a HorizontalPodAutoscaler scales it (a surge would fight the autoscaler)"
     if not workload.stable or workload.ready < workload.replicas:
         return f"{workload.ready} of {workload.replicas} replicas Ready or a rollout in progress"
+    if workload.given_up_at is not None and now - workload.given_up_at < BACKOFF_SECONDS:
+        left = (workload.given_up_at + BACKOFF_SECONDS - now) / 60
+        return f"its last rebalance was given up; tried again in {left:.0f} min"
     if pod.pool is not None and pod.pool not in core_pools:
         return f"its pods are pinned to pool {pod.pool}"
     return None

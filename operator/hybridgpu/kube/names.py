@@ -42,6 +42,9 @@ INTERRUPTION_ANNOTATION = "hybridgpu.io/interruption-deadline"
 REBALANCE_ANNOTATION = "hybridgpu.io/rebalance"
 """On a Deployment: JSON {node, pod, fromPool, toPool, replicas, step, since, stepSince,
 timeout} while the operator moves one of its replicas to owned GPUs by surge."""
+REBALANCE_GIVEN_UP_ANNOTATION = "hybridgpu.io/rebalance-given-up"
+"""On a Deployment: epoch seconds its last rebalance was rolled back or aborted (the next
+one waits an hour)."""
 CORDONED_BY_ANNOTATION = "hybridgpu.io/cordoned-by"
 """On a Node: why the operator cordoned it (release, interruption, xid)."""
 

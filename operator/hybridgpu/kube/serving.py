@@ -39,7 +39,12 @@ from hybridgpu.core.rebalance import CORDONED_FOR_REBALANCE
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import annotations_of, is_daemonset_pod, pod_spec_gpus
 from hybridgpu.kube.errors import Conflict, NotFound
-from hybridgpu.kube.names import CORDONED_BY_ANNOTATION, REBALANCE_ANNOTATION, RELEASING_ANNOTATION
+from hybridgpu.kube.names import (
+    CORDONED_BY_ANNOTATION,
+    REBALANCE_ANNOTATION,
+    REBALANCE_GIVEN_UP_ANNOTATION,
+    RELEASING_ANNOTATION,
+)
 from hybridgpu.models.actions import RebalanceReplica, RebalanceResult
 from hybridgpu.models.snapshot import ClusterSnapshot, RebalanceIntent, ServingState
 
@@ -167,7 +172,12 @@ def serving_state(deployment: Obj, autoscaled: bool) -> ServingState:
         and int(status.get("updatedReplicas") or 0) == replicas
         and int(status.get("availableReplicas") or 0) >= replicas
     )
-    intent = read_intent(annotations_of(deployment))
+    notes = annotations_of(deployment)
+    intent = read_intent(notes)
+    try:
+        given_up: float | None = float(notes[REBALANCE_GIVEN_UP_ANNOTATION])
+    except (KeyError, ValueError):
+        given_up = None
     return ServingState(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
@@ -175,6 +185,7 @@ def serving_state(deployment: Obj, autoscaled: bool) -> ServingState:
         ready=int(status.get("readyReplicas") or 0),
         stable=stable,
         autoscaled=autoscaled,
+        given_up_at=given_up,
         rebalance=None
         if intent is None
         else RebalanceIntent(
@@ -326,9 +337,10 @@ class ServingMover:
         surge = intent.replicas + len(intent.pods)
 
         def end(result: str, message: str, patch: Obj) -> Outcome:
-            patch.setdefault("metadata", {}).setdefault("annotations", {})[REBALANCE_ANNOTATION] = (
-                None
-            )
+            notes = patch.setdefault("metadata", {}).setdefault("annotations", {})
+            notes[REBALANCE_ANNOTATION] = None
+            if result != COMPLETED:
+                notes[REBALANCE_GIVEN_UP_ANNOTATION] = f"{now:.0f}"
             self._patch(deployment, patch)
             if result != COMPLETED:
                 for pod in leaving:

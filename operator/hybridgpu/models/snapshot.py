@@ -216,6 +216,9 @@ class ServingState:
     """A HorizontalPodAutoscaler targets it: a surge would fight the autoscaler, so it is
     not rebalanced (reported)."""
     rebalance: RebalanceIntent | None = None
+    given_up_at: float | None = None
+    """When its last rebalance was rolled back or aborted (annotation
+    hybridgpu.io/rebalance-given-up), seconds since the epoch; None: never."""
     kind: str = "Deployment"
     key: str = field(init=False, repr=False, compare=False)
 
