@@ -457,6 +457,41 @@ CASES = {
         want=[],
         want_waiting=1,
     ),
+    "preemptible work waits for free owned GPUs on several nodes to come together": Case(
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 4, "critical"),
+            pending("batch", 8, "preemptible"),
+        ],
+        want=[],
+        want_waiting=1,
+    ),
+    "two preemptible pods never count on the same free owned GPUs": Case(
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 4, "critical"),
+            pending("batch", 8, "preemptible"),
+            pending("other", 8, "preemptible"),
+        ],
+        want=[("scale_up", "spot", 1)],
+        want_waiting=1,
+    ),
+    "firm work does not wait for free owned GPUs split over nodes": Case(
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 4, "critical"),
+            pending("next", 8),
+        ],
+        want=[("scale_up", "elastic", 1)],
+    ),
+    "preemptible work past its wait budget gets spot, owned GPUs split or not": Case(
+        workloads=[
+            running("svc", "c1", 4, "critical"),
+            running("svc2", "c2", 4, "critical"),
+            pending("batch", 8, "preemptible", created=NOW - 3 * 3600),
+        ],
+        want=[("scale_up", "spot", 1)],
+    ),
     "the wait budget counts the Job's whole delay since its creation": Case(
         workloads=[
             running("train", "c1", 8, started=NOW - 1800, expected=3600),

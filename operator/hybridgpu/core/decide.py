@@ -209,6 +209,9 @@ class _Decider:
         self.forecasts: dict[bool, OwnedForecast] = {}
         """When owned GPUs free up, as firm work (True) and preemptible work sees it; built
         on first use."""
+        self._fragments: dict[str, int] | None = None
+        """Per owned pool, the free GPUs (less those promised) preemptible pods that fit on
+        no single node may still wait for this tick (``_wait_for_fragments``)."""
         self.claimed: dict[str, int] = {}
         """Owned GPUs promised this tick to pods that wait for them, by node."""
         self._releases: dict[tuple[bool, str], list[tuple[float, int]]] = {}
@@ -612,13 +615,39 @@ class _Decider:
         by = self._wait_until(demand)
         found = self._owned_in_time(demand, by)
         if found is None:
-            return False
+            return self._wait_for_fragments(demand, by)
         at, node = found
         self.claimed[node] = self.claimed.get(node, 0) + demand.gpus
         self._touch_forecast(node, gained=False)
         self.waits.append(at)
         # Look again when its GPUs should be free, or when its budget runs out.
         self._recheck(min(at if at > self.now else math.inf, by))
+        return True
+
+    def _wait_for_fragments(self, demand: _Demand, by: float) -> bool:
+        """A preemptible pod that fits on no owned node, while the owned GPUs free now add up
+        to what it needs, waits for them to come together (its neighbours end) within its
+        wait budget instead of a spot node. The GPUs it counts on are set aside for this
+        tick, so the free owned GPUs are not counted twice."""
+        if demand.criticality != PREEMPTIBLE or demand.pool is not None or by <= self.now:
+            return False
+        if self._fragments is None:
+            self._fragments = {}
+            for name, free in self.node_free.items():
+                ledger = self.pools[self.node_pool[name]]
+                if ledger.tier == CORE and name not in self.future_nodes:
+                    left = free - self.claimed.get(name, 0)
+                    self._fragments[ledger.name] = self._fragments.get(ledger.name, 0) + left
+        pools = [
+            p.name
+            for p in self._free_order(demand)
+            if p.tier == CORE and self._fragments.get(p.name, 0) >= demand.gpus
+        ]
+        if not pools:
+            return False
+        self._fragments[pools[0]] -= demand.gpus
+        self.waits.append(by)
+        self._recheck(by)
         return True
 
     def _wait_until(self, demand: _Demand) -> float:
