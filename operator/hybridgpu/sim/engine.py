@@ -339,6 +339,9 @@ class Simulation:
         self.node_seq = 0
         self.now = 0.0
         self.pending: set[int] = set()
+        self._queue: SortedList[tuple[int, float, int]] = SortedList()
+        """The pending jobs in the scheduler's order: (criticality rank, pending since, index)."""
+        self._smallest_job_gpus = min((j.gpus for j in self.trace), default=0)
         self.running: set[int] = set()
         self.preemptions = 0
         self.interruptions = 0
@@ -538,32 +541,42 @@ class Simulation:
         ]
         return sorted(names, key=lambda n: (order[self.pools[n].spec.tier], n))
 
+    def _queue_key(self, job: _Job) -> tuple[int, float, int]:
+        return (CRITICALITY_RANK[job.trace.criticality], job.pending_since, job.index)
+
+    def _room(self) -> int:
+        """The most free GPUs on any node pods can land on."""
+        return max(
+            (placeable[-1][0] for placeable in self._placeable.values() if placeable), default=0
+        )
+
     def _schedule(self) -> None:
         """Place pending pods, most critical and oldest first, each on the fullest node of
         its first eligible pool that has room (kube-scheduler with a bin-packing score)."""
         if not self.pending:
             return
-        order = sorted(
-            self.pending,
-            key=lambda i: (
-                CRITICALITY_RANK[self.jobs[i].trace.criticality],
-                self.jobs[i].pending_since,
-                i,
-            ),
-        )
-        for index in order:
+        room = self._room()
+        if room < self._smallest_job_gpus:
+            return  # a queue in front of full nodes costs nothing per event
+        for _, _, index in list(self._queue):
             job = self.jobs[index]
             need = job.trace.gpus
+            if need > room:
+                continue
             for pool in self._eligible_pools(job):
                 placeable = self._placeable[pool]
                 at = placeable.bisect_left((need, ""))
                 if at == len(placeable):
                     continue
                 self._start(job, self.nodes[placeable[at][1]])
+                room = self._room()
                 break
+            if room < self._smallest_job_gpus:
+                return
 
     def _start(self, job: _Job, node: _Node) -> None:
         self.pending.discard(job.index)
+        self._queue.remove(self._queue_key(job))
         self.running.add(job.index)
         node.free -= job.trace.gpus
         node.jobs.add(job.index)
@@ -632,6 +645,7 @@ class Simulation:
             job.pending_since = self.now
             job.pool = pool
             self.pending.add(job.index)
+            self._queue.add(self._queue_key(job))
         else:
             self._demand_gpus -= job.trace.gpus
             job.done = True
@@ -1163,6 +1177,7 @@ class Simulation:
         if kind == "arrive":
             assert isinstance(payload, int)
             self.pending.add(payload)
+            self._queue.add(self._queue_key(self.jobs[payload]))
             self._demand_gpus += self.jobs[payload].trace.gpus
             self._jobs_changed = True
             return 0
