@@ -7,6 +7,7 @@ and `hybridgpu simulate --cluster` reject the same manifests with the same messa
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ PositiveDuration = Annotated[
 """A duration greater than zero (``0s`` is rejected), e.g. a tick interval."""
 
 
+@functools.lru_cache(maxsize=1024)  # decide() parses the policy's durations on every tick
 def parse_duration_seconds(text: str) -> float:
     """Seconds in a duration such as ``90s``, ``5m``, ``1h30m`` or ``30d``.
 
