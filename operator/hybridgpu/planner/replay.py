@@ -54,14 +54,14 @@ class _CloudTier:
         self.billed_seconds = 0.0
 
     def _expire(self, now: float) -> None:
-        keep = 0
+        # GPUs come back in time order, so the expired ones are the oldest: a prefix.
+        expired = 0
         for since, launched in self.idle:
-            if since + self.idle_release < now:
-                self.billed_seconds += since + self.idle_release - launched
-            else:
-                self.idle[keep] = (since, launched)
-                keep += 1
-        del self.idle[keep:]
+            if since + self.idle_release >= now:
+                break
+            self.billed_seconds += since + self.idle_release - launched
+            expired += 1
+        del self.idle[:expired]
 
     def take(self, gpus: int, now: float) -> tuple[float, list[float]]:
         """GPUs for a job arriving at ``now``: (when it can start, launch times of its GPUs)."""
@@ -136,6 +136,8 @@ class _Replay:
         self.owned = _OwnedNodes(owned_node_gpus)
         self.owned_gpu_seconds = 0.0
         self.runs: dict[int, _Run] = {}
+        self.cloud_preemptible: dict[int, None] = {}
+        """Keys of the preemptible runs in the cloud (what may come back to core)."""
         self.finishes: list[tuple[float, int]] = []  # (ends, run key); stale keys skipped
         self._keys = itertools.count()
 
@@ -175,6 +177,7 @@ class _Replay:
             run = self.runs.pop(key, None)
             if run is None:
                 continue  # evicted or moved earlier
+            self.cloud_preemptible.pop(key, None)
             if run.tier == CORE:
                 self.leave_core(key, run, at)
             else:
@@ -195,6 +198,8 @@ class _Replay:
         ends = start + seconds * (self.spot_rerun if tier == SPOT else 1.0)
         key = next(self._keys)
         self.runs[key] = _Run(job, tier, start, ends, launched=launched)
+        if job.preemptible:
+            self.cloud_preemptible[key] = None
         heapq.heappush(self.finishes, (ends, key))
 
     def leave_core(self, key: int, run: _Run, now: float) -> None:
@@ -208,15 +213,13 @@ class _Replay:
     def return_to_core(self, now: float) -> None:
         """Preemptible cloud runs move to owned nodes idle for ``idle_release_hours``, the
         largest first."""
+        if not self.cloud_preemptible:
+            return
         settled = self.owned.idle_for(self.settle_seconds, now)
         if not settled:
             return
         movers = sorted(
-            (
-                k
-                for k, r in self.runs.items()
-                if r.tier != CORE and r.job.preemptible and r.started <= now
-            ),
+            (k for k in self.cloud_preemptible if self.runs[k].started <= now),
             key=lambda k: (-self.runs[k].job.gpus, k),
         )
         for key in movers:
@@ -225,6 +228,7 @@ class _Replay:
             if node is None:
                 continue
             del self.runs[key]
+            del self.cloud_preemptible[key]
             self.cloud[run.tier].give_back(run.launched, now)
             left = (run.ends - now) / (self.spot_rerun if run.tier == SPOT else 1.0)
             self.start_on_core(run.job, node, now, left + self.restart_seconds)
