@@ -158,7 +158,7 @@ def _plan(count: int) -> dict[str, Any]:
         "exit_code": code,
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
-        "recommended": None if status is None else status.get("recommended"),
+        "recommended_nodes": None if status is None else status.get("recommendedNodes"),
     }
 
 
