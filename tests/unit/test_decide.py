@@ -757,3 +757,64 @@ def test_a_returning_job_between_checkpoints_moves_after_its_next_one() -> None:
     (move,) = later.actions
     assert isinstance(move, MoveJob)
     assert (move.kind.value, move.job_key, move.to_pool) == ("consolidate", "team/train", "core")
+
+
+def test_a_full_cheaper_pool_does_not_hide_one_with_room() -> None:
+    """Found by the flapping property: a 1-GPU pod whose cheapest pool (1-GPU nodes) is at
+    maxNodes was reported blocked there, while the 4-GPU pool had room and only the per-tick
+    cap held it; the next tick then grew that pool, a scale-up the plan had not announced."""
+    pools = [
+        pool("elastic", "elastic", per_node=4, max_nodes=2, idle_for="5m"),
+        pool("elastic-small", "elastic", per_node=1, max_nodes=0, price=4.8, idle_for="5m"),
+    ]
+    w = [pending("p1", 4, "critical", since=NOW - 10), pending("p2", 1, "critical", since=NOW - 10)]
+    spec = policy(scaleUp={"maxNodesPerTick": 1})
+    plan = decide(snapshot(pools, [], w), spec, NOW)
+    assert [(a.pool, a.nodes) for a in plan.actions if isinstance(a, ScaleUp)] == [("elastic", 1)]
+    assert [(b.pool, b.cause) for b in plan.blocked] == [("elastic", "max_per_tick")]
+
+
+def test_work_the_hourly_budget_held_back_gets_its_node_once_a_release_frees_budget() -> None:
+    """The flapping property's second example: the first plan releases an idle spot node
+    and says one pod waits for the hourly budget; the next plan, with that node gone, buys
+    the node for that pod: its first helping, announced, not a second one."""
+    from hybridgpu.core.apply import apply_plan
+
+    pools = [
+        pool("core", "core", per_node=4, max_nodes=2),
+        pool("spot", "spot", per_node=4, max_nodes=4, idle_for="5m"),
+        pool("elastic-small", "elastic", per_node=2, max_nodes=2, price=9.6, idle_for="5m"),
+    ]
+    nodes = [node("c0", "core", 4), node("c1", "core", 4)]
+    for name, idle, deadline in (
+        ("s0", NOW - 30, NOW + 100),
+        ("s1", NOW - 30, NOW + 100),
+        ("s2", NOW - 3600, None),
+        ("s3", NOW - 30, NOW + 100),
+    ):
+        nodes.append(
+            node(
+                name,
+                "spot",
+                4,
+                idle_since=idle,
+                utilization_percent=0.0,
+                interruption_deadline=deadline,
+            )
+        )
+    w = [running("r1", "c0", 4, "critical"), running("r2", "c1", 3, "critical")]
+    w += [pending(f"p{i}", 1, "critical", since=NOW - 10) for i in range(4)]
+    spec = policy(
+        budget={"maxHourlyCost": 50.0},
+        scaleUp={"maxNodesPerTick": 2},
+        disruption={"maxNodesPerTick": 1},
+    )
+    first = decide(snapshot(pools, nodes, w), spec, NOW)
+    assert [(a.pool, a.nodes) for a in first.actions if isinstance(a, ScaleUp)] == [
+        ("elastic-small", 1)
+    ]
+    assert [(b.pool, b.cause) for b in first.blocked] == [("elastic-small", "budget_hourly")]
+    second = decide(apply_plan(snapshot(pools, nodes, w), first, NOW + 30), spec, NOW + 30)
+    assert [(a.pool, a.nodes) for a in second.actions if isinstance(a, ScaleUp)] == [
+        ("elastic-small", 1)
+    ]

@@ -135,6 +135,11 @@ class _PoolLedger:
     scale_gpus: int = 0
 
 
+def _has_room(ledger: _PoolLedger) -> bool:
+    """Whether the pool is below its maxNodes with the nodes it has and those on the way."""
+    return ledger.live_nodes + ledger.provisioning < ledger.state.spec.max_nodes
+
+
 def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
     """Whether the pool's GPUs are among ``models`` (empty: any whole GPU will do)."""
     return serves_models(ledger.state.spec.gpu, models)
@@ -508,8 +513,10 @@ class _Decider:
             for p in self.pools.values()
             if p.tier == want and p.per_node >= demand.gpus and _has_model(p, demand.models)
         ]
-        # A pool the provider has no capacity for cannot grow: another one of the tier may.
-        candidates = [p for p in fitting if p.state.launchable]
+        # A pool the provider has no capacity for, or one at its maxNodes, cannot grow:
+        # another one of the tier may (else a pod would wait on a full pool, and say so,
+        # while a dearer one has room).
+        candidates = [p for p in fitting if p.state.launchable and _has_room(p)]
         if not candidates and want == SPOT and self._on_demand_for_preemptible:
             candidates = [
                 p
@@ -517,11 +524,12 @@ class _Decider:
                 if p.tier == "elastic"
                 and p.per_node >= demand.gpus
                 and p.state.launchable
+                and _has_room(p)
                 and _has_model(p, demand.models)
             ]
         if not candidates:
             # Nothing can grow: name the pool that would have, so the block says why.
-            candidates = fitting
+            candidates = [p for p in fitting if p.state.launchable] or fitting
         return self._cheapest_for(candidates, demand.gpus, demand.criticality == PREEMPTIBLE)
 
     def _spot_target(self, gpus: int, models: tuple[str, ...] = ()) -> _PoolLedger | None:
