@@ -1373,6 +1373,8 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         'criticality="critical",outcome="refused"}': "0+0.25x60",
         'apiserver_admission_webhook_fail_open_count{name="pod-priority-and-tier.hybridgpu.io",'
         'type="admit"}': "0+1x60",
+        'hybridgpu_pods_admitted_without_webhook{criticality="preemptible"}': "0x30 3x30",
+        'hybridgpu_pods_admitted_without_webhook{criticality="critical"}': "0x60",
         'apiserver_admission_webhook_fail_open_count{name="other.example.com",type="admit"}': (
             "0+5x60"
         ),
@@ -1399,6 +1401,11 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         (admission, "Critical pods refused", [("{}", 15)]),
         (admission, "Pods without their PriorityClass", [("{}", 60)]),
         (admission, "Webhook calls that failed open", [("{}", 60)]),  # ours only
+        (
+            admission,
+            "Pods running without their admission rules",
+            [('{criticality="critical"}', 0), ('{criticality="preemptible"}', 3)],
+        ),
         (serving, "Replicas rebalanced to owned GPUs", [("{}", 60)]),  # not the started ones
         (serving, "Rebalances rolled back or aborted", [("{}", 15)]),
     ]

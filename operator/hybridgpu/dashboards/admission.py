@@ -116,8 +116,25 @@ def build() -> Any:
                     )
                 ],
                 unit="short",
-                width=12,
+                width=8,
                 counts=True,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Pods running without their admission rules",
+                "Labelled pods in the cluster now that the webhook never changed (created "
+                "while it was down: it fails open), by criticality: they lack their "
+                "PriorityClass or tier affinity until recreated. Events with reason "
+                "AdmittedWithoutWebhook name them.",
+                [
+                    query(
+                        f"sum by (criticality) ({n.select(n.PODS_WITHOUT_ADMISSION, criticality)})",
+                        "{{criticality}}",
+                    )
+                ],
+                unit="short",
+                width=8,
             )
         )
         .with_panel(
@@ -132,7 +149,7 @@ def build() -> Any:
                     )
                 ],
                 unit="short",
-                width=12,
+                width=8,
                 stacked=True,
             )
         )
