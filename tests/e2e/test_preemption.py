@@ -27,7 +27,9 @@ MOVE = "hybridgpu.io/move"
 def test_critical_job_preempts_preemptible_job_to_spot(
     cluster: Cluster, operators: Operators
 ) -> None:
-    policy, core, spot = core_full_of_preemptible_work(cluster, run_duration="8s")
+    # Long enough to still run when the critical Job arrives, however slowly the operator
+    # starts (at load average 20 an 8 s Job finished first and nothing was left to preempt).
+    policy, core, spot = core_full_of_preemptible_work(cluster, run_duration="40s")
     core_nodes = {n.metadata.name for n in cluster.pool_nodes(core)}
     operators.start()
     cluster.wait_ticking(policy)
@@ -69,7 +71,7 @@ def test_critical_job_preempts_preemptible_job_to_spot(
         record_reaction("preempt", time.monotonic() - pending_seen)
 
         wait_for(lambda: cluster.job_done("urgent"), 60, "critical Job complete")
-        wait_for(lambda: cluster.job_done("batch"), 90, "preemptible Job complete")
+        wait_for(lambda: cluster.job_done("batch"), 150, "preemptible Job complete")
     finally:
         stop.set()
         watcher.join(timeout=5)
