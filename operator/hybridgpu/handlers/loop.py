@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -21,8 +21,15 @@ from hybridgpu.core.decide import decide
 from hybridgpu.handlers.capacity import Providers
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.handlers.preflight import Preflight
-from hybridgpu.kube.cluster import KubeCluster
-from hybridgpu.kube.convert import IdleTracker, epoch_of, pool_of_node, pool_selector
+from hybridgpu.kube.cache import WatchCache
+from hybridgpu.kube.cluster import ClusterObjects, KubeCluster
+from hybridgpu.kube.convert import (
+    IdleTracker,
+    epoch_of,
+    pool_of_node,
+    pool_selector,
+    unschedulable_since,
+)
 from hybridgpu.kube.errors import KubeError
 from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
@@ -95,6 +102,19 @@ class TickResult:
     seconds: float = 0.0
 
 
+class Reads(Protocol):
+    """Where a tick reads the cluster: the watch cache (kube.cache.WatchCache) in the
+    operator, or the apiserver itself (KubeCluster, one LIST per kind)."""
+
+    def read_objects(self) -> ClusterObjects: ...
+
+    def list_pools(self) -> list[dict[str, Any]]: ...
+
+    def list_policies(self) -> list[dict[str, Any]]: ...
+
+    def get_policy(self, name: str) -> dict[str, Any]: ...
+
+
 class Reconciler:
     """Everything a tick needs, built once at startup (kept in kopf's memo)."""
 
@@ -105,8 +125,12 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         metrics: ExportedMetrics = METRICS,
         monotonic: Callable[[], float] = time.monotonic,
+        reads: Reads | None = None,
     ) -> None:
         self.cluster = cluster
+        """Writes, and the reads an action needs fresh (a node's pods before a drain)."""
+        self.reads: Reads = reads if reads is not None else cluster
+        """The snapshot's reads: the watch cache, so a tick makes no LIST."""
         self.monotonic = monotonic
         """Seconds that never go back: when the next tick is due."""
         self.metrics = metrics
@@ -114,7 +138,7 @@ class Reconciler:
         self.clock = clock
         self.providers = Providers(options.fake_provider, clock, cluster_name=options.cluster_name)
         self.executor = PlanExecutor(cluster, self.providers, clock)
-        self.preflight = Preflight(cluster, self.providers, options)
+        self.preflight = Preflight(_PreflightReads(cluster, self.reads), self.providers, options)
         """Whether the operator can work at all; started by the start-up handler."""
         self.idle_by_policy: dict[str, IdleTracker] = {}
         """Idle clocks by policy, then node: a policy's snapshot forgets only its own nodes."""
@@ -146,6 +170,18 @@ class Reconciler:
         for event in list(self._wake.values()):
             event.set()
 
+    def on_cache_event(
+        self, kind: str, event: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        """A watch cache changed: wake the loops for a GPU pod the scheduler cannot place,
+        a node that came or went, or a store listed again (called on the watch's thread)."""
+        if (
+            (kind == "pods" and new is not None and unschedulable_since(new) is not None)
+            or (kind == "nodes" and event in ("ADDED", "DELETED"))
+            or (event == "RELISTED" and kind in ("pods", "nodes"))
+        ):
+            self.trigger_all()
+
     # ------------------------------------------------------------------ tick
     def tick(self, policy_name: str) -> TickResult:
         with self.lock:  # one tick at a time per process: policies share nodes
@@ -168,7 +204,7 @@ class Reconciler:
             self.preflight.check()  # the first tick reports what the checks found
         if not self.lease.acquire(now):
             return TickResult(policy=policy_name, leader=False)
-        body = self.cluster.get_policy(policy_name)
+        body = self.reads.get_policy(policy_name)
         try:
             policy = ScalingPolicySpec.model_validate(body.get("spec") or {})
         except ValidationError as err:
@@ -177,13 +213,13 @@ class Reconciler:
         self.providers.set_pools(pools)
         result = TickResult(policy=policy_name, leader=True)
 
-        objects = self.cluster.read_objects()
+        objects = self.reads.read_objects()
         # Any policy's tick may finish any move; a move is rolled back only when its target
         # pool exists nowhere (not merely under another policy).
         if self.executor.advance_moves(objects.jobs, every_pool) < sum(
             1 for j in objects.jobs if "hybridgpu.io/move" in _annotations(j)
         ):
-            objects = self.cluster.read_objects()  # a move finished: see its new pods
+            objects = self.reads.read_objects()  # a move finished: see its new pods
         ended, rebalancing = self.executor.advance_rebalances(objects.nodes, every_pool)
         for outcome in ended:
             self.metrics.record_rebalance(
@@ -193,7 +229,7 @@ class Reconciler:
                 outcome.result,
             )
         if ended or rebalancing:
-            objects = self.cluster.read_objects()  # a replica moved: see where it is now
+            objects = self.reads.read_objects()  # a replica moved: see where it is now
         try:
             serving = read_serving(self.cluster)
         except KubeError as err:  # e.g. no RBAC for Deployments: no rebalance, the rest works
@@ -203,7 +239,7 @@ class Reconciler:
         measured = self._measure(policy_name, policy, pools, objects.nodes, body, now)
         # Unpinned pods are the "default" policy's demand, or everyone's when there is none.
         owns_unpinned = policy_name == DEFAULT_POLICY or DEFAULT_POLICY not in {
-            p["metadata"]["name"] for p in self.cluster.list_policies()
+            p["metadata"]["name"] for p in self.reads.list_policies()
         }
         snapshot = build_snapshot(
             objects,
@@ -268,7 +304,7 @@ class Reconciler:
         pools: dict[str, GPUPoolSpec] = {}
         bodies: dict[str, Any] = {}
         every: dict[str, GPUPoolSpec] = {}
-        for raw in self.cluster.list_pools():
+        for raw in self.reads.list_pools():
             name = raw["metadata"]["name"]
             if raw["metadata"].get("deletionTimestamp"):
                 continue
@@ -422,6 +458,26 @@ class Reconciler:
 def _tier(pools: dict[str, GPUPoolSpec], pool: str) -> str:
     spec = pools.get(pool)
     return str(spec.tier) if spec is not None else "unknown"
+
+
+class _PreflightReads:
+    """The start-up checks' reads: pools from the watch cache once it is synced (no LIST
+    every check), the CRDs and the server from the apiserver."""
+
+    def __init__(self, cluster: KubeCluster, reads: Reads) -> None:
+        self.cluster = cluster
+        self.reads = reads
+
+    def server(self) -> str:
+        return self.cluster.server()
+
+    def read_crd(self, name: str) -> dict[str, Any] | None:
+        return self.cluster.read_crd(name)
+
+    def list_pools(self) -> list[dict[str, Any]]:
+        if isinstance(self.reads, WatchCache) and GPUPOOLS not in self.reads.unsynced():
+            return self.reads.list_pools()
+        return self.cluster.list_pools()
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, str]:

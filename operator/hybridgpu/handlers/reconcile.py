@@ -1,5 +1,6 @@
 """The reconcile loop: one daemon per ScalingPolicy ticking at ``spec.interval``, woken
-early (debounced) when a GPU pod cannot be scheduled or a node comes or goes."""
+early (debounced) when a GPU pod cannot be scheduled or a node comes or goes (the watch
+cache's events, ``Reconciler.on_cache_event``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 import kopf
 
 from hybridgpu.handlers.loop import Reconciler
-from hybridgpu.kube.convert import gpu_pod, unschedulable_since
 from hybridgpu.kube.errors import KubeError
 from hybridgpu.kube.names import GROUP, SCALINGPOLICIES, VERSION
 from hybridgpu.models.base import parse_duration_seconds
@@ -58,16 +58,6 @@ def reconcile_policy(
         reconciler.forget_wake_event(name)
 
 
-def _unschedulable_gpu_pod(body: Any, **_: Any) -> bool:
-    pod = dict(body)
-    return unschedulable_since(pod) is not None and gpu_pod(pod, {}) is not None
-
-
-@kopf.on.event("", "v1", "pods", when=_unschedulable_gpu_pod)
-def gpu_pod_unschedulable(memo: kopf.Memo, **_: Any) -> None:
-    memo["reconciler"].trigger_all()
-
-
-@kopf.on.event("", "v1", "nodes", when=lambda type, **_: type in ("ADDED", "DELETED"))
-def node_came_or_went(memo: kopf.Memo, **_: Any) -> None:
-    memo["reconciler"].trigger_all()
+# Pending GPU pods and nodes that come or go wake the loops from the watch cache's streams
+# (Reconciler.on_cache_event): kopf does not watch pods or nodes, so the operator holds one
+# stream of each, filtered to GPU pods, instead of two.

@@ -85,7 +85,7 @@ def gpupool_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
     moves back once the pool is being deleted."""
     reconciler: Reconciler = memo["reconciler"]
     try:
-        jobs = reconciler.cluster.read_objects().jobs
+        jobs = reconciler.reads.read_objects().jobs
     except KubeError as err:
         raise kopf.TemporaryError(str(err), delay=5) from err
     incoming = [

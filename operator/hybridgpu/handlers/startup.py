@@ -11,6 +11,7 @@ import kopf
 from hybridgpu.handlers import admission, reconcile
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
+from hybridgpu.kube.cache import WatchCache
 from hybridgpu.kube.cluster import KubeCluster, load_api_client
 from hybridgpu.kube.names import FINALIZER, GROUP
 from hybridgpu.metrics.exported import serve
@@ -65,14 +66,38 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         if not options.webhook_cert_dir:
             settings.admission.managed = admission.MANAGED_CONFIGURATION
     if "reconciler" not in memo:
-        memo["reconciler"] = Reconciler(KubeCluster(load_api_client(options.kubeconfig)), options)
-    # Readiness: the API answers, our CRDs are current, every pool's provider can be built.
-    preflight = memo["reconciler"].preflight
+        api = load_api_client(options.kubeconfig)
+        # The watches get a client of their own: a long-lived stream per kind must not take
+        # the connections the tick's writes use.
+        cache = WatchCache.for_api(
+            load_api_client(options.kubeconfig),
+            listener=lambda kind, event, old, new: _on_cache_event(memo, kind, event, old, new),
+        )
+        memo["reconciler"] = Reconciler(KubeCluster(api), options, reads=cache)
+        memo["watch_cache"] = cache
+        cache.start()
+    # Readiness: the API answers, our CRDs are current, every pool's provider can be built,
+    # and the watch caches the ticks read have been listed.
+    reconciler: Reconciler = memo["reconciler"]
+    preflight = reconciler.preflight
     preflight.start()
     if options.metrics_port is not None and "metrics_server" not in memo:
         memo["metrics_server"] = serve(
-            options.metrics_port, options.metrics_address, readiness=lambda: preflight.problems
+            options.metrics_port,
+            options.metrics_address,
+            readiness=lambda: [*preflight.problems, *_cache_problems(reconciler)],
         )
+
+
+def _on_cache_event(memo: kopf.Memo, kind: str, event: str, old: Any, new: Any) -> None:
+    reconciler: Reconciler | None = memo.get("reconciler")
+    if reconciler is not None:
+        reconciler.on_cache_event(kind, event, old, new)
+
+
+def _cache_problems(reconciler: Reconciler) -> list[str]:
+    reads = reconciler.reads
+    return reads.problems() if isinstance(reads, WatchCache) else []
 
 
 @kopf.on.cleanup()
@@ -81,6 +106,9 @@ def close(memo: kopf.Memo, **_: Any) -> None:
     if reconciler is not None:
         reconciler.preflight.stop()
         reconciler.cluster.close()
+    cache = memo.get("watch_cache")
+    if cache is not None:
+        cache.stop()
     server = memo.get("metrics_server")
     if server is not None:
         server.shutdown()
@@ -108,7 +136,9 @@ def last_tick_age(memo: kopf.Memo, **_: Any) -> float | None:
 def not_ready(memo: kopf.Memo, **_: Any) -> list[str]:
     """Why the operator cannot work (start-up checks), one line each; readiness is /readyz."""
     reconciler: Reconciler | None = memo.get("reconciler")
-    return list(reconciler.preflight.problems) if reconciler is not None else []
+    if reconciler is None:
+        return []
+    return [*reconciler.preflight.problems, *_cache_problems(reconciler)]
 
 
 @kopf.on.probe(id="leader")

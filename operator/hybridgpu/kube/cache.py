@@ -1,0 +1,472 @@
+"""Watch caches: what a tick reads, kept current by one watch stream per kind.
+
+Each kind (Nodes, GPU pods, GPU Jobs, GPUPools, ScalingPolicies) has a :class:`Reflector`: a
+thread that LISTs once (in pages), then WATCHes from the list's resourceVersion with
+bookmarks. A watch that ends (the server's timeout, a dropped connection) is resumed from the
+last resourceVersion seen, without a LIST; only ``410 Gone`` (that version was compacted
+away) makes it LIST again. The tick builds its snapshot from the stores, without a round trip
+to the apiserver (:meth:`WatchCache.read_objects`).
+
+Pods: the apiserver has no selector on resource requests, so the pod stream is every pod
+not yet finished (a field selector on ``status.phase``) and only pods that request GPUs are
+kept: memory grows with GPU pods, not with all pods. A pod's GPU request cannot change, so a
+pod dropped here never becomes a GPU pod later.
+
+Objects are stored as the JSON the apiserver sent, without ``metadata.managedFields`` and a
+node's ``status.images`` (nothing here reads them and they are most of an object's size). The
+stores are replaced object by object, never mutated, so a tick may hold the dicts it read.
+
+Built on the official ``kubernetes`` client the operator already uses (its generated list
+functions with ``watch=True``, raw JSON with ``_preload_content=False``); see
+docs/operator.md for why not kopf's indexes, kubernetes_asyncio or kr8s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from hybridgpu.kube.cluster import ClusterObjects
+from hybridgpu.kube.convert import pod_spec_gpus
+from hybridgpu.kube.errors import KubeError, NotFound, from_api_exception
+from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Listener = Callable[[str, Obj | None, Obj | None], None]
+"""Called on the reflector's thread with (event type, old object, new object) after the
+store changed; ``RELISTED`` with (None, None) after a LIST replaced the whole store."""
+
+PAGE_SIZE = 500
+WATCH_SECONDS = 300
+"""Server-side timeout of one watch request (jittered), after which it is resumed."""
+CONNECT_SECONDS = 10.0
+READ_SLACK_SECONDS = 30.0
+"""A watch with no bytes (not even a bookmark) for its timeout plus this is dead."""
+MAX_BACKOFF_SECONDS = 30.0
+RELISTED = "RELISTED"
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class Gone(Exception):
+    """The resourceVersion asked for is older than the apiserver keeps (410)."""
+
+
+def strip(obj: Obj) -> Obj:
+    """``obj`` without the fields nothing in the operator reads (a shallow copy when any)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        meta = {k: v for k, v in meta.items() if k != "managedFields"}
+        obj = {**obj, "metadata": meta}
+    status = obj.get("status")
+    if obj.get("kind") == "Node" and isinstance(status, dict) and "images" in status:
+        obj = {**obj, "status": {k: v for k, v in status.items() if k != "images"}}
+    return obj
+
+
+def key_of(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def is_gpu_pod(obj: Obj) -> bool:
+    return pod_spec_gpus(obj.get("spec") or {}) > 0
+
+
+def is_gpu_job(obj: Obj) -> bool:
+    return pod_spec_gpus(((obj.get("spec") or {}).get("template") or {}).get("spec") or {}) > 0
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One watched kind: how to list and watch it, and which of its objects to keep."""
+
+    name: str
+    list_call: Callable[..., Any]
+    """A generated list function of the kubernetes client (it also watches)."""
+    args: tuple[Any, ...] = ()
+    field_selector: str | None = None
+    label_selector: str | None = None
+    keep: Callable[[Obj], bool] | None = None
+    """Objects to store (None: all); the others are dropped as they arrive."""
+
+
+@dataclass
+class Counters:
+    """What a reflector did, for tests, metrics and the benchmark."""
+
+    lists: int = 0
+    """LIST requests (pages included)."""
+    relists: int = 0
+    """Full LISTs after the first (410 Gone, or a watch that could not be resumed)."""
+    watches: int = 0
+    """WATCH requests (each resume is one)."""
+    events: int = 0
+    errors: int = 0
+
+
+class Reflector:
+    """One kind's store, kept by a LIST and then WATCHes resumed from the last version."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        *,
+        listener: Listener | None = None,
+        watch_seconds: int = WATCH_SECONDS,
+    ) -> None:
+        self.kind = kind
+        self.listener = listener
+        self.watch_seconds = watch_seconds
+        self.resource_version: str | None = None
+        """The last version seen (list, event or bookmark); where a resumed watch starts."""
+        self.counters = Counters()
+        self.synced = threading.Event()
+        """Set once a LIST has filled the store; cleared while a relist is needed."""
+        self.last_error: str | None = None
+        self._store: dict[str, Obj] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._hold = threading.Event()
+        self._hold.set()
+        self._response: Any = None
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- reads
+    def items(self) -> list[Obj]:
+        """The stored objects in the apiserver's LIST order (by namespace, then name)."""
+        with self._lock:
+            pairs = list(self._store.items())
+        pairs.sort(key=lambda kv: kv[0])
+        return [obj for _, obj in pairs]
+
+    def get(self, key: str) -> Obj | None:
+        with self._lock:
+            return self._store.get(key)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    # --------------------------------------------------------------- control
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"watch-{self.kind.name}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._hold.set()
+        self._drop_connection()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def drop(self, *, hold: bool = False) -> None:
+        """Cut the current watch connection, as a network failure would; with ``hold``, do
+        not reconnect until :meth:`release` (tests and the benchmark use it)."""
+        if hold:
+            self._hold.clear()
+        self._drop_connection()
+
+    def release(self) -> None:
+        self._hold.set()
+
+    def _drop_connection(self) -> None:
+        response = self._response
+        if response is None:
+            return
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    # ------------------------------------------------------------------ loop
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            self._hold.wait()
+            if self._stop.is_set():
+                return
+            try:
+                if self.resource_version is None:
+                    self._list()
+                self._watch()
+                backoff = 0.5
+            except Gone:
+                log.info(
+                    "watch of %s: version %s is gone, listing again",
+                    self.kind.name,
+                    self.resource_version,
+                )
+                self.resource_version = None
+                self.synced.clear()
+                self.counters.relists += 1
+            except Exception as err:  # any failure: wait, then resume from the last version
+                if self._stop.is_set():
+                    return
+                self.counters.errors += 1
+                self.last_error = str(err)
+                log.warning(
+                    "watch of %s failed, resuming in %.1fs: %s", self.kind.name, backoff, err
+                )
+                self._stop.wait(backoff * (0.5 + random.random()))
+                backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)
+
+    def _selectors(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.kind.field_selector:
+            out["field_selector"] = self.kind.field_selector
+        if self.kind.label_selector:
+            out["label_selector"] = self.kind.label_selector
+        return out
+
+    def _list(self) -> None:
+        """Fill the store from a paginated LIST (a consistent read), then tell the listener."""
+        fresh: dict[str, Obj] = {}
+        keep = self.kind.keep
+        token: str | None = None
+        version: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": PAGE_SIZE, **self._selectors()}
+            if token:
+                kwargs["_continue"] = token
+            self.counters.lists += 1
+            try:
+                response = self.kind.list_call(
+                    *self.kind.args,
+                    _preload_content=False,
+                    _request_timeout=(CONNECT_SECONDS, 120),
+                    **kwargs,
+                )
+            except ApiException as exc:
+                if exc.status == 410:  # the continue token expired: start over
+                    raise Gone(str(exc)) from exc
+                raise from_api_exception(exc, f"list {self.kind.name}") from exc
+            page = json.loads(response.data)
+            del response
+            for obj in page.get("items") or []:
+                if keep is None or keep(obj):
+                    fresh[key_of(obj)] = strip(obj)
+            meta = page.get("metadata") or {}
+            version = meta.get("resourceVersion") or version
+            token = meta.get("continue") or None
+            if not token:
+                break
+        with self._lock:
+            self._store = fresh
+        self.resource_version = version
+        self.synced.set()
+        self.last_error = None
+        log.debug("listed %d %s at version %s", len(fresh), self.kind.name, version)
+        self._notify(RELISTED, None, None)
+
+    def _watch(self) -> None:
+        """One WATCH request from the last version, applied event by event until it ends."""
+        timeout = int(self.watch_seconds * (1 + 0.2 * random.random()))
+        self.counters.watches += 1
+        try:
+            response = self.kind.list_call(
+                *self.kind.args,
+                watch=True,
+                resource_version=self.resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout,
+                _preload_content=False,
+                _request_timeout=(CONNECT_SECONDS, timeout + READ_SLACK_SECONDS),
+                **self._selectors(),
+            )
+        except ApiException as exc:
+            if exc.status == 410:
+                raise Gone(str(exc)) from exc
+            raise from_api_exception(exc, f"watch {self.kind.name}") from exc
+        self._response = response
+        try:
+            for line in _lines(response):
+                if self._stop.is_set():
+                    return
+                self._apply(json.loads(line))
+        finally:
+            self._response = None
+            response.close()
+            response.release_conn()
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise Gone(str(obj.get("message")))
+            raise KubeError(f"watch {self.kind.name}: {obj.get('message')}", status=code or 0)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            if version:
+                self.resource_version = version
+            return
+        self.counters.events += 1
+        key = key_of(obj)
+        keep = self.kind.keep
+        new = None
+        with self._lock:
+            old = self._store.get(key)
+            if kind == "DELETED" or (keep is not None and not keep(obj)):
+                if old is not None:
+                    del self._store[key]
+            else:
+                new = strip(obj)
+                self._store[key] = new
+        if version:
+            self.resource_version = version
+        if old is not None or new is not None:
+            self._notify(str(kind), old, new)
+
+    def _notify(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.listener(kind, old, new)
+        except Exception:  # a listener's bug must not stop the stream
+            log.exception("listener of %s failed", self.kind.name)
+
+
+def _lines(response: Any) -> Iterator[str]:
+    for line in iter_resp_lines(response):
+        if line:
+            yield line
+
+
+@dataclass
+class WatchCache:
+    """The operator's reads, from one reflector per kind (see the module docstring).
+
+    It answers the same reads as :class:`~hybridgpu.kube.cluster.KubeCluster`
+    (``read_objects``, ``list_pools``, ``list_policies``, ``get_policy``), so the tick reads
+    either. Reads wait (up to ``sync_timeout``) until every store has been listed, and raise
+    a retryable :class:`KubeError` when one has not: nothing is decided from half a cluster.
+    """
+
+    reflectors: dict[str, Reflector]
+    sync_timeout: float = 30.0
+    listeners: list[Listener] = field(default_factory=list)
+
+    @classmethod
+    def for_api(
+        cls,
+        api: client.ApiClient,
+        *,
+        listener: Callable[[str, str, Obj | None, Obj | None], None] | None = None,
+        watch_seconds: int = WATCH_SECONDS,
+        sync_timeout: float = 30.0,
+    ) -> WatchCache:
+        """The operator's kinds on ``api``; ``listener`` gets (kind, event, old, new)."""
+        core = client.CoreV1Api(api)
+        batch = client.BatchV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        kinds = [
+            Kind("nodes", core.list_node),
+            Kind(
+                "pods",
+                core.list_pod_for_all_namespaces,
+                field_selector=UNFINISHED_PODS,
+                keep=is_gpu_pod,
+            ),
+            Kind("jobs", batch.list_job_for_all_namespaces, keep=is_gpu_job),
+            Kind(GPUPOOLS, custom.list_cluster_custom_object, (GROUP, VERSION, GPUPOOLS)),
+            Kind(
+                SCALINGPOLICIES,
+                custom.list_cluster_custom_object,
+                (GROUP, VERSION, SCALINGPOLICIES),
+            ),
+        ]
+
+        def bound(name: str) -> Listener | None:
+            if listener is None:
+                return None
+            return lambda event, old, new: listener(name, event, old, new)
+
+        return cls(
+            {
+                k.name: Reflector(k, listener=bound(k.name), watch_seconds=watch_seconds)
+                for k in kinds
+            },
+            sync_timeout=sync_timeout,
+        )
+
+    def start(self) -> None:
+        for reflector in self.reflectors.values():
+            reflector.start()
+
+    def stop(self) -> None:
+        for reflector in self.reflectors.values():
+            reflector.stop()
+
+    def unsynced(self) -> list[str]:
+        """Kinds whose store has not been listed (yet, or again after a 410)."""
+        return [name for name, r in self.reflectors.items() if not r.synced.is_set()]
+
+    def problems(self) -> list[str]:
+        """Readiness: one line when some store is not synced."""
+        missing = self.unsynced()
+        if not missing:
+            return []
+        why = "; ".join(
+            f"{name}: {self.reflectors[name].last_error}"
+            for name in missing
+            if self.reflectors[name].last_error
+        )
+        return [f"watch caches not synced yet: {', '.join(missing)}" + (f" ({why})" if why else "")]
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        deadline = time.monotonic() + (self.sync_timeout if timeout is None else timeout)
+        for reflector in self.reflectors.values():
+            if not reflector.synced.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def _synced(self, *names: str) -> list[Reflector]:
+        reflectors = [self.reflectors[n] for n in names]
+        deadline = time.monotonic() + self.sync_timeout
+        for reflector in reflectors:
+            if not reflector.synced.wait(max(0.0, deadline - time.monotonic())):
+                raise KubeError(
+                    f"the watch cache of {reflector.kind.name} is not synced"
+                    + (f": {reflector.last_error}" if reflector.last_error else ""),
+                    retryable=True,
+                )
+        return reflectors
+
+    # ------------------------------------------------------------- the reads
+    def read_objects(self) -> ClusterObjects:
+        """Nodes, GPU pods (not finished) and GPU Jobs, as a LIST would return them."""
+        nodes, pods, jobs = self._synced("nodes", "pods", "jobs")
+        return ClusterObjects(nodes=nodes.items(), pods=pods.items(), jobs=jobs.items())
+
+    def list_pools(self) -> list[Obj]:
+        return self._synced(GPUPOOLS)[0].items()
+
+    def list_policies(self) -> list[Obj]:
+        return self._synced(SCALINGPOLICIES)[0].items()
+
+    def get_policy(self, name: str) -> Obj:
+        found = self._synced(SCALINGPOLICIES)[0].get(name)
+        if found is None:
+            raise NotFound(f"ScalingPolicy {name} not found (watch cache)", status=404)
+        return found
+
+    def counters(self) -> dict[str, Counters]:
+        return {name: r.counters for name, r in self.reflectors.items()}

@@ -1,0 +1,275 @@
+"""The watch caches against the real apiserver: they see adds, updates and deletes, resume a
+dropped watch from the last resourceVersion without listing, list again after 410 Gone, keep
+only GPU pods and GPU Jobs, and give the same snapshot as a fresh LIST of the cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from hybridgpu.kube.cache import Reflector, WatchCache
+from hybridgpu.kube.cluster import KubeCluster
+from hybridgpu.kube.convert import IdleTracker
+from hybridgpu.kube.errors import KubeError
+from hybridgpu.kube.names import GPUPOOLS, GROUP, VERSION
+from hybridgpu.kube.snapshot import Measurements, build_snapshot
+from hybridgpu.models.pool import GPUPoolSpec
+from support.controlplane import GPU_RESOURCE, POOL_LABEL, KubeTest, gpu_job, wait_until
+
+pytestmark = pytest.mark.adapters
+
+Event = tuple[str, str, str | None]
+"""(kind, event type, key of the new object or None)."""
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, kind: str, event: str, old: Any, new: Any) -> None:
+        obj = new or old
+        key = None
+        if obj is not None:
+            meta = obj["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+        with self.lock:
+            self.events.append((kind, event, key))
+
+    def saw(self, kind: str, event: str, key: str | None) -> bool:
+        with self.lock:
+            return (kind, event, key) in self.events
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def cache(kube: KubeTest, recorder: Recorder) -> Iterator[WatchCache]:
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    watch_cache = WatchCache.for_api(api, listener=recorder, sync_timeout=60)
+    watch_cache.start()
+    try:
+        assert watch_cache.wait_synced(60), watch_cache.problems()
+        yield watch_cache
+    finally:
+        watch_cache.stop()
+        api.close()
+
+
+def pod(name: str, gpus: int, pool: str | None = None) -> dict[str, Any]:
+    gpu = {GPU_RESOURCE: str(gpus)}
+    resources = {"requests": gpu, "limits": gpu} if gpus else {}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "image": "registry.example/x:1", "resources": resources}]
+    }
+    if pool is not None:
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def keys(reflector: Reflector) -> set[str]:
+    return {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+        if "namespace" in o["metadata"]
+        else o["metadata"]["name"]
+        for o in reflector.items()
+    }
+
+
+def eventually(probe: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    return wait_until(probe, timeout_seconds=timeout, interval_seconds=0.05, what=what)
+
+
+def watching(reflector: Reflector) -> bool:
+    return reflector._response is not None
+
+
+def disconnect(reflector: Reflector) -> None:
+    """Cut the reflector's watch connection and keep it down until ``release()``."""
+    eventually(lambda: watching(reflector), f"{reflector.kind.name} watching")
+    reflector.drop(hold=True)
+    eventually(lambda: not watching(reflector), f"{reflector.kind.name} disconnected")
+
+
+def test_the_cache_sees_adds_updates_and_deletes(
+    kube: KubeTest, cache: WatchCache, recorder: Recorder
+) -> None:
+    ns = kube.namespace
+    nodes, pods, jobs = (cache.reflectors[k] for k in ("nodes", "pods", "jobs"))
+    (node,) = kube.create_gpu_nodes("wc-elastic", 1, tier="elastic", wait_ready=False)
+    eventually(lambda: node in keys(nodes), "the node in the cache")
+    assert recorder.saw("nodes", "ADDED", node)
+
+    kube.core.patch_node(node, {"metadata": {"labels": {"wc": "updated"}}})
+    eventually(lambda: (nodes.get(node) or {})["metadata"]["labels"].get("wc"), "the new label")
+
+    kube.core.create_namespaced_pod(ns, pod("cpu-only", 0))
+    kube.core.create_namespaced_pod(ns, pod("gpu", 2, pool="nowhere"))
+    # One stream, in order: once the GPU pod is in, the earlier CPU-only pod was seen too.
+    eventually(lambda: f"{ns}/gpu" in keys(pods), "the GPU pod in the cache")
+    assert f"{ns}/cpu-only" not in keys(pods)
+    assert not recorder.saw("pods", "ADDED", f"{ns}/cpu-only")
+    # The scheduler cannot place it: the cache sees its Unschedulable condition (an update).
+    eventually(
+        lambda: any(
+            c.get("reason") == "Unschedulable"
+            for c in ((pods.get(f"{ns}/gpu") or {}).get("status") or {}).get("conditions") or []
+        ),
+        "the GPU pod Unschedulable",
+    )
+    assert "managedFields" not in (pods.get(f"{ns}/gpu") or {})["metadata"]
+
+    cpu_job = gpu_job("cpu-job2", suspend=True)
+    cpu_job["spec"]["template"]["spec"]["containers"][0]["resources"] = {}
+    kube.create_job(cpu_job)
+    kube.create_job(gpu_job("gpu-job", gpus=1, suspend=True))
+    eventually(lambda: f"{ns}/gpu-job" in keys(jobs), "the GPU Job in the cache")
+    assert f"{ns}/cpu-job2" not in keys(jobs)
+
+    kube.core.delete_namespaced_pod("gpu", ns, grace_period_seconds=0)
+    eventually(lambda: f"{ns}/gpu" not in keys(pods), "the deleted pod gone")
+    assert recorder.saw("pods", "DELETED", f"{ns}/gpu")
+    kube.core.delete_node(node)
+    eventually(lambda: node not in keys(nodes), "the deleted node gone")
+
+    pool = f"{ns}-pool"
+    create_pool(kube, pool)
+    eventually(lambda: pool in {p["metadata"]["name"] for p in cache.list_pools()}, "the pool")
+
+
+def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
+    kube: KubeTest, cache: WatchCache
+) -> None:
+    ns = kube.namespace
+    pods = cache.reflectors["pods"]
+    kube.core.create_namespaced_pod(ns, pod("before", 1, pool="nowhere"))
+    eventually(lambda: f"{ns}/before" in keys(pods), "the first pod")
+    lists, watches = pods.counters.lists, pods.counters.watches
+
+    disconnect(pods)
+    # What happens while the watch is down is delivered when it resumes.
+    kube.core.create_namespaced_pod(ns, pod("during", 1, pool="nowhere"))
+    kube.core.delete_namespaced_pod("before", ns, grace_period_seconds=0)
+    assert f"{ns}/during" not in keys(pods)
+    pods.release()
+
+    eventually(lambda: f"{ns}/during" in keys(pods), "the pod created while disconnected")
+    eventually(lambda: f"{ns}/before" not in keys(pods), "the pod deleted while disconnected")
+    assert pods.counters.lists == lists  # resumed, not listed again
+    assert pods.counters.relists == 0
+    assert pods.counters.watches > watches
+
+
+def test_410_gone_lists_again(kube: KubeTest, cache: WatchCache, recorder: Recorder) -> None:
+    """GPUPools: their CRD was installed after the apiserver started, so its watch cache
+    begins later than version 1 and a watch from 1 is answered with 410 Gone (Expired)."""
+    pools = cache.reflectors[GPUPOOLS]
+    old, new = f"{kube.namespace}-old", f"{kube.namespace}-new"
+    create_pool(kube, old)
+    eventually(lambda: old in keys(pools), "the first pool")
+    lists = pools.counters.lists
+
+    disconnect(pools)
+    create_pool(kube, new)
+    kube.custom.delete_cluster_custom_object(GROUP, VERSION, GPUPOOLS, old)
+    pools.resource_version = "1"  # older than the apiserver keeps
+    pools.release()
+
+    eventually(lambda: pools.counters.relists == 1, "a relist after 410 Gone")
+    eventually(lambda: new in keys(pools), "the pool created while disconnected")
+    eventually(lambda: old not in keys(pools), "the pool deleted while disconnected")
+    assert pools.counters.lists > lists
+    assert recorder.saw(GPUPOOLS, "RELISTED", None)
+    assert pools.synced.is_set()
+
+
+def create_pool(kube: KubeTest, name: str) -> None:
+    kube.custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        GPUPOOLS,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "GPUPool",
+            "metadata": {"name": name},
+            "spec": {
+                "tier": "core",
+                "gpu": {"model": "A100-80GB", "perNode": 8},
+                "maxNodes": 1,
+                "provider": {"type": "static"},
+                "pricing": {"capexPerNode": 100000},
+            },
+        },
+    )
+
+
+def test_a_ticks_snapshot_equals_one_built_from_a_fresh_list(
+    kube: KubeTest, cache: WatchCache
+) -> None:
+    ns = kube.namespace
+    pool_name = f"{ns}-snap"[-50:]
+    kube.create_gpu_nodes(pool_name, 2, tier="elastic", gpus=4)
+    kube.create_job(
+        gpu_job("runs", gpus=2, pool=pool_name, run_duration="10m", completions=2, parallelism=2)
+    )
+    kube.create_job(gpu_job("waits", gpus=8, pool=pool_name, run_duration="10m"))
+    kube.core.create_namespaced_pod(ns, pod("bare", 1))
+    spec = GPUPoolSpec.model_validate(
+        {
+            "tier": "elastic",
+            "gpu": {"model": "A100-80GB", "perNode": 4},
+            "maxNodes": 4,
+            "provider": {"type": "fake"},
+            "pricing": {"perNodeHour": 10.0},
+        }
+    )
+    pools = {pool_name: spec}
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    listed = KubeCluster(api)
+    now = time.time()
+
+    def snapshots() -> tuple[Any, Any]:
+        fresh = build_snapshot(listed.read_objects(), pools, Measurements(), IdleTracker(), now)
+        cached = build_snapshot(cache.read_objects(), pools, Measurements(), IdleTracker(), now)
+        return fresh, cached
+
+    def settled() -> bool:
+        fresh, cached = snapshots()
+        ours = [p for p in fresh.pods if p.key.startswith(f"{ns}/")]
+        bound = sum(1 for p in ours if p.node is not None)
+        return len(fresh.nodes) == 2 and len(ours) == 4 and bound >= 2 and fresh == cached
+
+    try:
+        # The cache trails the apiserver by a watch event: the two agree once it has caught up.
+        eventually(settled, "the cached snapshot equal to the listed one", timeout=60)
+        _, cached = snapshots()
+    finally:
+        api.close()
+    assert {j.key for j in cached.jobs} >= {f"{ns}/runs", f"{ns}/waits"}
+
+
+def test_reads_wait_for_the_first_list_and_say_what_is_missing() -> None:
+    """Nothing is decided from an empty cache: reads fail (retryable) and readiness says why
+    until every kind has been listed."""
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:9"  # nothing listens on the discard port
+    api = client.ApiClient(configuration)
+    watch_cache = WatchCache.for_api(api, sync_timeout=0.5)
+    watch_cache.start()
+    try:
+        with pytest.raises(KubeError) as raised:
+            watch_cache.read_objects()
+        assert raised.value.retryable
+        (problem,) = watch_cache.problems()
+        assert "watch caches not synced yet: nodes, pods, jobs" in problem
+    finally:
+        watch_cache.stop()
+        api.close()
