@@ -6,6 +6,16 @@ made them Ready, creates ``--pods`` pods requesting one nvidia.com/gpu each, wai
 bound and Running, then prints JSON with the timings and the memory (RSS) of every component.
 
     .venv/bin/python bench/kwok_scale.py --nodes 1000 --pods 5000
+
+With ``--operator`` (issue 14) the nodes belong to a core, an elastic and a spot GPUPool of one
+ScalingPolicy, ``--gpu-pods`` of the ``--pods`` request one GPU (the scheduler binds them) and
+the others none (bound straight to a node), and then the operator runs on that cluster
+(``hybridgpu run`` as a subprocess, kwok provider): its RSS, the duration of ``--ticks``
+steady-state ticks, the apiserver's LIST calls during those ticks (its own
+``apiserver_request_total{verb="LIST"}``, read before and after), and ``--samples`` reactions
+(a pending GPU pod -> the new node the operator launched).
+
+    .venv/bin/python bench/kwok_scale.py --operator --nodes 5000 --pods 50000 --gpu-pods 20000
 """
 
 from __future__ import annotations
@@ -14,24 +24,32 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests"), str(ROOT / "operator")]
 
-from support.controlplane import (
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from support.controlplane import (  # noqa: E402
     ControlPlane,
+    KubeTest,
     create_test_namespace,
+    gpu_job,
     gpu_node,
+    install_crds,
     script_paths,
     start_control_plane,
     stop_control_plane,
     wait_until,
 )
 
+WORKERS = 16
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # Share of nodes per tier, so the cluster looks like a hybrid fleet.
 TIER_SHARES = (("core", 0.2), ("elastic", 0.4), ("spot", 0.4))
@@ -170,13 +188,297 @@ def not_ready_nodes(plane: ControlPlane) -> int:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# --operator: the operator on the scaled cluster (issue 14)
+# ---------------------------------------------------------------------------------------------
+
+
+def apiserver_lists(plane: ControlPlane) -> dict[str, float]:
+    """apiserver_request_total{verb="LIST"} by resource, from the apiserver's /metrics."""
+    response = plane.api.call_api(
+        "/metrics",
+        "GET",
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _return_http_data_only=True,
+    )
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name == "apiserver_request_total" and sample.labels.get("verb") == "LIST":
+                resource = sample.labels.get("resource") or "?"
+                out[resource] = out.get(resource, 0.0) + sample.value
+    return out
+
+
+def operator_reconcile(op: Any) -> tuple[float, float]:
+    """(sum, count) of the operator's hybridgpu_reconcile_duration_seconds."""
+    total = count_ = 0.0
+    for family in text_string_to_metric_families(op.metrics()):
+        for sample in family.samples:
+            if sample.name == "hybridgpu_reconcile_duration_seconds_sum":
+                total = sample.value
+            elif sample.name == "hybridgpu_reconcile_duration_seconds_count":
+                count_ = sample.value
+    return total, count_
+
+
+def process_memory(pid: int) -> dict[str, float]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {
+        "rss_mib": round(int(fields["VmRSS"].split()[0]) / 1024, 1),
+        "peak_rss_mib": round(int(fields["VmHWM"].split()[0]) / 1024, 1),
+        "cpu_seconds": round((int(stat[11]) + int(stat[12])) / ticks, 1),
+    }
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 3)
+
+
+def plain_pod(name: str, node: str) -> dict[str, Any]:
+    """A pod without GPUs bound straight to ``node`` (no scheduler work): the cluster's other
+    pods, which the operator must not hold in memory."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "kwok-scale-cpu"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "web", "image": "registry.example/web:latest"}],
+            "tolerations": [{"key": "hybridgpu.io/spot", "operator": "Exists"}],
+        },
+    }
+
+
+def wait_pods_running(plane: ControlPlane, namespace: str, want: int, what: str) -> None:
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    wait_until(
+        lambda: count(plane, path, {"fieldSelector": "status.phase=Running"}) >= want,
+        timeout_seconds=3600,
+        interval_seconds=5,
+        what=what,
+    )
+
+
+def operator_run(plane: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
+    """The cluster of ``--nodes`` and ``--pods`` (``--gpu-pods`` of them GPU pods), then the
+    operator on it: its RSS, its ticks, the apiserver's LIST calls during steady-state ticks,
+    and its reaction to pending GPU pods."""
+    from conftest import SPOT_TAINT, Cluster, Operators  # tests/e2e
+    from hybridgpu.cloud.kwok import kwok_node
+    from hybridgpu.models.pool import GPUPoolSpec
+
+    plane.api.configuration.connection_pool_maxsize = 32
+    result: dict[str, Any] = {
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "gpu_pods": args.gpu_pods,
+        "gpus_per_node": args.gpus_per_node,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    kube = KubeTest(plane=plane, namespace=create_test_namespace(plane, "kwok-scale"))
+    cluster = Cluster(kube)
+    policy = cluster.policy(interval=args.interval)
+    n_core = round(args.nodes * TIER_SHARES[0][1])
+    n_elastic = round(args.nodes * TIER_SHARES[1][1])
+    n_spot = args.nodes - n_core - n_elastic
+    gpus = args.gpus_per_node
+    core = cluster.pool(
+        "core", tier="core", policy=policy, per_node=gpus, max_nodes=n_core, idle_for="24h"
+    )
+    elastic = cluster.pool(
+        "elastic",
+        tier="elastic",
+        policy=policy,
+        per_node=gpus,
+        max_nodes=n_elastic + args.samples,
+        price=10.0,
+        idle_for="24h",
+    )
+    spot = cluster.pool(
+        "spot",
+        tier="spot",
+        policy=policy,
+        per_node=gpus,
+        max_nodes=n_spot,
+        price=3.0,
+        taints=[SPOT_TAINT],
+        idle_for="24h",
+    )
+    elastic_spec = GPUPoolSpec.model_validate(cluster.pool_object(elastic)["spec"])
+    spot_spec = GPUPoolSpec.model_validate(cluster.pool_object(spot)["spec"])
+    bodies = [gpu_node(f"{core}-{i}", pool=core, tier="core", gpus=gpus) for i in range(n_core)]
+    bodies += [kwok_node(f"{elastic}-{i}", elastic, elastic_spec) for i in range(n_elastic)]
+    bodies += [kwok_node(f"{spot}-{i}", spot, spot_spec) for i in range(n_spot)]
+    names = [b["metadata"]["name"] for b in bodies]
+
+    t0 = time.monotonic()
+    parallel(plane.core.create_node, bodies, WORKERS)
+    wait_until(
+        lambda: (
+            not_ready_nodes(plane) == 0
+            and count(plane, "/api/v1/nodes", {"labelSelector": "type=kwok"}) >= args.nodes
+        ),
+        timeout_seconds=1800,
+        interval_seconds=2,
+        what=f"{args.nodes} nodes Ready",
+    )
+    result["nodes_ready_seconds"] = round(time.monotonic() - t0, 1)
+
+    ns = kube.namespace
+    t0 = time.monotonic()
+    parallel(
+        lambda i: plane.core.create_namespaced_pod(ns, gpu_pod(f"gpu-{i}")),
+        list(range(args.gpu_pods)),
+        WORKERS,
+    )
+    others = args.pods - args.gpu_pods
+    parallel(
+        lambda i: plane.core.create_namespaced_pod(
+            ns, plain_pod(f"cpu-{i}", names[i % len(names)])
+        ),
+        list(range(others)),
+        WORKERS,
+    )
+    result["pods_created_seconds"] = round(time.monotonic() - t0, 1)
+    wait_pods_running(plane, ns, args.pods, f"{args.pods} pods Running")
+    result["pods_running_seconds"] = round(time.monotonic() - t0, 1)
+
+    operators = Operators(kube=kube, log_dir=Path(tempfile.mkdtemp(prefix="kwok-scale-")))
+    try:
+        t0 = time.monotonic()
+        op = operators.start(kwok_delay_seconds=0.0)
+        result["operator_log"] = str(op.log_path)
+        cluster.wait_ticking(policy, timeout_seconds=600)
+        result["operator_first_tick_seconds"] = round(time.monotonic() - t0, 1)
+        result["operator_memory_after_first_tick"] = process_memory(op.process.pid)
+        cluster.wait_ticks(policy, ticks=2, timeout_seconds=600)
+
+        # Steady state: N ticks; each tick's duration from the histogram's sum between ticks,
+        # LIST calls from the apiserver's own counters (nothing here LISTs meanwhile).
+        lists_before = apiserver_lists(plane)
+        last_sum, last_count = operator_reconcile(op)
+        ticks: list[float] = []
+        while len(ticks) < args.ticks:
+            cluster.wait_ticks(policy, ticks=1, timeout_seconds=600)
+            total, count_ = operator_reconcile(op)
+            if count_ == last_count + 1:
+                ticks.append(total - last_sum)
+            last_sum, last_count = total, count_
+        lists_after = apiserver_lists(plane)
+        result["steady_ticks"] = len(ticks)
+        result["tick_seconds_p50"] = percentile(ticks, 0.5)
+        result["tick_seconds_p95"] = percentile(ticks, 0.95)
+        result["tick_seconds_max"] = round(max(ticks), 3)
+        result["list_calls_during_steady_ticks"] = {
+            k: lists_after[k] - lists_before.get(k, 0.0)
+            for k in sorted(lists_after)
+            if lists_after[k] != lists_before.get(k, 0.0)
+        }
+        result["operator_memory_steady"] = process_memory(op.process.pid)
+
+        result["reaction_seconds"] = reaction_samples(plane, cluster, elastic, args.samples)
+        result["reaction_seconds_p50"] = percentile(result["reaction_seconds"], 0.5)
+        result["reaction_seconds_p95"] = percentile(result["reaction_seconds"], 0.95)
+        result["operator_memory_end"] = process_memory(op.process.pid)
+        result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    finally:
+        operators.stop_all()
+    return result
+
+
+def reaction_samples(plane: ControlPlane, cluster: Any, elastic: str, samples: int) -> list[float]:
+    """Each sample: a critical Job whose 8-GPU pod fits on no elastic node (they are half
+    full); seconds from the scheduler marking it Unschedulable to the new elastic node the
+    operator launched (kwok boot delay 0: the node appears when the operator asks for it)."""
+    ns = create_test_namespace(plane, "kwok-scale-reaction")
+    path = f"/api/v1/namespaces/{ns}/pods"
+    nodes_path = "/api/v1/nodes"
+    selector = {"labelSelector": f"hybridgpu.io/pool={elastic}"}
+    out: list[float] = []
+    for i in range(samples):
+        before = count(plane, nodes_path, selector)
+        body = gpu_job(
+            f"r{i}",
+            gpus=cluster_gpus(cluster, elastic),
+            pool=elastic,
+            run_duration="24h",
+            labels={"hybridgpu.io/criticality": "critical"},
+        )
+        plane.batch.create_namespaced_job(ns, body)
+        wait_until(
+            lambda n=f"r{i}": any(unschedulable(p) for p in items(plane, path, f"job-name={n}")),
+            timeout_seconds=120,
+            interval_seconds=0.05,
+            what=f"r{i} Unschedulable",
+        )
+        seen = time.monotonic()
+        wait_until(
+            lambda b=before: count(plane, nodes_path, selector) > b,
+            timeout_seconds=120,
+            interval_seconds=0.05,
+            what=f"a node for r{i}",
+        )
+        out.append(round(time.monotonic() - seen, 3))
+        wait_until(
+            lambda n=f"r{i}": any(
+                p["spec"].get("nodeName") for p in items(plane, path, f"job-name={n}")
+            ),
+            timeout_seconds=120,
+            interval_seconds=0.2,
+            what=f"r{i} bound",
+        )
+    return out
+
+
+def cluster_gpus(cluster: Any, pool: str) -> int:
+    return int(cluster.pool_object(pool)["spec"]["gpu"]["perNode"])
+
+
+def items(plane: ControlPlane, path: str, label_selector: str) -> list[dict[str, Any]]:
+    response = plane.api.call_api(
+        path,
+        "GET",
+        query_params=[("labelSelector", label_selector), ("resourceVersion", "0")],
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _return_http_data_only=True,
+    )
+    return list(json.loads(response.data)["items"])
+
+
+def unschedulable(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--name", default="bench-kwok-scale", help="control plane name")
+    parser.add_argument("--operator", action="store_true", help="run the operator on it")
+    parser.add_argument("--gpu-pods", type=int, help="with --operator: pods with a GPU")
+    parser.add_argument("--interval", default="10s", help="the ScalingPolicy's interval")
+    parser.add_argument("--ticks", type=int, default=20, help="steady-state ticks measured")
+    parser.add_argument("--samples", type=int, default=10, help="reaction samples")
     args = parser.parse_args(argv)
+    if args.operator and args.gpu_pods is None:
+        args.gpu_pods = args.pods
+    if args.operator and not 0 < args.gpu_pods <= args.pods:
+        parser.error("--gpu-pods must be between 1 and --pods")
 
     reuse = os.environ.get("HYBRIDGPU_KUBECONFIG")
     up_start = time.monotonic()
@@ -187,7 +489,13 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = script_paths(args.name)["RUN_DIR"]
     startup_seconds = round(time.monotonic() - up_start, 1)
     try:
-        result = run(plane, run_dir, args.nodes, args.pods, args.gpus_per_node)
+        if args.operator:
+            install_crds(plane)
+            result = operator_run(plane, args)
+            if run_dir is not None:
+                result["control_plane_memory"] = rss_mib(run_dir)
+        else:
+            result = run(plane, run_dir, args.nodes, args.pods, args.gpus_per_node)
         result["control_plane_start_seconds"] = startup_seconds
     finally:
         stop_control_plane(plane)

@@ -215,7 +215,7 @@ def test_a_ticks_snapshot_equals_one_built_from_a_fresh_list(
     kube: KubeTest, cache: WatchCache
 ) -> None:
     ns = kube.namespace
-    pool_name = f"{ns}-snap"[-50:]
+    pool_name = f"wc-{ns[-8:]}-snap"
     kube.create_gpu_nodes(pool_name, 2, tier="elastic", gpus=4)
     kube.create_job(
         gpu_job("runs", gpus=2, pool=pool_name, run_duration="10m", completions=2, parallelism=2)
@@ -273,3 +273,88 @@ def test_reads_wait_for_the_first_list_and_say_what_is_missing() -> None:
     finally:
         watch_cache.stop()
         api.close()
+
+
+def apiserver_lists(kube: KubeTest) -> dict[str, float]:
+    """The apiserver's own count of LIST requests, by resource."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = kube.plane.api.call_api(
+        "/metrics",
+        "GET",
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _return_http_data_only=True,
+    )
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        for sample in family.samples:
+            if sample.name == "apiserver_request_total" and sample.labels.get("verb") == "LIST":
+                resource = sample.labels.get("resource", "")
+                out[resource] = out.get(resource, 0.0) + sample.value
+    return out
+
+
+def test_ticks_read_the_cache_make_no_list_call_and_pending_gpu_pods_wake_the_loop(
+    kube: KubeTest,
+) -> None:
+    """The operator's wiring (handlers/startup.py): a Reconciler reading a WatchCache whose
+    events wake it. Three ticks on a real cluster make no LIST of what they read."""
+    from hybridgpu.handlers.loop import Reconciler
+    from hybridgpu.handlers.options import OperatorOptions
+    from hybridgpu.metrics.exported import ExportedMetrics
+
+    ns = kube.namespace
+    policy = f"wc-{ns[-8:]}-p"
+    kube.custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "scalingpolicies",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ScalingPolicy",
+            "metadata": {"name": policy},
+            "spec": {"interval": "1h"},
+        },
+    )
+    pool = f"wc-{ns[-8:]}-core"
+    create_pool(kube, pool)
+    kube.custom.patch_cluster_custom_object(
+        GROUP, VERSION, GPUPOOLS, pool, {"spec": {"policy": policy}}
+    )
+    kube.create_gpu_nodes(pool, 1, tier="core", gpus=8)
+
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    reconciler_box: list[Reconciler] = []
+    watch_cache = WatchCache.for_api(
+        config.new_client_from_config(config_file=str(kube.plane.kubeconfig)),
+        listener=lambda *event: (
+            reconciler_box[0].on_cache_event(*event) if reconciler_box else None
+        ),
+    )
+    reconciler = Reconciler(
+        KubeCluster(api),
+        OperatorOptions(identity="watch-cache-test", lease_namespace=ns),
+        metrics=ExportedMetrics(),
+        reads=watch_cache,
+    )
+    reconciler_box.append(reconciler)
+    watch_cache.start()
+    try:
+        assert watch_cache.wait_synced(60), watch_cache.problems()
+        reconciler.tick(policy)  # the first tick: the lease, the start-up checks
+        before = apiserver_lists(kube)
+        for _ in range(3):
+            result = reconciler.tick(policy)
+            assert result.leader and not result.errors, result
+        after = apiserver_lists(kube)
+        read = ("nodes", "pods", "jobs", GPUPOOLS, "scalingpolicies")
+        assert {r: after.get(r, 0) - before.get(r, 0) for r in read} == dict.fromkeys(read, 0)
+
+        wake = reconciler.wake_event(policy)
+        wake.clear()
+        kube.core.create_namespaced_pod(ns, pod("waits", 16, pool=pool))
+        eventually(wake.is_set, "the loop woken by the Unschedulable GPU pod")
+    finally:
+        watch_cache.stop()
+        reconciler.cluster.close()
