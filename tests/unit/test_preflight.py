@@ -206,15 +206,18 @@ def test_a_tick_reports_the_problem_as_the_policys_operator_ready_condition() ->
 def test_per_event_handlers_do_not_log_every_success_but_failures_still_show() -> None:
     import logging
 
-    from hybridgpu.handlers import admission, reconcile
+    from hybridgpu.handlers import admission
     from hybridgpu.handlers.startup import _QuietSuccess
 
-    quiet = _QuietSuccess(reconcile.node_came_or_went, admission.MUTATE_ID)
+    quiet = _QuietSuccess(admission.report_pods_admitted_without_webhook, admission.MUTATE_ID)
 
     def shown(message: str) -> bool:
         return quiet.filter(logging.LogRecord("kopf.objects", 20, "", 0, message, (), None))
 
-    assert not shown("Handler 'node_came_or_went' succeeded.")
+    assert not shown("Handler 'report_pods_admitted_without_webhook' succeeded.")
     assert not shown("Webhook 'pod-priority-and-tier' succeeded.")
     assert shown("Handler 'scalingpolicy_changed' succeeded.")
-    assert shown("Handler 'node_came_or_went' failed with an exception and will try again.")
+    assert shown(
+        "Handler 'report_pods_admitted_without_webhook' failed with an exception and will try "
+        "again."
+    )

@@ -8,7 +8,7 @@ from typing import Any
 
 import kopf
 
-from hybridgpu.handlers import admission, reconcile
+from hybridgpu.handlers import admission
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.cache import WatchCache
@@ -53,8 +53,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     logging.getLogger("kopf.objects").addFilter(
         _QuietSuccess(
             admission.report_pods_admitted_without_webhook,
-            reconcile.gpu_pod_unschedulable,
-            reconcile.node_came_or_went,
             admission.MUTATE_ID,
             admission.VALIDATE_ID,
         )
