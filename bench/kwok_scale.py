@@ -336,11 +336,15 @@ def operator_run(plane: ControlPlane, args: argparse.Namespace) -> dict[str, Any
 
     ns = kube.namespace
     t0 = time.monotonic()
-    parallel(
-        lambda i: plane.core.create_namespaced_pod(ns, gpu_pod(f"gpu-{i}")),
-        list(range(args.gpu_pods)),
-        WORKERS,
-    )
+    elastic_nodes = [n for n in names if n.startswith(f"{elastic}-")]
+
+    def gpu_pod_at(i: int) -> None:
+        body = gpu_pod(f"gpu-{i}")
+        if i < len(elastic_nodes):  # one GPU taken on every elastic node: 8 GPUs fit on none
+            body["spec"]["nodeName"] = elastic_nodes[i]
+        plane.core.create_namespaced_pod(ns, body)
+
+    parallel(gpu_pod_at, list(range(args.gpu_pods)), WORKERS)
     others = args.pods - args.gpu_pods
     parallel(
         lambda i: plane.core.create_namespaced_pod(

@@ -276,7 +276,8 @@ def test_reads_wait_for_the_first_list_and_say_what_is_missing() -> None:
 
 
 def apiserver_lists(kube: KubeTest) -> dict[str, float]:
-    """The apiserver's own count of LIST requests, by resource."""
+    """The apiserver's own count of cluster-wide LIST requests, by resource (the namespace
+    controller lists pods namespace by namespace while earlier tests' namespaces go)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     response = kube.plane.api.call_api(
@@ -289,8 +290,13 @@ def apiserver_lists(kube: KubeTest) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(response.data.decode()):
         for sample in family.samples:
-            if sample.name == "apiserver_request_total" and sample.labels.get("verb") == "LIST":
-                resource = sample.labels.get("resource", "")
+            labels = sample.labels
+            if (
+                sample.name == "apiserver_request_total"
+                and labels.get("verb") == "LIST"
+                and labels.get("scope") == "cluster"
+            ):
+                resource = labels.get("resource", "")
                 out[resource] = out.get(resource, 0.0) + sample.value
     return out
 
@@ -358,3 +364,46 @@ def test_ticks_read_the_cache_make_no_list_call_and_pending_gpu_pods_wake_the_lo
     finally:
         watch_cache.stop()
         reconciler.cluster.close()
+
+
+def test_the_kwok_provider_reading_a_node_cache_that_trails_launches_nothing_twice(
+    kube: KubeTest, cache: WatchCache
+) -> None:
+    """The operator's kwok provider reads Nodes from the watch cache; a Node it has just
+    created and the cache has not shown yet is still counted (pending), not launched again."""
+    from hybridgpu.cloud import kwok
+
+    spec = GPUPoolSpec.model_validate(
+        {
+            "tier": "elastic",
+            "gpu": {"model": "A100-80GB", "perNode": 8},
+            "maxNodes": 3,
+            "provider": {"type": "kwok"},
+            "pricing": {"perNodeHour": 32.0},
+        }
+    )
+    pool = f"wc-{kube.namespace[-8:]}-kwok"
+    shown: list[dict[str, Any]] = []  # a node source that has seen nothing yet
+    provider = kwok.KwokProvider(boot_delay_seconds=0.0, kubeconfig=str(kube.plane.kubeconfig))
+    kwok.read_nodes_from(lambda: list(shown))
+    try:
+        provider.set_target(pool, spec, 1)
+        (created,) = eventually(
+            lambda: kube.core.list_node(label_selector=f"{POOL_LABEL}={pool}").items,
+            "the first node created",
+        )
+        assert provider.target(pool, spec) == 1  # not in the source, still counted
+        provider.set_target(pool, spec, 1)
+        assert not provider._booting  # nothing launched again
+
+        def caught_up() -> bool:  # the source shows what the cache has now
+            shown[:] = cache.reflectors["nodes"].items()
+            return any(n["metadata"]["name"] == created.metadata.name for n in shown)
+
+        eventually(caught_up, "the node in the cache")
+        (instance,) = provider.instances(pool, spec)
+        assert instance.state == "running"
+        assert not provider._created
+    finally:
+        kwok.read_nodes_from(None)
+        provider.close()

@@ -104,6 +104,28 @@ def kwok_node(name: str, pool: str, spec: GPUPoolSpec) -> dict[str, Any]:
     }
 
 
+_node_source: Callable[[], list[dict[str, Any]]] | None = None
+
+
+def read_nodes_from(source: Callable[[], list[dict[str, Any]]] | None) -> None:
+    """Read Nodes from ``source`` (the operator's watch cache of Nodes) instead of listing
+    them on every call: the operator process sets it at start (handlers/startup.py), so a
+    tick makes no LIST for the kwok stand-in cloud either. None: list again."""
+    global _node_source
+    _node_source = source
+
+
+def _matches(node: dict[str, Any], label_selector: str | None) -> bool:
+    """``key=value`` label selectors (the only kind used here)."""
+    if not label_selector:
+        return True
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(
+        labels.get(key) == value
+        for key, _, value in (term.partition("=") for term in label_selector.split(","))
+    )
+
+
 def _epoch(stamp: str) -> float:
     """Epoch seconds of an RFC 3339 timestamp as the apiserver writes it."""
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
@@ -147,6 +169,8 @@ class KwokProvider:
         """Held by set_target: two ticks raising one pool at once would both launch the gap."""
         self._booting: dict[str, _Boot] = {}
         """Node name -> its launch, for instances still in their boot delay."""
+        self._created: dict[str, _Boot] = {}
+        """Nodes created but not yet seen in the node source (it trails by a watch event)."""
 
     def boot_delay_for(self, spec: GPUPoolSpec) -> float:
         """Seconds from a scale-up of this pool until its Node exists."""
@@ -175,7 +199,13 @@ class KwokProvider:
         ]
         joined = {n["metadata"]["name"] for n in nodes}
         with self._lock:
-            booting = [(name, b) for name, b in self._booting.items() if b.pool == pool]
+            for name in joined & self._created.keys():
+                del self._created[name]
+            booting = [
+                (name, b)
+                for name, b in [*self._booting.items(), *self._created.items()]
+                if b.pool == pool
+            ]
         out += [
             Instance(name, provider_id(pool, name), "pending", launched_at=boot.launched_at)
             for name, boot in booting
@@ -196,6 +226,7 @@ class KwokProvider:
     def terminate(self, pool: str, spec: GPUPoolSpec, instance_id: str) -> None:
         with self._lock:
             boot = self._booting.get(instance_id)
+            self._created.pop(instance_id, None)
             if boot is not None and boot.pool == pool:
                 del self._booting[instance_id]
                 boot.timer.cancel()
@@ -259,6 +290,9 @@ class KwokProvider:
         """Nodes as the JSON the apiserver sent (a consistent read: a node this provider
         just created is in it). Not V1Node objects: at thousands of nodes building those
         took seconds of every tick."""
+        source = _node_source
+        if source is not None:
+            return [n for n in source() if _matches(n, kwargs.get("label_selector"))]
         try:
             response = self.core.list_node(_preload_content=False, **kwargs)
         except ApiException as err:
@@ -296,7 +330,10 @@ class KwokProvider:
         except Exception:
             log.exception("kwok: cannot create node %s of %s", name, pool)
         with self._lock:
-            terminated_meanwhile = self._booting.pop(name, None) is None
+            boot = self._booting.pop(name, None)
+            terminated_meanwhile = boot is None
+            if created and boot is not None and _node_source is not None:
+                self._created[name] = boot
         if created and terminated_meanwhile:
             try:
                 self.core.delete_node(name)

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 
+from hybridgpu.cloud import kwok
 from hybridgpu.handlers import admission
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
@@ -73,6 +74,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         )
         memo["reconciler"] = Reconciler(KubeCluster(api), options, reads=cache)
         memo["watch_cache"] = cache
+        # The kwok stand-in cloud reads its instances' Nodes from the same cache.
+        kwok.read_nodes_from(cache.reflectors["nodes"].items)
         cache.start()
     # Readiness: the API answers, our CRDs are current, every pool's provider can be built,
     # and the watch caches the ticks read have been listed.
