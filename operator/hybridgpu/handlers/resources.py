@@ -58,6 +58,14 @@ def _write(
     old: list[dict[str, Any]],
     ready: Any,
 ) -> None:
+    try:
+        # The conditions as they are now: kopf's copy of the object may predate a tick's
+        # status write, and writing the list from it would drop that tick's conditions.
+        live = reconciler.cluster.get_custom(plural, name)
+    except KubeError as err:
+        raise kopf.TemporaryError(str(err), delay=5) from err
+    if live is not None:
+        old = list((live.get("status") or {}).get("conditions") or [])
     merged = merge_conditions(old, [ready], time.time())
     others = [c for c in old if c.get("type") != "Ready"]
     try:

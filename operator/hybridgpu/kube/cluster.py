@@ -138,6 +138,18 @@ class KubeCluster:
         )
         return list(body.get("items", []))
 
+    def get_custom(self, plural: str, name: str) -> Obj | None:
+        """A GPUPool or ScalingPolicy as it is now (None when gone): what a status write
+        that replaces a list (conditions) starts from, not a watch event's older copy."""
+        try:
+            result: Obj = self._call(
+                f"read {plural}/{name}",
+                lambda: self.custom.get_cluster_custom_object(GROUP, VERSION, plural, name),
+            )
+        except NotFound:
+            return None
+        return result
+
     def get_policy(self, name: str) -> Obj:
         result: Obj = self._call(
             f"read ScalingPolicy {name}",
