@@ -435,8 +435,8 @@ class Reconciler:
             operator_problems=self.preflight.problems,
             operator_reason=self.preflight.reason,
         )
-        self.cluster.patch_status(SCALINGPOLICIES, policy_name, new_status)
-        self.metrics.record_policy_conditions(policy_name, new_status.get("conditions") or [])
+        # Pools first, the policy (its lastTick) last: whoever sees a new lastTick sees
+        # every status this tick wrote.
         for name in pools:
             old = bodies[name].get("status") or {}
             new_pool_status = pool_status(
@@ -453,6 +453,8 @@ class Reconciler:
             self.metrics.record_pool_conditions(
                 name, str(pools[name].tier), new_pool_status.get("conditions") or []
             )
+        self.cluster.patch_status(SCALINGPOLICIES, policy_name, new_status)
+        self.metrics.record_policy_conditions(policy_name, new_status.get("conditions") or [])
 
 
 def _tier(pools: dict[str, GPUPoolSpec], pool: str) -> str:

@@ -10,7 +10,7 @@ import kopf
 from pydantic import BaseModel, ValidationError
 
 from hybridgpu.handlers.loop import Reconciler
-from hybridgpu.kube.errors import KubeError
+from hybridgpu.kube.errors import Conflict, KubeError
 from hybridgpu.kube.moves import read_move
 from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
 from hybridgpu.kube.status import condition, merge_conditions
@@ -58,24 +58,30 @@ def _write(
     old: list[dict[str, Any]],
     ready: Any,
 ) -> None:
-    try:
-        # The conditions as they are now: kopf's copy of the object may predate a tick's
-        # status write, and writing the list from it would drop that tick's conditions.
-        live = reconciler.cluster.get_custom(plural, name)
-    except KubeError as err:
-        raise kopf.TemporaryError(str(err), delay=5) from err
-    if live is not None:
-        old = list((live.get("status") or {}).get("conditions") or [])
-    merged = merge_conditions(old, [ready], time.time())
-    others = [c for c in old if c.get("type") != "Ready"]
-    try:
-        reconciler.cluster.patch_status(
-            plural,
-            name,
-            {"observedGeneration": generation, "conditions": [*others, *merged]},
-        )
-    except KubeError as err:
-        raise kopf.TemporaryError(str(err), delay=5) from err
+    """Write Ready onto the conditions as they are now, at the version read (a tick may
+    write the same list meanwhile: kopf's copy of the object, or a read a moment before
+    the write, would drop that tick's conditions)."""
+    for _ in range(5):
+        try:
+            live = reconciler.cluster.get_custom(plural, name)
+            version = None
+            if live is not None:
+                old = list((live.get("status") or {}).get("conditions") or [])
+                version = (live.get("metadata") or {}).get("resourceVersion")
+            merged = merge_conditions(old, [ready], time.time())
+            others = [c for c in old if c.get("type") != "Ready"]
+            reconciler.cluster.patch_status(
+                plural,
+                name,
+                {"observedGeneration": generation, "conditions": [*others, *merged]},
+                resource_version=version,
+            )
+            return
+        except Conflict:
+            continue  # written meanwhile: read it again
+        except KubeError as err:
+            raise kopf.TemporaryError(str(err), delay=5) from err
+    raise kopf.TemporaryError(f"{plural}/{name} kept changing; Ready not written", delay=1)
 
 
 @kopf.on.resume(GROUP, VERSION, GPUPOOLS)

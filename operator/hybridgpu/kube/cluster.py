@@ -376,13 +376,19 @@ class KubeCluster:
         )
 
     # ----------------------------------------------------------------- status
-    def patch_status(self, plural: str, name: str, status: Obj) -> None:
-        """Merge-patch the status subresource of a GPUPool or ScalingPolicy."""
+    def patch_status(
+        self, plural: str, name: str, status: Obj, *, resource_version: str | None = None
+    ) -> None:
+        """Merge-patch the status subresource of a GPUPool or ScalingPolicy; with
+        ``resource_version``, only if the object is still at that version (else Conflict)."""
+        body: Obj = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             self._call(
                 f"patch status of {plural}/{name}",
                 lambda: self.custom.patch_cluster_custom_object_status(
-                    GROUP, VERSION, plural, name, {"status": status}, _content_type=MERGE
+                    GROUP, VERSION, plural, name, body, _content_type=MERGE
                 ),
             )
         except NotFound:
