@@ -1041,8 +1041,8 @@ class _Decider:
 
     def _movable_uncached(self, job_key: str) -> JobState | None:
         job = self.jobs.get(job_key)
-        if job is None or job.criticality != PREEMPTIBLE:
-            return None
+        if job is None or job.criticality != PREEMPTIBLE or job.queued:
+            return None  # Kueue owns a queued Job's suspend flag: it is never moved
         if job.started_at is None or self.now - job.started_at < self.min_runtime:
             return None
         if job.deadline_at is not None and not self._deadline_allows_move(job):
@@ -1296,7 +1296,7 @@ class _Decider:
         for their idleFor (``_consolidate``)."""
         if not self.policy.consolidation.enabled or self.moves_left <= 0:
             return
-        opted = {j.key for j in self.snap.jobs if j.return_to_core}
+        opted = {j.key for j in self.snap.jobs if j.return_to_core and not j.queued}
         candidates: list[tuple[float, str, list[GPUPod]]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
@@ -1632,7 +1632,7 @@ class _Decider:
             (
                 j
                 for j in self.snap.jobs
-                if j.deadline_at is not None and j.criticality == PREEMPTIBLE
+                if j.deadline_at is not None and j.criticality == PREEMPTIBLE and not j.queued
             ),
             key=attrgetter("key"),
         )
@@ -1799,9 +1799,11 @@ class _Decider:
 
     def _reclaim_one(self, kind: str, name: str, pods: list[GPUPod]) -> ReclaimIdle | None:
         first = pods[0]
+        if any(p.queued for p in pods):
+            return None  # Kueue admitted it: suspending or evicting it is Kueue's call
         if kind == "job":
             job = self.jobs.get(name)
-            if job is None or job.suspended or name in self.moving:
+            if job is None or job.suspended or job.queued or name in self.moving:
                 return None
         elif not first.bare:
             return None  # owned by a controller that would only recreate it

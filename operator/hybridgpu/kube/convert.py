@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +20,7 @@ from hybridgpu.kube.names import (
     IDLE_RECLAIM_CRITICAL_ANNOTATION,
     IDLE_TIMEOUT_ANNOTATION,
     INTERRUPTION_ANNOTATION,
+    KUEUE_QUEUE_LABEL,
     MOVE_ANNOTATION,
     PINNED_ANNOTATION,
     POOL_LABEL,
@@ -121,6 +122,12 @@ def owner_job(pod: Obj) -> str | None:
     return None
 
 
+def is_queued(obj: Obj) -> bool:
+    """Whether Kueue manages the workload (label kueue.x-k8s.io/queue-name, non-empty): Kueue
+    then owns its suspend flag and placement."""
+    return bool(str(labels_of(obj).get(KUEUE_QUEUE_LABEL) or "").strip())
+
+
 def is_bare(pod: Obj) -> bool:
     """A pod owned by nothing: never evicted (nothing would recreate it)."""
     return not (_meta(pod).get("ownerReferences") or [])
@@ -148,12 +155,14 @@ def gpu_pod(
     pod: Obj,
     job_criticality: Mapping[str, Criticality],
     job_annotations: Mapping[str, Mapping[str, str]] | None = None,
+    queued_jobs: Collection[str] = frozenset(),
 ) -> GPUPod | None:
     """The snapshot view of a pod, or None when it holds and wants no GPU.
 
     Terminal pods hold nothing. A pod not bound to a node counts only once the scheduler
     said it fits nowhere (Unschedulable): a pod it has not tried yet may well fit. Idle
-    reclaim annotations are read from the pod, else from its Job (``job_annotations``).
+    reclaim annotations are read from the pod, else from its Job (``job_annotations``). A
+    pod is queued when it, or its Job (``queued_jobs``, ``namespace/name``), is Kueue's.
     """
     status = pod.get("status") or {}
     if status.get("phase") in TERMINAL_POD_PHASES:
@@ -196,6 +205,7 @@ def gpu_pod(
         idle_timeout_seconds=idle_timeout,
         reclaim_critical=_is_true(notes.get(IDLE_RECLAIM_CRITICAL_ANNOTATION)),
         input_error=error,
+        queued=is_queued(pod) or (job is not None and job in queued_jobs),
     )
 
 
@@ -265,6 +275,7 @@ def job_state(job: Obj) -> JobState | None:
     created = epoch_of(meta.get("creationTimestamp"))
     deadline = job_deadline(annotations_of(job), created)
     errors = "; ".join(e for e in (error, deadline.error) if e) or None
+    queued = is_queued(job)
     return JobState(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
@@ -274,7 +285,8 @@ def job_state(job: Obj) -> JobState | None:
         suspended=bool(spec.get("suspend")),
         pool=pool,
         started_at=epoch_of(status.get("startTime")),
-        move=parse_move(annotations_of(job).get(MOVE_ANNOTATION)),
+        # Kueue owns a queued Job's suspend flag: a move recorded on it is dropped, not run.
+        move=None if queued else parse_move(annotations_of(job).get(MOVE_ANNOTATION)),
         # The pin is ours (so we may move the Job again) only while it is the one we set.
         pinned_by_operator=pool is not None and annotations_of(job).get(PINNED_ANNOTATION) == pool,
         gpu_models=pod_spec_gpu_models(pod_spec),
@@ -286,6 +298,7 @@ def job_state(job: Obj) -> JobState | None:
         return_to_core=str(annotations_of(job).get(RETURN_TO_CORE_ANNOTATION, "")).strip().lower()
         == "true",
         input_error=errors,
+        queued=queued,
     )
 
 

@@ -19,6 +19,7 @@ from hybridgpu.kube.convert import (
     annotations_of,
     is_bare,
     is_daemonset_pod,
+    is_queued,
     node_is_ready,
     owner_job,
     pool_of_node,
@@ -345,6 +346,9 @@ class PlanExecutor:
             return False
         if (job.get("spec") or {}).get("suspend"):
             return False
+        if is_queued(job):
+            log.warning("not reclaiming Job %s/%s: Kueue manages it", action.namespace, action.name)
+            return False
         record = {
             "at": round(self.clock()),
             "idleSeconds": round(action.idle_seconds),
@@ -371,22 +375,27 @@ class PlanExecutor:
 
         Pods of Jobs requeue through the move protocol (an evicted Job pod would count as a
         failure); other owned pods are evicted through the Eviction API (PDBs hold); bare
-        pods are never evicted, so a node with one is kept. Nodes of owned (core) pools are
-        never released, whatever the plan says.
+        pods are never evicted, so a node with one is kept. Pods Kueue admitted are never
+        moved: a node with one is kept too, unless the provider takes it away (an
+        interruption, ``cordon_as`` None), when they are evicted and their controller
+        recreates them. Nodes of owned (core) pools are never released, whatever the plan
+        says.
         """
         spec = pools.get(pool)
         if spec is None or not is_cloud(spec.tier):
             raise KubeError(f"refusing to release {node}: pool {pool} is not a cloud pool")
         pods = self.cluster.pods_on_node(node)
+        queued_jobs: dict[str, bool] = {}
         if cordon_as is not None:
-            bare = [
+            kept = [
                 p
                 for p in pods
-                if is_bare(p) and not (p.get("metadata") or {}).get("deletionTimestamp")
+                if (is_bare(p) or self._is_queued_pod(p, queued_jobs))
+                and not (p.get("metadata") or {}).get("deletionTimestamp")
             ]
-            if bare:
-                # A bare pod is never evicted: give the node back instead of waiting forever.
-                self._keep_for_bare_pod(node, bare[0], result)
+            if kept:
+                # A bare or queued pod is never evicted for a release: keep the node instead.
+                self._keep_for_pod(node, kept[0], result)
                 return False
             self.cluster.cordon(node, cordon_as, {RELEASING_ANNOTATION: f"{self.clock():.0f}"})
         # On a NotReady node no kubelet confirms a deletion: the Node's removal does.
@@ -401,7 +410,11 @@ class PlanExecutor:
                 continue
             left += 1
             job = owner_job(pod)
-            if job is not None:
+            if self._is_queued_pod(pod, queued_jobs):
+                # The node goes away anyway; Kueue owns the Job's suspend flag, so its pod is
+                # evicted (PDBs hold) and the Job controller recreates it elsewhere.
+                self.cluster.evict(str(meta.get("namespace")), str(meta.get("name")))
+            elif job is not None:
                 namespace, name = job.split("/", 1)
                 self.start_move(namespace, name, None, pools)
             elif is_bare(pod):
@@ -425,7 +438,23 @@ class PlanExecutor:
         self.cluster.delete_node(node)
         return True
 
-    def _keep_for_bare_pod(self, node: str, pod: dict[str, Any], result: Execution) -> None:
+    def _is_queued_pod(self, pod: dict[str, Any], queued_jobs: dict[str, bool]) -> bool:
+        """Whether Kueue manages the pod (its label) or its Job (read once, kept in
+        ``queued_jobs``)."""
+        if is_queued(pod):
+            return True
+        job = owner_job(pod)
+        if job is None:
+            return False
+        if job not in queued_jobs:
+            namespace, name = job.split("/", 1)
+            try:
+                queued_jobs[job] = is_queued(self.cluster.get_job(namespace, name))
+            except NotFound:
+                queued_jobs[job] = False
+        return queued_jobs[job]
+
+    def _keep_for_pod(self, node: str, pod: dict[str, Any], result: Execution) -> None:
         """End the release of ``node``: drop the releasing mark, and the cordon when it was
         the release's own (a cordon for GPU errors or by a person stays)."""
         raw = self.cluster.get_node(node) or {}
@@ -435,11 +464,12 @@ class PlanExecutor:
         if RELEASING_ANNOTATION in notes:
             self.cluster.patch_node_metadata(node, annotations={RELEASING_ANNOTATION: None})
         meta = pod.get("metadata") or {}
+        what = "bare pod" if is_bare(pod) else "pod admitted by Kueue"
         self._event(
             result,
             node_ref(node),
             "ReleaseCancelled",
-            f"bare pod {meta.get('namespace')}/{meta.get('name')} runs on {node} and is never "
+            f"{what} {meta.get('namespace')}/{meta.get('name')} runs on {node} and is never "
             "evicted: the node is kept",
         )
 
@@ -451,6 +481,11 @@ class PlanExecutor:
         try:
             job = self.cluster.get_job(namespace, name)
         except NotFound:
+            return
+        if is_queued(job):
+            # Kueue owns its suspend flag: suspending it here would fight Kueue's admission.
+            log.warning("not moving Job %s/%s: Kueue manages it", namespace, name)
+            self.advance_move(job, pools)
             return
         if read_move(annotations_of(job)) is not None:
             self.advance_move(job, pools)
@@ -488,10 +523,13 @@ class PlanExecutor:
         move = read_move(annotations_of(job))
         spec = job.get("spec") or {}
         status = job.get("status") or {}
-        if _finished(job):
-            self.cluster.patch_job(
-                namespace, name, {"metadata": {"annotations": {MOVE_ANNOTATION: None}}}
-            )
+        if _finished(job) or is_queued(job):
+            # A queued Job's suspend flag is Kueue's: a move recorded on it is dropped, never
+            # carried on (resuming it would start work Kueue has not admitted).
+            if MOVE_ANNOTATION in annotations_of(job):
+                self.cluster.patch_job(
+                    namespace, name, {"metadata": {"annotations": {MOVE_ANNOTATION: None}}}
+                )
             return True
         if move is None:
             # An intent we cannot read: never leave the Job suspended because of it.

@@ -49,5 +49,9 @@ CORDONED_BY_ANNOTATION = "hybridgpu.io/cordoned-by"
 """On a Node: why the operator cordoned it (release, interruption, xid)."""
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""On a Job, Pod or other workload: the Kueue LocalQueue that admits it. Kueue owns its
+``spec.suspend`` (admission) and its pods' placement: the operator never suspends, resumes,
+moves, reclaims or evicts it for a move; it provisions for it through ProvisioningRequests."""
 LEASE_NAME = "hybridgpu-operator"
 EVENT_SOURCE = "hybridgpu-operator"

@@ -70,6 +70,7 @@ def build_snapshot(
     criticality: dict[str, Criticality] = {}
     job_notes: dict[str, Mapping[str, str]] = {}
     moving: set[str] = set()
+    queued: set[str] = set()
     for raw in objects.jobs:
         meta = raw.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -78,6 +79,8 @@ def build_snapshot(
         state = job_state(raw)
         if state is None:
             continue
+        if state.queued:
+            queued.add(key)
         if state.move is not None:
             moving.add(key)
             if state.move.to_pool not in (None, *pools):
@@ -87,7 +90,7 @@ def build_snapshot(
     pods: list[GPUPod] = []
     gpu_pods_on: dict[str, int] = {}
     for raw in objects.pods:
-        pod = gpu_pod(raw, criticality, job_notes)
+        pod = gpu_pod(raw, criticality, job_notes, queued)
         if pod is None or (pod.job is not None and pod.job in moving):
             continue
         if pod.node is None and not _is_demand_of(pod.pool, pools, unpinned_demand):

@@ -123,6 +123,9 @@ class GPUPod:
     serving: str | None = None
     """``namespace/name`` of the serving workload (Deployment) it is a replica of; None for
     anything else."""
+    queued: bool = False
+    """Admitted by a queue controller (Kueue label kueue.x-k8s.io/queue-name on the pod or
+    its Job): never moved, suspended or evicted by the operator."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once: decide() reads it in hot loops."""
 
@@ -180,6 +183,10 @@ class JobState:
     whole, and capacity is found for all its pods or for none."""
     input_error: str | None = None
     """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
+    queued: bool = False
+    """Managed by a queue controller (Kueue label kueue.x-k8s.io/queue-name): Kueue owns its
+    suspend flag and placement, so the operator never suspends, resumes, moves or reclaims
+    it; it only adds capacity for its pods."""
     key: str = field(init=False, repr=False, compare=False)
     """``namespace/name``, computed once."""
 
