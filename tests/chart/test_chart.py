@@ -574,6 +574,7 @@ NEEDED: list[tuple[str, str, tuple[str, ...]]] = [
         for verb in ("get", "list", "watch")
     ],
     *[(verb, "priorityclasses.scheduling.k8s.io", ()) for verb in ("get", "list", "watch")],
+    *[(verb, "podtemplates", ("--all-namespaces",)) for verb in ("get", "list")],
 ]
 LEASE_NEEDED = [("create", "leases.coordination.k8s.io", ())] + [
     (verb, f"leases.coordination.k8s.io/{LEASE_NAME}", ()) for verb in ("get", "update")
@@ -648,6 +649,9 @@ PROVIDER_ACCESS: list[tuple[str, str, dict[str, bool]]] = [
     ("karpenter.sh", "nodeclaims", {"list": True, "delete": True, "create": False}),
     ("cluster.x-k8s.io", "machinedeployments", {"get": True, "patch": True, "delete": False}),
     ("cluster.x-k8s.io", "machines", {"list": True, "patch": True, "delete": False}),
+    # ProvisioningRequests (Kueue's admission check): read them, answer through the status
+    ("autoscaling.x-k8s.io", "provisioningrequests", {"list": True, "watch": True, "patch": False}),
+    ("autoscaling.x-k8s.io", "provisioningrequests/status", {"patch": True}),
 ]
 
 

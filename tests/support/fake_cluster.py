@@ -120,6 +120,8 @@ class FakeCluster:
         self.replicasets: list[Obj] = []
         self.hpas: list[Obj] = []
         self.writes: list[tuple[str, str]] = []
+        self.provisioning_requests: dict[tuple[str, str], Obj] = {}
+        self.pod_templates: dict[tuple[str, str], Obj] = {}
         self.crds: dict[str, Obj] = {
             crd["metadata"]["name"]: copy.deepcopy(crd) for crd in all_crds().values()
         }
@@ -325,6 +327,22 @@ class FakeCluster:
 
     def list_events(self, namespace: str | None = None) -> list[Obj]:
         return list(self.events)
+
+    def list_provisioning_requests(self) -> list[Obj]:
+        return copy.deepcopy(list(self.provisioning_requests.values()))
+
+    def read_pod_templates(self, namespace: str, names: list[str]) -> dict[str, Obj]:
+        return {
+            name: copy.deepcopy(self.pod_templates[(namespace, name)])
+            for name in names
+            if (namespace, name) in self.pod_templates
+        }
+
+    def patch_provisioning_request_status(self, namespace: str, name: str, patch: Obj) -> None:
+        self.writes.append(("patch_provisioning_request", f"{namespace}/{name}"))
+        request = self.provisioning_requests.get((namespace, name))
+        if request is not None:
+            _merge(request, patch)
 
     def read_lease(self, namespace: str, name: str) -> Obj | None:
         lease = self.leases.get((namespace, name))

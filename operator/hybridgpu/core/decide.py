@@ -41,6 +41,8 @@ from hybridgpu.models.actions import (
     ActionKind,
     Blocked,
     CordonUnhealthy,
+    GangPlacement,
+    GangState,
     HandleInterruption,
     MoveJob,
     Plan,
@@ -240,6 +242,8 @@ class _Decider:
         """Slack a Job with a deadline keeps: it is looked at again only an interval later."""
         self.stop_seconds = parse_duration_seconds(policy.preemption.checkpoint_grace_period)
         self.progress_by_job: dict[str, float] = {}
+        self.gangs: dict[str, GangPlacement] = {}
+        """What became of each gang placed (or not) this tick (Plan.gangs)."""
         """Saved progress of running Jobs with an expected duration (Plan field)."""
 
     # ---------------------------------------------------------------- ledger
@@ -949,7 +953,11 @@ class _Decider:
                     later.append(demand)
             elif demand.gang in members:
                 gang = members.pop(demand.gang)
-                if not self._place_gang(gang, buy=False):
+                if self._place_gang(gang, buy=False):
+                    continue
+                if demand.gang in self.snap.check_only_gangs:
+                    self.gangs[demand.gang] = GangPlacement(GangState.BLOCKED, cause="no_room")
+                else:
                     later.append(gang)
         singles: list[_Demand] = []
         for item in later:
@@ -997,6 +1005,11 @@ class _Decider:
                     reasons = ledger.scale_reasons
                     reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
                     ledger.scale_gpus += demand.gpus
+            coming = any(where in self.future_nodes for where, _ in taken)
+            self.gangs[ordered[0].gang or ""] = GangPlacement(
+                GangState.COMING if coming else GangState.PLACED,
+                pools=tuple(sorted({self.node_pool[where] for where, _ in taken})),
+            )
             return True
         for where, gpus in taken:
             self._adjust(where, gpus)
@@ -1005,6 +1018,7 @@ class _Decider:
         self._closed = closed_before
         if buy:
             cause = cause or "no_pool"
+            self.gangs[gang[0].gang or ""] = GangPlacement(GangState.BLOCKED, cause=cause)
             for demand in gang:
                 self._block(blocker, cause, demand)
             gpus = sum(d.gpus for d in gang)
@@ -1890,6 +1904,7 @@ class _Decider:
             metrics_available=self.snap.metrics.available,
             notes=tuple(self.notes),
             recheck_at=self.recheck_at,
+            gangs=dict(self.gangs),
             progress_seconds_by_job=dict(self.progress_by_job),
         )
 

@@ -21,6 +21,7 @@ from hybridgpu.core.decide import decide
 from hybridgpu.handlers.capacity import Providers
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.handlers.preflight import Preflight
+from hybridgpu.handlers.provisioning import answer_requests, requests_of_policy, with_requests
 from hybridgpu.kube.cache import WatchCache
 from hybridgpu.kube.cluster import ClusterObjects, KubeCluster
 from hybridgpu.kube.convert import (
@@ -34,6 +35,7 @@ from hybridgpu.kube.errors import KubeError
 from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
 from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, SCALINGPOLICIES
+from hybridgpu.kube.provisioning import read_requests
 from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
 from hybridgpu.kube.snapshot import Measurements, build_snapshot
 from hybridgpu.kube.status import policy_status, pool_status
@@ -250,6 +252,15 @@ class Reconciler:
             unpinned_demand=owns_unpinned,
         )
         snapshot = with_serving(snapshot, serving, objects.pods)
+        # ProvisioningRequests (Kueue's admission check): each is a gang, placed whole or not.
+        try:
+            requests = requests_of_policy(
+                read_requests(self.cluster, objects.pods), pools, owns_unpinned
+            )
+        except KubeError as err:  # the rest of the tick works without them
+            result.errors.append(f"ProvisioningRequests not read: {err}")
+            requests = []
+        snapshot = with_requests(snapshot, requests, now)
         plan = decide(snapshot, policy, now)
         result.plan = plan
         self.metrics.record_plan(
@@ -276,6 +287,7 @@ class Reconciler:
                 RebalanceResult.STARTED.value,
             )
         if not policy.dry_run:
+            result.errors += answer_requests(self.cluster, requests, plan, now)
             result.errors += self.executor.finish_interrupted(snapshot, pools)
             self.executor.shape_nodes(objects.nodes, pools)
             try:

@@ -27,6 +27,9 @@ from hybridgpu.kube.names import (
     GPUPOOLS,
     GROUP,
     JOB_NAME_LABEL,
+    PROVREQ_GROUP,
+    PROVREQ_PLURAL,
+    PROVREQ_VERSION,
     SCALINGPOLICIES,
     VERSION,
 )
@@ -393,6 +396,59 @@ class KubeCluster:
             )
         except NotFound:
             log.debug("%s/%s is gone; status not written", plural, name)
+
+    # ------------------------------------------------------ provisioning requests
+    def list_provisioning_requests(self) -> list[Obj]:
+        """Every ProvisioningRequest (autoscaling.x-k8s.io/v1); none when the CRD is not
+        installed."""
+        try:
+            body = self._json(
+                "list ProvisioningRequests",
+                lambda: self.custom.list_cluster_custom_object(
+                    PROVREQ_GROUP, PROVREQ_VERSION, PROVREQ_PLURAL, _preload_content=False
+                ),
+            )
+        except NotFound:
+            return []  # the CRD is not installed: nobody asks
+        except KubeError as err:
+            if err.status != 403:
+                raise
+            log.warning("cannot list ProvisioningRequests (RBAC): %s", err)
+            return []
+        return list(body.get("items") or [])
+
+    def read_pod_templates(self, namespace: str, names: list[str]) -> dict[str, Obj]:
+        """The PodTemplates ``names`` of ``namespace`` that exist, by name."""
+        out: dict[str, Obj] = {}
+        for name in sorted(set(names)):
+            try:
+                out[name] = self._json(
+                    f"read PodTemplate {namespace}/{name}",
+                    lambda name=name: self.core.read_namespaced_pod_template(  # type: ignore[misc]
+                        name, namespace, _preload_content=False
+                    ),
+                )
+            except NotFound:
+                continue
+        return out
+
+    def patch_provisioning_request_status(self, namespace: str, name: str, patch: Obj) -> None:
+        """Merge-patch a ProvisioningRequest's status; a request deleted meanwhile is fine."""
+        try:
+            self._call(
+                f"patch ProvisioningRequest {namespace}/{name} status",
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    PROVREQ_GROUP,
+                    PROVREQ_VERSION,
+                    namespace,
+                    PROVREQ_PLURAL,
+                    name,
+                    patch,
+                    _content_type=MERGE,
+                ),
+            )
+        except NotFound:
+            log.debug("ProvisioningRequest %s/%s is gone; status not written", namespace, name)
 
     # ----------------------------------------------------------------- events
     def post_event(

@@ -53,5 +53,9 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """On a Job, Pod or other workload: the Kueue LocalQueue that admits it. Kueue owns its
 ``spec.suspend`` (admission) and its pods' placement: the operator never suspends, resumes,
 moves, reclaims or evicts it for a move; it provisions for it through ProvisioningRequests."""
+PROVREQ_GROUP = "autoscaling.x-k8s.io"
+PROVREQ_VERSION = "v1"
+PROVREQ_PLURAL = "provisioningrequests"
+"""ProvisioningRequests (cluster-autoscaler's API, which Kueue's admission check uses)."""
 LEASE_NAME = "hybridgpu-operator"
 EVENT_SOURCE = "hybridgpu-operator"

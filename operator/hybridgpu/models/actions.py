@@ -165,6 +165,28 @@ class Blocked:
     """One of: max_nodes, max_per_tick, budget_hourly, budget_monthly, no_pool, no_capacity."""
 
 
+class GangState(StrEnum):
+    """What decide() found for a gang this tick (``Plan.gangs``)."""
+
+    PLACED = "placed"
+    """Every pod fits on free GPUs of nodes that exist now."""
+    COMING = "coming"
+    """Every pod has a place, some on nodes on their way or bought in this plan."""
+    BLOCKED = "blocked"
+    """Not all of it fits, and capacity for all of it cannot be bought now: none is."""
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    """Where decide() put every pod of one gang, or why it could not."""
+
+    state: GangState
+    pools: tuple[str, ...] = ()
+    """The pools its pods were placed in, by name."""
+    cause: str = ""
+    """Why it is blocked (a Blocked cause: max_nodes, max_per_tick, budget_hourly, ...)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What ``decide`` wants done, in order, and what it could not do."""
@@ -183,6 +205,9 @@ class Plan:
     """When this plan goes stale by itself, seconds since the epoch: a pod waiting for owned
     GPUs reaches the end of its wait budget, or the GPUs it waits for should be free. None:
     only a change in the cluster changes it."""
+    gangs: dict[str, GangPlacement] = field(default_factory=dict)
+    """What became of each gang past its grace period (``GPUPod.gang`` -> placement); a
+    ProvisioningRequest's answer is read from here."""
     progress_seconds_by_job: dict[str, float] = field(default_factory=dict)
     """Work each running Job with an expected duration has saved so far (``namespace/name``
     -> seconds): recorded on the Job when the operator stops it, so its next run's deadline

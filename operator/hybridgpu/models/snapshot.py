@@ -263,3 +263,6 @@ class ClusterSnapshot:
     budget: BudgetState = field(default_factory=BudgetState)
     serving: tuple[ServingState, ...] = ()
     """Serving workloads with GPU replicas (their pods name them in ``GPUPod.serving``)."""
+    check_only_gangs: frozenset[str] = frozenset()
+    """Gangs that only ask whether they fit on nodes that exist (a ProvisioningRequest of
+    class check-capacity): decide() never buys capacity for them."""
