@@ -188,3 +188,14 @@ def test_a_node_running_a_queued_pod_is_kept_and_an_interrupted_one_evicts_it() 
     assert ("evict", "team/train-0") in cluster.writes
     assert cluster.jobs[("team", "train")]["spec"]["suspend"] is False
     assert ("patch_job", "team/train") not in cluster.writes
+
+
+def test_a_queued_serving_replica_is_not_rebalanced_to_core() -> None:
+    from tests.unit.test_rebalance import one_replica_on_elastic, rebalances
+
+    assert len(rebalances(one_replica_on_elastic())) == 1  # the same without Kueue: it moves
+    snap = one_replica_on_elastic()
+    queued_pods = tuple(replace(p, queued=True) if p.serving else p for p in snap.pods)
+    plan = decide(replace(snap, pods=queued_pods), policy(), NOW)
+    assert not [a for a in plan.actions if a.kind.value == "rebalance"]
+    assert rebalances(replace(snap, pods=queued_pods)) == []

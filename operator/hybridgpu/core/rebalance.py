@@ -127,6 +127,8 @@ def _movable(
 
 
 def _why_not(workload: ServingState, pod: GPUPod, core_pools: set[str], now: float) -> str | None:
+    if pod.queued:
+        return "Kueue manages it (label kueue.x-k8s.io/queue-name): its placement is Kueue's"
     if workload.autoscaled:
         return "a HorizontalPodAutoscaler scales it (a surge would fight the autoscaler)"
     if not workload.stable or workload.ready < workload.replicas:
