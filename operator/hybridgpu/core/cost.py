@@ -2,6 +2,8 @@
 
 core node-hour    = capex / (years x 8760) + power_W x PUE x $/kWh / 1000 + ops
 elastic/spot hour = the pool's price (static, or read from the provider for spot)
+committed hour    = committed.perNodeHour + committed.upfrontPerNode / (termYears x 8760), for
+                    every committed node whether it runs or is used
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def node_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = None) ->
     """
     if spec.tier == Tier.CORE:
         return core_node_cost(spec).total_per_hour
+    if spec.committed is not None:
+        return committed_node_hour_dollars(spec)
     if spec.pricing.from_provider and provider_price is not None:
         return provider_price
     if spec.pricing.per_node_hour is None:
@@ -75,11 +79,72 @@ def gpu_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = None) -> 
 def marginal_gpu_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = None) -> float:
     """Extra dollars per hour of using one more GPU of the pool.
 
-    Core capacity is paid whether used or not, so its marginal cost is its share of power.
+    Core capacity is paid whether used or not, so its marginal cost is its share of power;
+    committed capacity is paid whether used or not too, and draws no power bill: none.
     """
     if spec.tier == Tier.CORE:
         return core_node_cost(spec).power_per_hour / spec.gpu.per_node
+    if spec.committed is not None:
+        return 0.0
     return gpu_hour_dollars(spec, provider_price)
+
+
+def committed_node_hour_dollars(spec: GPUPoolSpec) -> float:
+    """One committed node-hour: the effective hourly price plus the upfront payment spread
+    over the term's hours, dollars (0 for a pool without a commitment)."""
+    c = spec.committed
+    if c is None:
+        return 0.0
+    return c.per_node_hour + c.upfront_per_node / (c.term_years * HOURS_PER_YEAR)
+
+
+def paid_whether_used(spec: GPUPoolSpec) -> bool:
+    """Owned and committed capacity cost the same used or idle; on-demand and spot do not."""
+    return spec.tier == Tier.CORE or spec.committed is not None
+
+
+def always_on_nodes(spec: GPUPoolSpec) -> int:
+    """Nodes that run from the start whatever the demand: an owned pool's maxNodes (the
+    hardware bought), a committed pool's commitment; none for on-demand and spot."""
+    if spec.tier == Tier.CORE:
+        return spec.max_nodes
+    return spec.committed.nodes if spec.committed is not None else 0
+
+
+def held_nodes(spec: GPUPoolSpec) -> int:
+    """Nodes the operator never releases below: minNodes, or the commitment if larger."""
+    committed = spec.committed.nodes if spec.committed is not None else 0
+    return max(spec.min_nodes, committed)
+
+
+def pool_hour_dollars(
+    spec: GPUPoolSpec, billed_nodes: int, provider_price: float | None = None
+) -> float:
+    """What the pool costs per hour with ``billed_nodes`` nodes running or on their way,
+    dollars. A commitment is paid in full whatever runs."""
+    if spec.committed is not None:
+        return spec.committed.nodes * committed_node_hour_dollars(spec)
+    return billed_nodes * node_hour_dollars(spec, provider_price)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedIdle:
+    """The part of a commitment no pod uses now."""
+
+    gpus: int
+    idle_gpus: int
+    wasted_per_hour: float
+
+
+def committed_idle(spec: GPUPoolSpec, allocated_gpus: int) -> CommittedIdle | None:
+    """Committed GPUs that no pod requests (including committed nodes not running) and what
+    they cost per hour; None for a pool without a commitment."""
+    if spec.committed is None:
+        return None
+    gpus = spec.committed.nodes * spec.gpu.per_node
+    idle = max(gpus - max(allocated_gpus, 0), 0)
+    per_gpu = committed_node_hour_dollars(spec) / spec.gpu.per_node
+    return CommittedIdle(gpus=gpus, idle_gpus=idle, wasted_per_hour=idle * per_gpu)
 
 
 def node_hour_from_gpu_prices(

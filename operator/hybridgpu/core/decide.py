@@ -25,7 +25,13 @@ import math
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
-from hybridgpu.core.cost import is_cloud, marginal_gpu_hour_dollars, node_hour_dollars
+from hybridgpu.core.cost import (
+    held_nodes,
+    is_cloud,
+    marginal_gpu_hour_dollars,
+    node_hour_dollars,
+    paid_whether_used,
+)
 from hybridgpu.core.deadline import (
     Slack,
     may_be_moved,
@@ -1227,7 +1233,8 @@ class _Decider:
         candidates: list[tuple[float, str, list[JobState], _PoolLedger]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
-            if ledger is None or ledger.tier == CORE:
+            # Owned and committed nodes are paid whether used or not: moving off saves nothing.
+            if ledger is None or paid_whether_used(ledger.state.spec):
                 continue
             node = self.nodes[node_name]
             if not self._schedulable(node) or node_name in self.reserved:
@@ -1592,7 +1599,7 @@ class _Decider:
             ledger = self.pools[node.pool]
             spec = ledger.state.spec
             remaining = ledger.live_nodes + ledger.provisioning - ledger.released
-            if remaining - 1 < spec.min_nodes:
+            if remaining - 1 < held_nodes(spec):  # minNodes, or the commitment
                 continue
             cap = max(1, math.floor(self.policy.disruption.max_percent / 100 * ledger.live_nodes))
             if released_in_pool.get(ledger.name, 0) >= cap:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hybridgpu.core.cost import node_hour_dollars, projected_month_dollars
+from hybridgpu.core.cost import committed_idle, pool_hour_dollars, projected_month_dollars
 from hybridgpu.kube.convert import rfc3339
 from hybridgpu.models.actions import Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.base import Condition
 from hybridgpu.models.policy import BudgetStatus, ScalingPolicyStatus
-from hybridgpu.models.pool import GPUCounts, GPUPoolStatus, NodeCounts
+from hybridgpu.models.pool import CommittedUsage, GPUCounts, GPUPoolStatus, NodeCounts
 from hybridgpu.models.snapshot import ClusterSnapshot, NodeState
 
 CORDONED_FOR_XID = "xid-errors"
@@ -64,7 +64,8 @@ def pool_status(
     allocated = sum(p.gpus for p in snapshot.pods if p.node in node_names)
     total_gpus = sum(n.gpus for n in nodes)
     utils = [n.utilization_percent for n in nodes if n.utilization_percent is not None]
-    price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+    billed = len(nodes) + pool.provisioning_nodes
+    idle_commitment = committed_idle(pool.spec, allocated)
     blocked = [b for b in plan.blocked if b.pool == name]
     capacity_blocked = [b for b in blocked if not b.cause.startswith("budget")]
     budget_blocked = [b for b in blocked if b.cause.startswith("budget")]
@@ -104,7 +105,15 @@ def pool_status(
         gpus=GPUCounts(total=total_gpus, allocated=allocated, idle=max(0, total_gpus - allocated)),
         utilization=round(sum(utils) / len(utils), 1) if utils else None,
         # Billed from launch: instances on their way cost as much as joined nodes.
-        cost_per_hour=round(price * (len(nodes) + pool.provisioning_nodes), 4),
+        cost_per_hour=round(pool_hour_dollars(pool.spec, billed, pool.spot_price_per_node_hour), 4),
+        committed=None
+        if idle_commitment is None or pool.spec.committed is None
+        else CommittedUsage(
+            nodes=pool.spec.committed.nodes,
+            gpus=idle_commitment.gpus,
+            idle_gpus=idle_commitment.idle_gpus,
+            wasted_per_hour=round(idle_commitment.wasted_per_hour, 4),
+        ),
         last_scale_time=rfc3339(plan.decided_at) if scaled else last_scale_time,
         observed_generation=generation,
     ).to_wire()

@@ -28,7 +28,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
-from hybridgpu.core.cost import node_hour_dollars
+from hybridgpu.core.cost import pool_hour_dollars
 from hybridgpu.models.actions import (
     Action,
     ActionKind,
@@ -70,6 +70,8 @@ class _PoolRate:
     dollars_per_hour: float
     gpus: int
     allocated_by_namespace: dict[str, int]
+    committed: bool = False
+    """Its GPUs are a commitment: paid whether used or not, idle ones are waste."""
 
     @property
     def allocated(self) -> int:
@@ -86,6 +88,8 @@ class CostTotals:
     """(namespace, tier) -> dollars."""
     idle_by_pool: dict[tuple[str, str], float] = field(default_factory=dict)
     """(pool, tier) -> dollars of GPUs no pod requested."""
+    committed_idle_by_pool: dict[str, float] = field(default_factory=dict)
+    """pool -> dollars of committed GPUs no pod requested (part of idle_by_pool)."""
     allocated_gpu_hours: float = 0.0
     tokens_by_pool: dict[str, float] = field(default_factory=dict)
     """pool -> tokens its nodes generated (see :meth:`ExportedMetrics.record_tokens`)."""
@@ -115,12 +119,16 @@ def pool_rates(snapshot: ClusterSnapshot) -> dict[str, _PoolRate]:
     rates: dict[str, _PoolRate] = {}
     for pool in snapshot.pools:
         billed = node_count.get(pool.name, 0) + pool.provisioning_nodes
-        price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+        committed = pool.spec.committed
+        if committed is not None:
+            # A commitment is paid in full, nodes running or not.
+            billed = max(billed, committed.nodes)
         rates[pool.name] = _PoolRate(
             tier=str(pool.tier),
-            dollars_per_hour=billed * price,
+            dollars_per_hour=pool_hour_dollars(pool.spec, billed, pool.spot_price_per_node_hour),
             gpus=billed * pool.gpus_per_node,
             allocated_by_namespace=allocated.get(pool.name, {}),
+            committed=committed is not None,
         )
     return rates
 
@@ -175,6 +183,9 @@ class CostMeter:
             ns_key = (namespace, rate.tier)
             out.by_namespace[ns_key] = out.by_namespace.get(ns_key, 0.0) + per_gpu * gpus
         out.idle_by_pool[key] = out.idle_by_pool.get(key, 0.0) + per_gpu * (rate.gpus - used)
+        if rate.committed:
+            wasted = out.committed_idle_by_pool
+            wasted[pool] = wasted.get(pool, 0.0) + per_gpu * (rate.gpus - used)
 
 
 def _merge(into: CostTotals, more: CostTotals) -> None:
@@ -185,6 +196,8 @@ def _merge(into: CostTotals, more: CostTotals) -> None:
     ):
         for key, value in source.items():
             target[key] = target.get(key, 0.0) + value
+    for pool, value in more.committed_idle_by_pool.items():
+        into.committed_idle_by_pool[pool] = into.committed_idle_by_pool.get(pool, 0.0) + value
     into.allocated_gpu_hours += more.allocated_gpu_hours
 
 
@@ -255,6 +268,13 @@ class ExportedMetrics:
             p + "idle_gpu_cost_dollars",
             "Cost of GPUs no pod requested (waste on core, idle rent on cloud), dollars.",
             ["pool", "tier"],
+            registry=r,
+        )
+        self.committed_idle_cost_dollars = Counter(
+            p + "committed_idle_cost_dollars",
+            "Cost of committed GPUs (reserved, savings plan, lease) no pod requested: paid for "
+            "and unused, dollars (also counted in idle_gpu_cost_dollars).",
+            ["pool"],
             registry=r,
         )
         self.reclaimed_gpu_hours = Counter(
@@ -478,6 +498,8 @@ class ExportedMetrics:
             self.namespace_cost_dollars.labels(namespace=namespace, tier=tier).inc(dollars)
         for (pool, tier), dollars in charged.idle_by_pool.items():
             self.idle_gpu_cost_dollars.labels(pool=pool, tier=tier).inc(dollars)
+        for pool, dollars in charged.committed_idle_by_pool.items():
+            self.committed_idle_cost_dollars.labels(pool=pool).inc(dollars)
         totals = self.meter.totals
         if totals.allocated_gpu_hours > 0:
             self.effective_cost_per_gpu_hour_dollars.set(

@@ -220,6 +220,27 @@ class PricingSpec(SpecModel):
     )
 
 
+class CommittedSpec(SpecModel):
+    """Committed cloud capacity (a reserved instance, savings plan or lease): paid every hour
+    of its term whether used or not."""
+
+    nodes: int = Field(
+        ge=1, le=100000, description="Nodes committed to (paid whether used or not)."
+    )
+    term_years: Literal[1, 3] = Field(description="Term of the commitment in years: 1 or 3.")
+    per_node_hour: float = Field(
+        ge=0,
+        description="Effective hourly price of one committed node in dollars, paid every hour "
+        "of the term (pricing.perNodeHour is the on-demand list price of the same node).",
+    )
+    upfront_per_node: float = Field(
+        default=0.0,
+        ge=0,
+        description="Paid once per node at the start of the term, dollars; spread over the "
+        "term's hours in the cost metrics.",
+    )
+
+
 class ScaleDownSpec(SpecModel):
     """When idle elastic/spot nodes are released."""
 
@@ -312,6 +333,19 @@ class GPUPoolSpec(SpecModel):
             check=lambda s: s.tier == "core" or s.provider.type != "static",
             field_path=".provider",
         ),
+        Rule(
+            cel="!has(self.committed) || self.tier == 'elastic'",
+            message="committed capacity is rented cloud capacity: committed is for elastic pools",
+            check=lambda s: s.committed is None or s.tier == "elastic",
+            field_path=".committed",
+        ),
+        Rule(
+            cel="!has(self.committed) || self.maxNodes == self.committed.nodes",
+            message="a committed pool holds exactly its commitment: maxNodes must equal "
+            "committed.nodes (put on-demand burst in a pool of its own)",
+            check=lambda s: s.committed is None or s.max_nodes == s.committed.nodes,
+            field_path=".committed",
+        ),
     )
 
     tier: Tier = Field(
@@ -331,6 +365,12 @@ class GPUPoolSpec(SpecModel):
     pricing: PricingSpec = Field(description="What a node costs.")
     scale_down: ScaleDownSpec = Field(
         default_factory=ScaleDownSpec, description="When idle nodes are released."
+    )
+    committed: CommittedSpec | None = Field(
+        default=None,
+        description="Elastic pools: committed capacity (reserved instances, savings plan, "
+        "lease). Its nodes are filled before on-demand ones, never released below the "
+        "commitment, and billed whether used or not; idle committed GPUs are reported as waste.",
     )
     taints: list[Taint] = Field(
         default_factory=list, description="Taints the operator puts on the pool's nodes."
@@ -360,6 +400,17 @@ class GPUCounts(SpecModel):
     idle: int = Field(default=0, description="GPUs no pod requests.")
 
 
+class CommittedUsage(SpecModel):
+    """How much of a pool's commitment is used now."""
+
+    nodes: int = Field(default=0, description="Nodes committed to.")
+    gpus: int = Field(default=0, description="GPUs committed to (nodes x gpu.perNode).")
+    idle_gpus: int = Field(default=0, description="Committed GPUs no pod requests (or absent).")
+    wasted_per_hour: float = Field(
+        default=0.0, description="What the idle committed GPUs cost, dollars per hour."
+    )
+
+
 class GPUPoolStatus(SpecModel):
     """Observed state of a GPUPool."""
 
@@ -374,6 +425,9 @@ class GPUPoolStatus(SpecModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, ScalingBlocked, BudgetLimited, ProviderError, NodesUnhealthy.",
+    )
+    committed: CommittedUsage | None = Field(
+        default=None, description="Committed pools: the commitment and how much of it is idle."
     )
     last_scale_time: str | None = Field(default=None, description="Last scale-up or release.")
     observed_generation: int | None = Field(

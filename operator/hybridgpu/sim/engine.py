@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from hybridgpu.core.cost import is_cloud, node_hour_dollars
+from hybridgpu.core.cost import always_on_nodes, is_cloud, node_hour_dollars
 from hybridgpu.core.deadline import (
     banked_seconds,
     first_checkpoint_seconds,
@@ -39,7 +39,7 @@ from hybridgpu.models.actions import (
 )
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.pool import Tier, serves_models
+from hybridgpu.models.pool import GPUPoolSpec, Tier, serves_models
 from hybridgpu.models.snapshot import (
     CRITICALITY_RANK,
     ClusterSnapshot,
@@ -304,6 +304,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def _place_order(spec: GPUPoolSpec, tier_order: dict[str, int]) -> int:
+    """Committed capacity first (it serves firm work only and is paid anyway), then the
+    tiers in order."""
+    return -1 if spec.committed is not None else tier_order[spec.tier]
+
+
 class Simulation:
     """One run of one policy over one trace."""
 
@@ -438,10 +444,11 @@ class Simulation:
 
     def _add_core_nodes(self) -> None:
         for pool in self.pools.values():
-            if pool.spec.tier != Tier.CORE:
-                continue
-            # Owned pools are as big as maxNodes: that is the hardware that was bought.
-            for _ in range(pool.spec.max_nodes):
+            # Owned pools are as big as maxNodes: that is the hardware that was bought. A
+            # committed pool runs its commitment from the start, billed whether used or not
+            # (decide() never releases it below the commitment).
+            count = always_on_nodes(pool.spec)
+            for _ in range(count):
                 self._launch(pool, ready_at=0.0)
 
     def _launch(self, pool: PoolState, ready_at: float) -> _Node:
@@ -539,7 +546,7 @@ class Simulation:
             for n, p in self.pools.items()
             if p.spec.tier in order and serves_models(p.spec.gpu, models)
         ]
-        return sorted(names, key=lambda n: (order[self.pools[n].spec.tier], n))
+        return sorted(names, key=lambda n: (_place_order(self.pools[n].spec, order), n))
 
     def _queue_key(self, job: _Job) -> tuple[int, float, int]:
         return (CRITICALITY_RANK[job.trace.criticality], job.pending_since, job.index)
