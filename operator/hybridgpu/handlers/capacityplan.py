@@ -17,7 +17,7 @@ from hybridgpu.inputs import describe_validation_error
 from hybridgpu.models.base import Condition, parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec
 from hybridgpu.models.crd import GROUP, VERSION
-from hybridgpu.planner.plan import inputs_from_spec, plan_capacity, plan_status
+from hybridgpu.planner.plan import plan_from_spec, plan_status
 
 CAPACITYPLANS = "capacityplans"
 # How often the timer looks whether a plan is due; the plan's own period is spec.schedule.
@@ -57,6 +57,16 @@ def _conditions(
         stamp = prior.get("lastTransitionTime") if held and prior else _rfc3339(now)
         out.append(cond.model_copy(update={"last_transition_time": stamp}).to_wire())
     return out
+
+
+def _procurement_note(procurement: Mapping[str, Any] | None) -> str:
+    """The commitment to sign and the next adjustment window, when there is an offer."""
+    if not procurement or not procurement.get("committedOffer"):
+        return ""
+    return (
+        f"; commit {procurement.get('committedNodes', 0)} node(s) of "
+        f"{procurement['committedOffer']}: {procurement.get('nextAdjustment', '')}"
+    )
 
 
 def _read_history(spec: CapacityPlanSpec, now: float) -> tuple[list[Any], list[Any]]:
@@ -107,7 +117,7 @@ def compute_status(
     except UserError as err:
         return failed("history", "HistoryUnavailable", str(err))
     try:
-        result = plan_capacity(inputs_from_spec(spec, history, jobs))
+        result = plan_from_spec(spec, history, jobs)
     except ValueError as err:
         return failed("plan", "CannotPlan", str(err))
     body = plan_status(result).to_wire()
@@ -118,7 +128,8 @@ def compute_status(
             status="True",
             reason="Planned",
             message=f"own {body['recommendedNodes']} node(s); saves "
-            f"{body['savingsVsOnDemandPercent']:.1f}% vs all on-demand",
+            f"{body['savingsVsOnDemandPercent']:.1f}% vs all on-demand"
+            + _procurement_note(body.get("procurement")),
             observed_generation=generation,
         ),
         Condition(

@@ -85,6 +85,78 @@ class OwnedNodeCandidate(SpecModel):
         description="Nodes of this type owned today (the fleet the plan's saving is measured "
         "against).",
     )
+    gpu_model: str | None = Field(
+        default=None,
+        description="GPU model (A100, H100, H200, B200, ...): default throughput from public "
+        "MLPerf results when throughput is not given (docs/tco.md).",
+    )
+    throughput: Throughput | None = Field(
+        default=None,
+        description="Work one of its GPUs does relative to one GPU of the demand's class "
+        "(cloud.gpuModel), per workload class.",
+    )
+
+
+class Throughput(SpecModel):
+    """Work one GPU of a node type does relative to one GPU of the demand's class."""
+
+    training: float | None = Field(
+        default=None, gt=0, le=100, description="Relative throughput on training work."
+    )
+    inference: float | None = Field(
+        default=None, gt=0, le=100, description="Relative throughput on inference work."
+    )
+
+
+class CommittedOfferSpec(SpecModel):
+    """Committed cloud capacity on offer: a reservation, savings plan or lease."""
+
+    rules = (
+        Rule(
+            cel="has(self.discountPercent) != has(self.perGpuHour)",
+            message="set exactly one of discountPercent (off cloud.onDemandPerGpuHour) or "
+            "perGpuHour",
+            check=lambda s: (s.discount_percent is None) != (s.per_gpu_hour is None),
+        ),
+        Rule(
+            cel="self.adjustmentMonths <= 12 * self.termYears",
+            message="adjustmentMonths must not exceed the term",
+            check=lambda s: s.adjustment_months <= 12 * s.term_years,
+        ),
+    )
+
+    name: str = Field(min_length=1, description="Name of the offer, e.g. 3y-lease.")
+    term_years: Literal[1, 3] = Field(description="Term in years: 1 or 3.")
+    discount_percent: float | None = Field(
+        default=None, ge=0, lt=100, description="Discount off cloud.onDemandPerGpuHour, percent."
+    )
+    per_gpu_hour: float | None = Field(
+        default=None, ge=0, description="Effective hourly price per GPU, $ (instead of a discount)."
+    )
+    upfront_per_gpu: float = Field(
+        default=0.0,
+        ge=0,
+        description="Paid once per committed GPU per term, $; the plan spreads it over the "
+        "term's hours.",
+    )
+    gpus_per_node: int = Field(
+        default=8, ge=1, le=64, description="Capacity is committed in whole nodes of this size."
+    )
+    adjustment_months: int = Field(
+        default=3,
+        ge=1,
+        le=36,
+        description="Length of an adjustment window, months: the committed level may change "
+        "at the start of each.",
+    )
+    max_decrease_percent: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description="A window may lower the level by at most this percent of it (0: never "
+        "within a term); raising it adds a tranche that ends with the term.",
+    )
+    max_nodes: int | None = Field(default=None, ge=0, description="Commit to at most this many.")
 
 
 class CloudPrices(SpecModel):
@@ -104,6 +176,11 @@ class CloudPrices(SpecModel):
         default="5m",
         description="Job traces: billed time from launching a cloud node until it runs work "
         "(boot and image pull, as the simulator's provisioning delay).",
+    )
+    gpu_model: str | None = Field(
+        default=None,
+        description="GPU model of the rented capacity and of the demand's GPUs (the unit of "
+        "work candidates' throughput is relative to).",
     )
     idle_before_release: Duration = Field(
         default="10m",
@@ -135,6 +212,22 @@ class CapacityPlanSpec(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     cloud: CloudPrices = Field(description="Prices of rented capacity.")
+    committed: list[CommittedOfferSpec] = Field(
+        default_factory=list,
+        description="Committed cloud capacity on offer (reservations, savings plans, leases); "
+        "each name once. The plan picks the best one, if any, and its level per window.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    workload_class: Literal["training", "inference"] = Field(
+        default="training",
+        description="Which throughput of the candidates applies to the demand.",
+    )
+    tokens_per_gpu_hour: float | None = Field(
+        default=None,
+        gt=0,
+        description="Tokens one GPU of the demand's class produces per busy hour (for the cost "
+        "per million tokens).",
+    )
     preemptible_share: float | None = Field(
         default=None,
         ge=0,
@@ -205,6 +298,67 @@ class FlipPoint(SpecModel):
     )
 
 
+class SupplyShare(SpecModel):
+    """One kind of supply's share of the plan."""
+
+    supply: str = Field(description="owned, committed, onDemand or spot.")
+    gpu_hours_percent: float = Field(description="Share of the GPU-hours served, percent.")
+    dollars_percent: float = Field(description="Share of the dollars, percent.")
+
+
+class QuarterCashFlow(SpecModel):
+    """Money paid in one quarter of the horizon, $ (not discounted)."""
+
+    quarter: int = Field(description="Quarter of the horizon, from 1.")
+    capex: float = Field(
+        description="Owned hardware bought (at the start, and at its end of life)."
+    )
+    owned_operating: float = Field(description="Power with PUE and ops of the owned nodes.")
+    committed: float = Field(description="Committed capacity, paid whether used or not.")
+    on_demand: float = Field(description="Expected on-demand spend.")
+    spot: float = Field(description="Expected spot spend, reruns included.")
+    residual_value: float = Field(
+        default=0.0, description="Book value of the owned hardware at the end (an inflow)."
+    )
+    total: float = Field(description="Paid in the quarter, less the residual value.")
+
+
+class CommitmentChange(SpecModel):
+    """A change of the committed level at the start of an adjustment window."""
+
+    month: int = Field(description="Month of the horizon the window starts (0 = now).")
+    from_nodes: int = Field(description="Committed nodes before.")
+    to_nodes: int = Field(description="Committed nodes from then on.")
+
+
+class ProcurementStatus(SpecModel):
+    """What to sign: owned nodes, committed capacity and what is left to on demand and spot."""
+
+    committed_offer: str | None = Field(default=None, description="The offer to sign (none).")
+    committed_nodes: int = Field(default=0, description="Committed nodes to sign for now.")
+    owned_nodes: int = Field(default=0, description="Owned nodes to buy.")
+    base_owned_percent: float = Field(
+        default=0.0,
+        description="Share of the base capacity (owned + committed GPU-hours) that is owned.",
+    )
+    mix: list[SupplyShare] = Field(default_factory=list, description="Shares per supply.")
+    total: float = Field(default=0.0, description="Cost over the horizon, $ (equivalent annual).")
+    npv: float = Field(
+        default=0.0,
+        description="Present value of the quarterly cash flow at the cost of capital, $.",
+    )
+    cost_per_million_tokens: float | None = Field(
+        default=None, description="Total cost over the tokens of the demand, $ (tokensPerGpuHour)."
+    )
+    adjustments: list[CommitmentChange] = Field(
+        default_factory=list, description="When an adjustment window should change the level."
+    )
+    next_adjustment: str | None = Field(
+        default=None, description="The next adjustment window to use, in words."
+    )
+    cash_flow: list[QuarterCashFlow] = Field(default_factory=list, description="By quarter.")
+
+
 class CapacityPlanStatus(SpecModel):
     """The computed plan."""
 
@@ -240,6 +394,10 @@ class CapacityPlanStatus(SpecModel):
     flip_points: list[FlipPoint] = Field(
         default_factory=list,
         description="Per input and direction, the nearest change that changes the recommendation.",
+    )
+    procurement: ProcurementStatus | None = Field(
+        default=None,
+        description="The mix to sign: owned, committed, on demand and spot, by quarter.",
     )
     last_computed: str | None = Field(default=None, description="RFC 3339 time of the run.")
     conditions: list[Condition] = Field(

@@ -142,8 +142,7 @@ def _history(
 def run(args: argparse.Namespace) -> int:
     from hybridgpu.planner.plan import (
         break_even_utilizations,
-        inputs_from_spec,
-        plan_capacity,
+        plan_from_spec,
         plan_status,
     )
 
@@ -158,10 +157,10 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[str] | None = [] if args.skip_infeasible else None
     samples, jobs, spec, source = _history(args, skipped)
     try:
-        inputs = inputs_from_spec(spec, samples, jobs)
+        result = plan_from_spec(spec, samples, jobs)
     except ValueError as err:
         raise UserError(f"{args.config}: {err}") from None
-    result = plan_capacity(inputs)
+    inputs = result.inputs
     status = plan_status(result)
     png = _write_png(result, args.png) if args.png else None
     if args.json:
@@ -177,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
             "monthlyCostCurrentFleet": round(result.monthly(result.current.total_dollars), 2),
             "currentNodes": {t.name: t.current_nodes for t in inputs.node_types},
             "nextBest": _runner_ups(result),
+            "procurement": _procurement_json(result),
+            "generations": _generations_json(result, spec),
             "notes": _notes(inputs, skipped),
         }
         if png is not None:
@@ -274,6 +275,8 @@ def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> 
             f"{_money(case.monthly_dollars):>14}"
         )
     lines += _flip_lines(result)
+    lines += _procurement_lines(result)
+    lines += _generation_lines(result)
     lines += [f"note: {note}" for note in _notes(inputs, skipped)]
     return "\n".join(lines)
 
@@ -363,6 +366,193 @@ def _flip_lines(result: Any) -> list[str]:
             lines.append(
                 f"  {point.parameter:<20} {point.label} ({point.value}): {fleet(point.nodes)}"
             )
+    return lines
+
+
+SUPPLY_NAMES = {"owned": "owned", "committed": "committed", "onDemand": "on demand", "spot": "spot"}
+
+
+def _procurement_json(result: Any) -> dict[str, Any] | None:
+    """The mix to sign, its cash flow by quarter and NPV (``--json``)."""
+    from hybridgpu.planner.finance import adjustments, mix, next_adjustment_text
+
+    plan = result.procurement
+    if plan is None:
+        return None
+    shares = mix(result.inputs, plan)
+    offer = plan.offer
+    return {
+        "committedOffer": None
+        if offer is None
+        else {
+            "name": offer.name,
+            "termYears": offer.term_years,
+            "effectivePerGpuHour": round(offer.effective_per_gpu_hour, 4),
+            "gpusPerNode": offer.gpus_per_unit,
+            "adjustmentMonths": offer.adjustment_months,
+            "maxDecreasePercent": round(100 * offer.max_decrease, 2),
+        },
+        "ownedNodes": {
+            t.name: n for t, n in zip(result.inputs.node_types, plan.nodes, strict=True)
+        },
+        "committedNodesByWindow": [
+            {"month": p.period.start_month, "nodes": u}
+            for p, u in zip(plan.periods, plan.schedule, strict=True)
+        ],
+        "mix": {
+            "gpuHoursPercent": {k: round(100 * v, 2) for k, v in shares.gpu_hours.items()},
+            "dollarsPercent": {k: round(100 * v, 2) for k, v in shares.dollars.items()},
+        },
+        "baseSplit": {
+            "ownedPercent": round(100 * shares.base_owned_share, 2),
+            "committedPercent": round(100 * (1 - shares.base_owned_share), 2)
+            if plan.offer is not None or shares.base_owned_share > 0
+            else 0.0,
+        },
+        "totalDollars": round(plan.total_dollars, 2),
+        "monthlyCost": round(result.monthly(plan.total_dollars), 2),
+        "savingVsOwnedOnlyPlanPercent": round(
+            100 * (1 - plan.total_dollars / result.recommended.total_dollars), 2
+        )
+        if result.recommended.total_dollars > 0
+        else 0.0,
+        "npv": round(result.npv_dollars, 2),
+        "costOfCapitalPercentPerYear": round(100 * result.cost_of_capital_per_year, 2),
+        "costPerMillionTokens": None
+        if result.cost_per_million_tokens is None
+        else round(result.cost_per_million_tokens, 4),
+        "adjustments": [
+            {"month": a.month, "fromNodes": a.from_units, "toNodes": a.to_units}
+            for a in adjustments(plan)
+        ],
+        "nextAdjustment": next_adjustment_text(plan),
+        "cashFlowByQuarter": [
+            {
+                "quarter": q.index + 1,
+                "capex": round(q.capex, 2),
+                "ownedOperating": round(q.owned_operating, 2),
+                "committed": round(q.committed, 2),
+                "onDemand": round(q.on_demand, 2),
+                "spot": round(q.spot, 2),
+                "residualValue": round(q.residual_value, 2),
+                "total": round(q.total, 2),
+            }
+            for q in result.cash_flow
+        ],
+    }
+
+
+def _generations_json(result: Any, spec: Any) -> dict[str, Any]:
+    """Candidates, committed offers and on demand per unit of work (``--json``)."""
+    from hybridgpu.planner.plan import candidate_throughput
+
+    comparison = result.generations
+    sources = {c.name: candidate_throughput(spec, c)[1] for c in spec.candidates}
+    od = result.inputs.cloud.on_demand_per_gpu_hour
+    return {
+        "workloadClass": spec.workload_class,
+        "unitOfWork": f"one {spec.cloud.gpu_model or 'demand-class'} GPU busy for an hour",
+        "options": [
+            {
+                "name": o.name,
+                "kind": o.kind,
+                "throughput": round(o.throughput, 4),
+                "throughputSource": sources.get(o.name, "the demand's class"),
+                "dollarsPerWorkHour": round(o.dollars_per_work_hour, 4),
+                "wattsPerWorkUnit": None
+                if o.watts_per_work_unit is None
+                else round(o.watts_per_work_unit, 1),
+                "breakEvenUtilization": round(min(o.dollars_per_work_hour / od, 1.0), 4)
+                if o.paid_when_idle
+                else None,
+            }
+            for o in comparison.options
+        ],
+        "winner": comparison.winner,
+        "flipUtilization": round(comparison.flip_utilization, 4),
+        "runnerUp": comparison.runner_up,
+        "runnerUpDearerPercent": round(100 * comparison.runner_up_margin, 2),
+    }
+
+
+def _procurement_lines(result: Any) -> list[str]:
+    """The mix to sign, in words and a quarterly cash flow."""
+    from hybridgpu.planner.finance import mix, next_adjustment_text
+
+    plan = result.procurement
+    if plan is None:
+        return []
+    shares = mix(result.inputs, plan)
+    offer = plan.offer
+    lines = ["", "procurement (owned + committed + on demand + spot, by adjustment window):"]
+    lines.append(f"  buy: {_fleet(result, plan.nodes)}")
+    if offer is None:
+        offered = ", ".join(o.name for o in result.offers) or "none offered"
+        lines.append(f"  commit: nothing ({offered})")
+    else:
+        schedule = ", ".join(
+            f"m{p.period.start_month}:{u}" for p, u in zip(plan.periods, plan.schedule, strict=True)
+        )
+        lines.append(
+            f"  commit: {offer.name} ({offer.term_years}-year, "
+            f"${offer.effective_per_gpu_hour:,.2f}/GPU-hour), nodes of {offer.gpus_per_unit} "
+            f"GPUs by window start month: {schedule}"
+        )
+        lines.append(f"  next adjustment window: {next_adjustment_text(plan)}")
+    lines.append(
+        "  mix of GPU-hours: "
+        + ", ".join(f"{SUPPLY_NAMES[k]} {v:.0%}" for k, v in shares.gpu_hours.items())
+    )
+    lines.append(
+        "  mix of dollars:   "
+        + ", ".join(f"{SUPPLY_NAMES[k]} {v:.0%}" for k, v in shares.dollars.items())
+    )
+    if offer is not None:
+        lines.append(
+            f"  base capacity: {shares.base_owned_share:.0%} owned, "
+            f"{1 - shares.base_owned_share:.0%} committed"
+        )
+    saving = 1 - plan.total_dollars / result.recommended.total_dollars
+    lines.append(
+        f"  total {_money(result.monthly(plan.total_dollars))}/month "
+        f"({saving:+.1%} vs owning and renting only), NPV of the cash flow at "
+        f"{100 * result.cost_of_capital_per_year:g}%/year: {_money(result.npv_dollars)}"
+    )
+    if result.cost_per_million_tokens is not None:
+        lines.append(f"  cost per million tokens: ${result.cost_per_million_tokens:,.4f}")
+    lines.append(
+        f"  {'quarter':>7} {'capex':>12} {'owned opex':>12} {'committed':>12} "
+        f"{'on demand':>12} {'spot':>12} {'total':>13}"
+    )
+    for q in result.cash_flow:
+        residual = f"  (residual value {_money(q.residual_value)} back)" if q.residual_value else ""
+        lines.append(
+            f"  {q.index + 1:>7} {_money(q.capex):>12} {_money(q.owned_operating):>12} "
+            f"{_money(q.committed):>12} {_money(q.on_demand):>12} {_money(q.spot):>12} "
+            f"{_money(q.total):>13}{residual}"
+        )
+    return lines
+
+
+def _generation_lines(result: Any) -> list[str]:
+    """Dollars and watts per unit of work, who wins and where on demand takes over."""
+    comparison = result.generations
+    lines = ["", "per unit of work (one demand-class GPU busy for an hour):"]
+    for o in comparison.options:
+        watts = "" if o.watts_per_work_unit is None else f", {o.watts_per_work_unit:,.0f} W"
+        lines.append(
+            f"  {o.name:<16} {o.kind:<9} throughput {o.throughput:.2f}x  "
+            f"${o.dollars_per_work_hour:,.3f}{' at full use' if o.paid_when_idle else ''}{watts}"
+        )
+    runner = (
+        f"; {comparison.runner_up} is {comparison.runner_up_margin:.0%} dearer at any utilization"
+        if comparison.runner_up
+        else ""
+    )
+    lines.append(
+        f"  cheapest: {comparison.winner} above {comparison.flip_utilization:.0%} utilization, "
+        f"on demand below{runner}"
+    )
     return lines
 
 

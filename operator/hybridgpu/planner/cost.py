@@ -69,7 +69,7 @@ class CostModel:
         self.total = total
         self.horizon_hours = inputs.horizon_hours
         self.node_hour_dollars = tuple(t.node_hour_dollars for t in inputs.node_types)
-        self.gpus_per_node = tuple(t.gpus_per_node for t in inputs.node_types)
+        self.gpus_per_node = tuple(t.work_gpus_per_node for t in inputs.node_types)
         self._usage: dict[tuple[int, ...], Usage] = {}
         self._flat: tuple[DurationCurve, DurationCurve] | None = None
         self._replay_weight = 0.0

@@ -71,6 +71,25 @@ class OwnedNodeType:
     max_nodes: int | None = None
     current_nodes: int = 0
     cost_of_capital_per_year: float = DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR / 100.0
+    throughput: float = 1.0
+    """Work one of its GPUs does relative to a GPU of the demand's class (the trace's, the
+    cloud's): 2.0 serves as much demand as two of them."""
+
+    @property
+    def work_gpus_per_node(self) -> int:
+        """The node's capacity in GPUs of the demand's class (its GPUs x throughput, rounded
+        to whole GPUs: the planner's capacity grid)."""
+        return max(1, round(self.gpus_per_node * self.throughput))
+
+    @property
+    def work_hour_dollars(self) -> float:
+        """One node-hour per unit of work (a demand-class GPU-hour) at full use, dollars."""
+        return self.node_hour_dollars / (self.gpus_per_node * self.throughput)
+
+    @property
+    def watts_per_work_unit(self) -> float:
+        """Wall power per demand-class GPU of work, watts (PUE not included)."""
+        return self.power_watts / (self.gpus_per_node * self.throughput)
 
     @property
     def capital_per_year_dollars(self) -> float:
@@ -190,12 +209,20 @@ class Usage:
     owned: float
     elastic: float  # billed on-demand GPU-hours
     spot: float  # billed spot GPU-hours, reruns included
+    committed: float = 0.0  # committed GPU-hours used (the commitment is paid in full anyway)
 
     def scaled(self, factor: float) -> Usage:
-        return Usage(self.owned * factor, self.elastic * factor, self.spot * factor)
+        return Usage(
+            self.owned * factor, self.elastic * factor, self.spot * factor, self.committed * factor
+        )
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.owned + other.owned, self.elastic + other.elastic, self.spot + other.spot)
+        return Usage(
+            self.owned + other.owned,
+            self.elastic + other.elastic,
+            self.spot + other.spot,
+            self.committed + other.committed,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ def optimal_single_type(model: CostModel, type_index: int = 0) -> int:
     if model.inputs.jobs:
         raise ValueError("marginal analysis is exact for the fluid model only: use optimal_fleet")
     node = model.inputs.node_types[type_index]
-    k = node.gpus_per_node
+    k = node.work_gpus_per_node
     node_dollars = node.node_hour_dollars * model.horizon_hours
     limit = model.max_useful_gpus // k
     if node.max_nodes is not None:
@@ -55,11 +55,11 @@ class OwnedSizeCost:
     total_dollars: float
 
 
-def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
-    """For every owned GPU count that node types can make up, its cheapest fleet and total cost.
+def cheapest_mixes(model: CostModel) -> list[tuple[int, tuple[int, ...]]]:
+    """For every owned GPU count that node types can make up, up to ``max_useful_gpus``, the
+    cheapest node mix owning exactly that many (GPUs of the demand's class).
 
-    A bounded knapsack over the node types (binary splitting of each type's node bound) gives
-    the cheapest node mix owning exactly g GPUs, for g up to ``max_useful_gpus``.
+    A bounded knapsack over the node types (binary splitting of each type's node bound).
     """
     g_max = model.max_useful_gpus
     types = model.inputs.node_types
@@ -67,7 +67,7 @@ def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
     mix: list[tuple[int, ...]] = [()] * (g_max + 1)
     best[0], mix[0] = 0.0, (0,) * len(types)
     for j, node in enumerate(types):
-        k = node.gpus_per_node
+        k = node.work_gpus_per_node
         bound = g_max // k
         if node.max_nodes is not None:
             bound = min(bound, node.max_nodes)
@@ -84,10 +84,14 @@ def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
                     counts = list(mix[g - size])
                     counts[j] += take
                     mix[g] = tuple(counts)
+    return [(g, mix[g]) for g in range(g_max + 1) if best[g] < math.inf]
+
+
+def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
+    """For every owned GPU count that node types can make up, its cheapest fleet and total
+    cost (``cheapest_mixes``)."""
     return [
-        OwnedSizeCost(g, mix[g], best[g] * model.horizon_hours + model.cloud_dollars(mix[g]))
-        for g in range(g_max + 1)
-        if best[g] < math.inf
+        OwnedSizeCost(g, nodes, model.total_dollars(nodes)) for g, nodes in cheapest_mixes(model)
     ]
 
 

@@ -5,20 +5,40 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import (
     CapacityPlanSpec,
     CapacityPlanStatus,
+    CommitmentChange,
     MonthlyCost,
     OwnedCapital,
+    ProcurementStatus,
+    QuarterCashFlow,
     Recommendation,
     SensitivityRow,
+    SupplyShare,
 )
 from hybridgpu.models.capacityplan import (
     FlipPoint as FlipPointStatus,
 )
 from hybridgpu.planner.cost import CostModel, SharedWork
+from hybridgpu.planner.finance import (
+    QuarterCash,
+    adjustments,
+    cash_flow,
+    cost_per_million_tokens,
+    mix,
+    next_adjustment_text,
+    npv,
+)
+from hybridgpu.planner.generations import (
+    GenerationComparison,
+    WorkCost,
+    compare,
+    relative_throughput,
+)
 from hybridgpu.planner.model import (
     CloudRates,
     DemandSample,
@@ -28,6 +48,7 @@ from hybridgpu.planner.model import (
     PlanInputs,
 )
 from hybridgpu.planner.optimize import OwnedSizeCost, cost_by_owned_gpus, optimal_fleet
+from hybridgpu.planner.procure import CommittedOffer, Procurement, optimal_procurement
 from hybridgpu.planner.sensitivity import (
     FlipPoint,
     SensitivityCase,
@@ -77,6 +98,55 @@ class CapacityPlanResult:
     cost_curve: tuple[OwnedSizeCost, ...]
     sensitivity: tuple[SensitivityCase, ...] = field(default=())
     flip_points: tuple[FlipPoint, ...] = field(default=())
+    procurement: Procurement | None = None
+    """The mix to sign: owned, committed (the best offer, if any), on demand and spot."""
+    offers: tuple[CommittedOffer, ...] = ()
+    cost_of_capital_per_year: float = 0.0
+    tokens_per_gpu_hour: float | None = None
+
+    @property
+    def cash_flow(self) -> list[QuarterCash]:
+        return [] if self.procurement is None else cash_flow(self.inputs, self.procurement)
+
+    @property
+    def npv_dollars(self) -> float:
+        """Present value of the procurement's cash flow at the cost of capital."""
+        return npv(self.cash_flow, self.cost_of_capital_per_year, self.inputs.horizon_months)
+
+    @property
+    def demand_gpu_hours(self) -> float:
+        """Demand over the horizon (grown), GPU-hours of the demand's class."""
+        return self.recommended.demand_gpu_hours
+
+    @property
+    def cost_per_million_tokens(self) -> float | None:
+        if self.procurement is None:
+            return None
+        return cost_per_million_tokens(
+            self.procurement.total_dollars, self.demand_gpu_hours, self.tokens_per_gpu_hour
+        )
+
+    @property
+    def generations(self) -> GenerationComparison:
+        """Candidates, committed offers and on demand by dollars per unit of work."""
+        od = self.inputs.cloud.on_demand_per_gpu_hour
+        options = [
+            WorkCost(
+                name=t.name,
+                kind="owned",
+                throughput=t.throughput,
+                dollars_per_work_hour=t.work_hour_dollars,
+                watts_per_work_unit=t.watts_per_work_unit,
+                paid_when_idle=True,
+            )
+            for t in self.inputs.node_types
+        ]
+        options += [
+            WorkCost(o.name, "committed", 1.0, o.effective_per_gpu_hour, None, True)
+            for o in self.offers
+        ]
+        options.append(WorkCost("onDemand", "onDemand", 1.0, od, None, False))
+        return compare(options)
 
     @property
     def runners_up(self) -> tuple[OwnedSizeCost | None, OwnedSizeCost | None]:
@@ -125,11 +195,21 @@ def _saving(cost: float, reference: float) -> float:
 def break_even_utilizations(inputs: PlanInputs) -> dict[str, float]:
     """Per node type: the share of hours a GPU must be busy for owning to beat on demand."""
     od = inputs.cloud.on_demand_per_gpu_hour
-    return {t.name: t.gpu_hour_dollars / od for t in inputs.node_types}
+    return {t.name: t.work_hour_dollars / od for t in inputs.node_types}
 
 
-def plan_capacity(inputs: PlanInputs, *, with_sensitivity: bool = True) -> CapacityPlanResult:
-    """The cheapest owned fleet for ``inputs`` and everything reported about it."""
+def plan_capacity(
+    inputs: PlanInputs,
+    *,
+    with_sensitivity: bool = True,
+    offers: Sequence[CommittedOffer] = (),
+    cost_of_capital_per_year: float | None = None,
+    tokens_per_gpu_hour: float | None = None,
+    with_procurement: bool = True,
+) -> CapacityPlanResult:
+    """The cheapest owned fleet for ``inputs`` and everything reported about it; with
+    ``with_procurement`` the mix to sign as well (owned, the best committed offer, on demand,
+    spot, period by period)."""
     shared = SharedWork()
     model = CostModel(inputs, shared)
     curve = tuple(cost_by_owned_gpus(model))
@@ -148,7 +228,55 @@ def plan_capacity(inputs: PlanInputs, *, with_sensitivity: bool = True) -> Capac
         cost_curve=curve,
         sensitivity=tuple(cases),
         flip_points=tuple(flips),
+        procurement=optimal_procurement(inputs, offers, shared) if with_procurement else None,
+        offers=tuple(offers),
+        cost_of_capital_per_year=(
+            cost_of_capital_per_year
+            if cost_of_capital_per_year is not None
+            else min((t.cost_of_capital_per_year for t in inputs.node_types), default=0.0)
+        ),
+        tokens_per_gpu_hour=tokens_per_gpu_hour,
     )
+
+
+def plan_from_spec(
+    spec: CapacityPlanSpec,
+    history: Sequence[DemandSample],
+    jobs: Sequence[JobDemand] = (),
+    *,
+    with_sensitivity: bool = True,
+) -> CapacityPlanResult:
+    """The plan of a CapacityPlan spec: the owned fleet, and the mix to sign with its
+    committed offers, cash flow at the spec's cost of capital and token rate."""
+    return plan_capacity(
+        inputs_from_spec(spec, history, jobs),
+        with_sensitivity=with_sensitivity,
+        offers=offers_from_spec(spec),
+        cost_of_capital_per_year=spec.cost_of_capital_percent_per_year / 100.0,
+        tokens_per_gpu_hour=spec.tokens_per_gpu_hour,
+    )
+
+
+def offers_from_spec(spec: CapacityPlanSpec) -> list[CommittedOffer]:
+    """The committed offers of a CapacityPlan spec (a discount is off the on-demand price)."""
+    od = spec.cloud.on_demand_per_gpu_hour
+    return [
+        CommittedOffer(
+            name=o.name,
+            term_years=o.term_years,
+            per_gpu_hour=(
+                o.per_gpu_hour
+                if o.per_gpu_hour is not None
+                else od * (1 - (o.discount_percent or 0) / 100)
+            ),
+            upfront_per_gpu=o.upfront_per_gpu,
+            gpus_per_unit=o.gpus_per_node,
+            adjustment_months=o.adjustment_months,
+            max_decrease=o.max_decrease_percent / 100.0,
+            max_units=o.max_nodes,
+        )
+        for o in spec.committed
+    ]
 
 
 def inputs_from_spec(
@@ -173,6 +301,7 @@ def inputs_from_spec(
                 max_nodes=c.max_nodes,
                 current_nodes=c.current_nodes,
                 cost_of_capital_per_year=spec.cost_of_capital_percent_per_year / 100.0,
+                throughput=candidate_throughput(spec, c)[0],
             )
             for c in spec.candidates
         ),
@@ -188,6 +317,63 @@ def inputs_from_spec(
         demand_growth_per_year=spec.demand_growth_percent_per_year / 100.0,
         preemptible_share=spec.preemptible_share,
         jobs=tuple(jobs),
+    )
+
+
+def candidate_throughput(spec: CapacityPlanSpec, candidate: Any) -> tuple[float, str]:
+    """A candidate's throughput for the spec's workload class, and its source."""
+    given = candidate.throughput
+    explicit = None if given is None else getattr(given, spec.workload_class)
+    return relative_throughput(
+        explicit, candidate.gpu_model, spec.cloud.gpu_model, spec.workload_class
+    )
+
+
+def procurement_status(result: CapacityPlanResult) -> ProcurementStatus | None:
+    """The procurement part of the CapacityPlan status."""
+    plan = result.procurement
+    if plan is None:
+        return None
+    shares = mix(result.inputs, plan)
+    changes = adjustments(plan)
+    return ProcurementStatus(
+        committed_offer=plan.offer.name if plan.offer is not None else None,
+        committed_nodes=plan.schedule[0] if plan.offer is not None and plan.schedule else 0,
+        owned_nodes=sum(plan.nodes),
+        base_owned_percent=round(100 * shares.base_owned_share, 2),
+        mix=[
+            SupplyShare(
+                supply=k,
+                gpu_hours_percent=round(100 * shares.gpu_hours[k], 2),
+                dollars_percent=round(100 * shares.dollars[k], 2),
+            )
+            for k in shares.gpu_hours
+        ],
+        total=round(plan.total_dollars, 2),
+        npv=round(result.npv_dollars, 2),
+        cost_per_million_tokens=(
+            None
+            if result.cost_per_million_tokens is None
+            else round(result.cost_per_million_tokens, 4)
+        ),
+        adjustments=[
+            CommitmentChange(month=a.month, from_nodes=a.from_units, to_nodes=a.to_units)
+            for a in changes
+        ],
+        next_adjustment=next_adjustment_text(plan),
+        cash_flow=[
+            QuarterCashFlow(
+                quarter=q.index + 1,
+                capex=round(q.capex, 2),
+                owned_operating=round(q.owned_operating, 2),
+                committed=round(q.committed, 2),
+                on_demand=round(q.on_demand, 2),
+                spot=round(q.spot, 2),
+                residual_value=round(q.residual_value, 2),
+                total=round(q.total, 2),
+            )
+            for q in result.cash_flow
+        ],
     )
 
 
@@ -236,6 +422,7 @@ def plan_status(result: CapacityPlanResult) -> CapacityPlanStatus:
             )
             for f in result.flip_points
         ],
+        procurement=procurement_status(result),
     )
 
 

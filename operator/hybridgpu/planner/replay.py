@@ -3,6 +3,9 @@ and how many GPU-hours each tier is billed.
 
 Rules (``replay_jobs``), each job once, in arrival order:
 
+- a critical/standard job that fits on a committed cloud node runs there (the fullest node
+  that fits): committed capacity is paid whether used or not, and serves firm work only (as
+  on-demand capacity does; admission keeps preemptible pods on owned and spot nodes);
 - a job that fits on an owned node runs there (the fullest node that fits);
 - a critical/standard job that does not fit evicts preemptible jobs from the owned node where
   that frees enough with the fewest GPUs (the most recently started first); they finish on
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 
 from hybridgpu.planner.model import CloudRates, JobDemand, Usage
 
-CORE, ELASTIC, SPOT = "core", "elastic", "spot"
+CORE, COMMITTED, ELASTIC, SPOT = "core", "committed", "elastic", "spot"
 
 
 @dataclass(slots=True)
@@ -123,7 +126,11 @@ class _Replay:
     """The state of one replay: owned nodes, cloud tiers and the runs in progress."""
 
     def __init__(
-        self, owned_node_gpus: Sequence[int], cloud: CloudRates, spot_allowed: bool | None
+        self,
+        owned_node_gpus: Sequence[int],
+        cloud: CloudRates,
+        spot_allowed: bool | None,
+        committed_node_gpus: Sequence[int] = (),
     ) -> None:
         self.use_spot = cloud.spot_is_used and spot_allowed is not False
         self.restart_seconds = cloud.spot_restart_overhead_hours * 3600.0
@@ -135,6 +142,8 @@ class _Replay:
         }
         self.owned = _OwnedNodes(owned_node_gpus)
         self.owned_gpu_seconds = 0.0
+        self.committed = _OwnedNodes(committed_node_gpus)
+        self.committed_gpu_seconds = 0.0
         self.runs: dict[int, _Run] = {}
         self.cloud_preemptible: dict[int, None] = {}
         """Keys of the preemptible runs in the cloud (what may come back to core)."""
@@ -152,9 +161,18 @@ class _Replay:
             owned=self.owned_gpu_seconds / 3600.0,
             elastic=self.cloud[ELASTIC].close() / 3600.0,
             spot=self.cloud[SPOT].close() / 3600.0,
+            committed=self.committed_gpu_seconds / 3600.0,
         )
 
     def place(self, job: JobDemand, now: float) -> None:
+        if not job.preemptible and self.committed.sizes:
+            slot = self.committed.best_fit(job.gpus)
+            if slot is not None:
+                key = next(self._keys)
+                self.committed.add(slot, -job.gpus)
+                self.runs[key] = _Run(job, COMMITTED, now, now + job.duration_seconds, slot)
+                heapq.heappush(self.finishes, (now + job.duration_seconds, key))
+                return
         node = self.owned.best_fit(job.gpus)
         if node is not None:
             self.start_on_core(job, node, now, job.duration_seconds)
@@ -180,6 +198,9 @@ class _Replay:
             self.cloud_preemptible.pop(key, None)
             if run.tier == CORE:
                 self.leave_core(key, run, at)
+            elif run.tier == COMMITTED:
+                self.committed.add(run.node, run.job.gpus)
+                self.committed_gpu_seconds += (at - run.started) * run.job.gpus
             else:
                 self.cloud[run.tier].give_back(run.launched, at)
 
@@ -258,8 +279,10 @@ def replay_jobs(
     cloud: CloudRates,
     *,
     spot_allowed: bool | None = None,
+    committed_node_gpus: Sequence[int] = (),
 ) -> Usage:
     """GPU-hours per tier over the trace's window when ``jobs`` meet owned nodes of
-    ``owned_node_gpus`` GPUs each, placed as the module doc says. ``spot_allowed=False``
-    runs every cloud job on demand (the all-on-demand reference)."""
-    return _Replay(owned_node_gpus, cloud, spot_allowed).run(jobs)
+    ``owned_node_gpus`` GPUs each (and committed cloud nodes of ``committed_node_gpus``),
+    placed as the module doc says. ``spot_allowed=False`` runs every cloud job on demand
+    (the all-on-demand reference)."""
+    return _Replay(owned_node_gpus, cloud, spot_allowed, committed_node_gpus).run(jobs)

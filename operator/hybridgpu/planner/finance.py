@@ -1,0 +1,200 @@
+"""What a finance team reads off a procurement plan: cash flow by quarter, its net present
+value at the cost of capital, the mix of supply, the owned-vs-committed split of the base, the
+cost per million tokens and when to use an adjustment window."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hybridgpu.planner.model import HOURS_PER_MONTH, PlanInputs
+from hybridgpu.planner.procure import Procurement
+
+
+@dataclass(frozen=True, slots=True)
+class QuarterCash:
+    """Dollars paid in one quarter (``index`` from 0), not discounted."""
+
+    index: int
+    capex: float
+    owned_operating: float
+    committed: float
+    on_demand: float
+    spot: float
+    residual_value: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (
+            self.capex
+            + self.owned_operating
+            + self.committed
+            + self.on_demand
+            + self.spot
+            - self.residual_value
+        )
+
+
+def _monthly(plan: Procurement) -> list[tuple[float, float, float]]:
+    """(committed, on-demand, spot) dollars of every month: each period's spread evenly."""
+    months: list[tuple[float, float, float]] = []
+    for cost in plan.periods:
+        share = 1.0 / cost.period.months
+        for _ in range(cost.period.months):
+            months.append(
+                (
+                    cost.committed_dollars * share,
+                    cost.elastic_dollars * share,
+                    cost.spot_dollars * share,
+                )
+            )
+    return months
+
+
+def cash_flow(inputs: PlanInputs, plan: Procurement) -> list[QuarterCash]:
+    """Quarter by quarter: owned hardware bought when it is bought (at the start, and again at
+    the end of each life within the horizon), its power and ops, the commitment (upfront
+    spread over the term), expected on-demand and spot spend, and the owned hardware's
+    residual value as an inflow in the last quarter."""
+    horizon = inputs.horizon_months
+    quarters = math.ceil(horizon / 3)
+    capex = [0.0] * quarters
+    operating = [0.0] * quarters
+    residual = 0.0
+    for node, count in zip(inputs.node_types, plan.nodes, strict=True):
+        if count == 0:
+            continue
+        life_months = node.amortization_years * 12
+        bought = 0.0
+        while bought < horizon - 1e-9:
+            capex[int(bought // 3)] += count * node.capex_dollars
+            bought += life_months
+        cost = node.cost
+        hourly = (cost.power_per_hour + cost.ops_per_hour) * count
+        for month in range(horizon):
+            operating[month // 3] += hourly * HOURS_PER_MONTH
+        residual += count * node.residual_value_dollars(horizon / 12)
+    cloud = [[0.0, 0.0, 0.0] for _ in range(quarters)]
+    for month, parts in enumerate(_monthly(plan)):
+        for i, dollars in enumerate(parts):
+            cloud[month // 3][i] += dollars
+    return [
+        QuarterCash(
+            index=q,
+            capex=capex[q],
+            owned_operating=operating[q],
+            committed=cloud[q][0],
+            on_demand=cloud[q][1],
+            spot=cloud[q][2],
+            residual_value=residual if q == quarters - 1 else 0.0,
+        )
+        for q in range(quarters)
+    ]
+
+
+def npv(flows: list[QuarterCash], rate_per_year: float, horizon_months: int) -> float:
+    """Present value of the cash flow at ``rate_per_year``: capex paid at the start of its
+    quarter, other spend mid-quarter, the residual value at the end of the horizon."""
+
+    def discount(years: float) -> float:
+        return float((1.0 + rate_per_year) ** -years)
+
+    value = 0.0
+    for q in flows:
+        start = 3 * q.index / 12
+        months = min(3, horizon_months - 3 * q.index)
+        middle = start + months / 24
+        value += q.capex * discount(start)
+        value += (q.owned_operating + q.committed + q.on_demand + q.spot) * discount(middle)
+        value -= q.residual_value * discount(horizon_months / 12)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    """Shares of GPU-hours served and of dollars per kind of supply, 0..1."""
+
+    gpu_hours: dict[str, float]
+    dollars: dict[str, float]
+    base_owned_share: float
+    """Owned GPU-hours over owned + committed GPU-hours paid for (the base capacity)."""
+
+
+def mix(inputs: PlanInputs, plan: Procurement) -> Mix:
+    """Where the demand runs and where the money goes."""
+    owned_gpus = sum(
+        n * t.work_gpus_per_node for n, t in zip(plan.nodes, inputs.node_types, strict=True)
+    )
+    hours = sum(p.period.hours for p in plan.periods)
+    served = {
+        "owned": sum(p.owned_used_gpu_hours for p in plan.periods),
+        "committed": sum(p.committed_used_gpu_hours for p in plan.periods),
+        "onDemand": sum(p.elastic_gpu_hours for p in plan.periods),
+        "spot": sum(p.spot_gpu_hours for p in plan.periods),
+    }
+    dollars = {
+        "owned": sum(p.owned_dollars for p in plan.periods),
+        "committed": sum(p.committed_dollars for p in plan.periods),
+        "onDemand": sum(p.elastic_dollars for p in plan.periods),
+        "spot": sum(p.spot_dollars for p in plan.periods),
+    }
+    owned_capacity = owned_gpus * hours
+    committed_capacity = sum(p.committed_gpu_hours for p in plan.periods)
+    base = owned_capacity + committed_capacity
+    return Mix(
+        gpu_hours=_shares(served),
+        dollars=_shares(dollars),
+        base_owned_share=owned_capacity / base if base > 0 else 0.0,
+    )
+
+
+def _shares(values: dict[str, float]) -> dict[str, float]:
+    total = sum(values.values())
+    return {k: (v / total if total > 0 else 0.0) for k, v in values.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Adjustment:
+    """The committed level changes at the start of ``month``."""
+
+    month: int
+    from_units: int
+    to_units: int
+
+
+def adjustments(plan: Procurement) -> list[Adjustment]:
+    """Every window whose level differs from the one before."""
+    return [
+        Adjustment(plan.periods[i].period.start_month, plan.schedule[i - 1], plan.schedule[i])
+        for i in range(1, len(plan.periods))
+        if plan.schedule[i] != plan.schedule[i - 1]
+    ]
+
+
+def next_adjustment_text(plan: Procurement) -> str:
+    """The next adjustment window to use, in words (the plan is recomputed on its schedule:
+    it always starts from now)."""
+    if plan.offer is None:
+        return "no commitment: nothing to adjust"
+    changes = adjustments(plan)
+    if not changes:
+        return (
+            f"keep {plan.schedule[0]} committed node(s) through every window of the horizon"
+            if plan.schedule
+            else "nothing to adjust"
+        )
+    first = changes[0]
+    verb = "raise" if first.to_units > first.from_units else "lower"
+    return (
+        f"{verb} the commitment from {first.from_units} to {first.to_units} node(s) at the "
+        f"window starting in month {first.month}"
+    )
+
+
+def cost_per_million_tokens(
+    total_dollars: float, demand_gpu_hours: float, tokens_per_gpu_hour: float | None
+) -> float | None:
+    """Dollars per million tokens of the demand (None without a token rate)."""
+    if tokens_per_gpu_hour is None or demand_gpu_hours <= 0:
+        return None
+    return total_dollars / (demand_gpu_hours * tokens_per_gpu_hour) * 1e6

@@ -1,0 +1,394 @@
+"""Procurement: the mix of owned, committed, on-demand and spot capacity a buyer signs, period
+by period over the horizon.
+
+Four kinds of supply serve the demand of each period (a quarter, or a commitment's adjustment
+window):
+
+- **owned** nodes, bought at the start (``OwnedNodeType``: capital recovery, power, ops; paid
+  every hour);
+- **committed** cloud capacity (``CommittedOffer``: a reservation, savings plan or lease of a
+  1- or 3-year term), a level of ``units`` nodes per period, paid every hour whether used or
+  not. Raising the level in a window adds a tranche that ends with the contract (delivery in
+  phases); lowering it is allowed by at most ``max_decrease`` of the level per window, and
+  freely when the term ends (renewal). It serves firm (critical + standard) work only, as
+  on-demand capacity does;
+- **on demand** for firm demand above owned + committed;
+- **spot** for preemptible demand above what owned nodes leave (with reruns), or on demand
+  when reruns make spot dearer.
+
+Fluid (a demand history): firm demand fills committed capacity first (it can serve nothing
+else), then owned GPUs; preemptible demand fills what owned GPUs leave. This order is optimal
+for any fleet: an owned GPU saves at least as much on firm work as on preemptible work, and a
+committed one can only save on firm work. Jobs (a trace): ``replay_jobs`` with the committed
+nodes as well as the owned ones; with demand growth the replay's extra cloud hours over the
+fluid model at today's demand are added to the fluid model of the period's demand.
+
+``optimal_procurement`` is exact over the candidate grid: for every owned size (the cheapest
+node mix of it, as ``optimize.cost_by_owned_gpus``) a dynamic programme over the periods finds
+the cheapest committed level of each period under the adjustment rules, for each offer; the
+best of all is the plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from hybridgpu.core.cost import HOURS_PER_YEAR
+from hybridgpu.planner.cost import CostModel, SharedWork, _fluid_usage
+from hybridgpu.planner.model import (
+    HOURS_PER_MONTH,
+    DurationCurve,
+    PlanInputs,
+    Usage,
+)
+from hybridgpu.planner.optimize import cheapest_mixes
+from hybridgpu.planner.replay import replay_jobs
+
+_COST_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffer:
+    """Committed cloud capacity on offer: a term, a price, how it may be adjusted."""
+
+    name: str
+    term_years: int
+    per_gpu_hour: float
+    """Effective hourly price per GPU, paid every hour of the term, dollars."""
+    upfront_per_gpu: float = 0.0
+    """Paid once per GPU when the term starts (and again at each renewal), dollars."""
+    gpus_per_unit: int = 8
+    """Capacity is committed in whole nodes of this many GPUs."""
+    adjustment_months: int = 3
+    """Length of an adjustment window: the level may change at the start of each."""
+    max_decrease: float = 0.0
+    """A window may lower the level by at most this share of it (0.1 = 10 %); 0: never
+    within a term. Raising it is always allowed (a co-terminous tranche)."""
+    max_units: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.term_years not in (1, 3):
+            raise ValueError(f"committed offer {self.name}: termYears must be 1 or 3")
+        if not 1 <= self.adjustment_months <= 12 * self.term_years:
+            raise ValueError(
+                f"committed offer {self.name}: adjustmentMonths must be 1 to the term's months"
+            )
+        if not 0 <= self.max_decrease <= 1:
+            raise ValueError(f"committed offer {self.name}: the decrease must be 0 to 100%")
+
+    @property
+    def effective_per_gpu_hour(self) -> float:
+        """Hourly price with the upfront payment spread over the term, dollars per GPU-hour."""
+        return self.per_gpu_hour + self.upfront_per_gpu / (self.term_years * HOURS_PER_YEAR)
+
+    def lowest_after(self, units: int) -> int:
+        """The lowest level a window may set after ``units`` within the term."""
+        return max(math.ceil(units * (1.0 - self.max_decrease) - 1e-9), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """One period of the horizon: months [start_month, start_month + months)."""
+
+    index: int
+    start_month: int
+    months: int
+
+    @property
+    def hours(self) -> float:
+        return self.months * HOURS_PER_MONTH
+
+
+def periods(horizon_months: int, months_per_period: int) -> list[Period]:
+    """The horizon cut into periods of ``months_per_period`` (the last may be shorter)."""
+    out: list[Period] = []
+    start = 0
+    while start < horizon_months:
+        months = min(months_per_period, horizon_months - start)
+        out.append(Period(len(out), start, months))
+        start += months
+    return out
+
+
+def is_renewal(offer: CommittedOffer, period: Period) -> bool:
+    """A term of ``offer`` starts with this period (the first, or every term later)."""
+    return period.start_month % (12 * offer.term_years) == 0
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodCost:
+    """What one period costs with a given fleet and commitment, and where demand runs."""
+
+    period: Period
+    owned_dollars: float
+    committed_dollars: float
+    elastic_dollars: float
+    spot_dollars: float
+    owned_used_gpu_hours: float
+    committed_gpu_hours: float
+    """Committed GPU-hours paid for (level x hours)."""
+    committed_used_gpu_hours: float
+    elastic_gpu_hours: float
+    spot_gpu_hours: float
+
+    @property
+    def total_dollars(self) -> float:
+        return (
+            self.owned_dollars + self.committed_dollars + self.elastic_dollars + self.spot_dollars
+        )
+
+
+class ProcurementModel:
+    """The cost of any owned fleet and committed level in any period of the horizon."""
+
+    def __init__(
+        self,
+        inputs: PlanInputs,
+        offer: CommittedOffer | None,
+        shared: SharedWork | None = None,
+    ) -> None:
+        self.inputs = inputs
+        self.offer = offer
+        self.shared = SharedWork() if shared is None else shared
+        self.owned_model = CostModel(inputs, self.shared)
+        self.periods = periods(
+            inputs.horizon_months, offer.adjustment_months if offer is not None else 3
+        )
+        self.unit_gpus = offer.gpus_per_unit if offer is not None else 1
+        self._levels = _history_levels(inputs)
+        self._window_hours = _window_hours(inputs)
+        self._curves: dict[tuple[tuple[float, ...], int], tuple[DurationCurve, DurationCurve]] = {}
+        self._committed_used: dict[tuple[tuple[float, ...], int], float] = {}
+        self._replays: dict[tuple[tuple[int, ...], int], Usage] = {}
+        self._factors = {p.index: _period_factors(inputs, p) for p in self.periods}
+        firm_peak = max((f for f, _, _ in self._levels), default=0.0)
+        grown = max((max(fs) for fs in self._factors.values()), default=1.0)
+        units = math.ceil(firm_peak * grown / self.unit_gpus - 1e-9) if offer is not None else 0
+        if offer is not None and offer.max_units is not None:
+            units = min(units, offer.max_units)
+        self.max_units = units
+        """Committing to more than the firm peak never pays: the level could be lowered to it
+        (every window allows that) and serve the same work for less."""
+
+    # ------------------------------------------------------------------ usage
+    def _fluid(self, factors: tuple[float, ...], committed_gpus: int, owned_gpus: int) -> Usage:
+        """GPU-hours per calendar month at these demand factors (one per month, averaged)."""
+        key = (factors, committed_gpus)
+        curves = self._curves.get(key)
+        if curves is None:
+            firm_points: list[tuple[float, float]] = []
+            total_points: list[tuple[float, float]] = []
+            used = 0.0
+            per_month = 1.0 / len(factors)
+            for factor in factors:
+                for firm, preemptible, hours in self._levels:
+                    weight = hours * per_month
+                    left = max(firm * factor - committed_gpus, 0.0)
+                    used += min(firm * factor, committed_gpus) * weight
+                    firm_points.append((left, weight))
+                    total_points.append((left + preemptible * factor, weight))
+            curves = self._curves[key] = (DurationCurve(firm_points), DurationCurve(total_points))
+            self._committed_used[key] = used
+        usage = _fluid_usage(curves[0], curves[1], owned_gpus, self.inputs.cloud)
+        return replace(usage, committed=self._committed_used[key])
+
+    def _replay(self, nodes: tuple[int, ...], units: int) -> Usage:
+        """GPU-hours per calendar month of the trace replayed on this fleet."""
+        key = (nodes, units)
+        usage = self._replays.get(key)
+        if usage is None and units == 0 and self.inputs.demand_growth_per_year == 0:
+            # The owned-only replay the plan's fleet search made already (shared cache).
+            usage = self.owned_model.usage(nodes).scaled(1.0 / self.inputs.horizon_months)
+        if usage is None:
+            sizes = [
+                k
+                for n, k in zip(nodes, self.owned_model.gpus_per_node, strict=True)
+                for _ in range(n)
+            ]
+            usage = replay_jobs(
+                self.inputs.jobs,
+                sizes,
+                self.inputs.cloud,
+                committed_node_gpus=[self.unit_gpus] * units,
+            ).scaled(HOURS_PER_MONTH / self._window_hours)
+            self._replays[key] = usage
+        return usage
+
+    def usage(self, period: Period, nodes: Sequence[int], units: int) -> Usage:
+        """GPU-hours of ``period`` with ``nodes`` owned (per type) and ``units`` committed."""
+        owned = self.owned_model.owned_gpus(nodes)
+        committed = units * self.unit_gpus
+        factors = self._factors[period.index]
+        if not self.inputs.jobs:
+            monthly = self._fluid(factors, committed, owned)
+        else:
+            monthly = self._replay(tuple(nodes), units)
+            if any(f != 1.0 for f in factors):
+                flat = self._fluid((1.0,), committed, owned)
+                grown = self._fluid(factors, committed, owned)
+                monthly = Usage(
+                    owned=max(grown.owned + monthly.owned - flat.owned, 0.0),
+                    elastic=max(grown.elastic + monthly.elastic - flat.elastic, 0.0),
+                    spot=max(grown.spot + monthly.spot - flat.spot, 0.0),
+                    committed=max(grown.committed + monthly.committed - flat.committed, 0.0),
+                )
+        return monthly.scaled(period.months)
+
+    def period_cost(self, period: Period, nodes: Sequence[int], units: int) -> PeriodCost:
+        """The full breakdown of one period."""
+        cloud = self.inputs.cloud
+        usage = self.usage(period, nodes, units)
+        owned_hourly = sum(
+            n * t.node_hour_dollars for n, t in zip(nodes, self.inputs.node_types, strict=True)
+        )
+        committed_gpu_hours = units * self.unit_gpus * period.hours
+        price = self.offer.effective_per_gpu_hour if self.offer is not None else 0.0
+        return PeriodCost(
+            period=period,
+            owned_dollars=owned_hourly * period.hours,
+            committed_dollars=committed_gpu_hours * price,
+            elastic_dollars=usage.elastic * cloud.on_demand_per_gpu_hour,
+            spot_dollars=usage.spot * cloud.spot_per_gpu_hour,
+            owned_used_gpu_hours=usage.owned,
+            committed_gpu_hours=committed_gpu_hours,
+            committed_used_gpu_hours=usage.committed,
+            elastic_gpu_hours=usage.elastic,
+            spot_gpu_hours=usage.spot,
+        )
+
+    def period_dollars(self, period: Period, nodes: Sequence[int], units: int) -> float:
+        return self.period_cost(period, nodes, units).total_dollars
+
+    def feasible(self, schedule: Sequence[int]) -> bool:
+        """Whether a committed level per period keeps the offer's adjustment rules."""
+        if len(schedule) != len(self.periods) or any(u < 0 for u in schedule):
+            return False
+        if self.offer is None:
+            return all(u == 0 for u in schedule)
+        if self.offer.max_units is not None and max(schedule) > self.offer.max_units:
+            return False
+        for period, before, after in zip(self.periods[1:], schedule, schedule[1:], strict=False):
+            if not is_renewal(self.offer, period) and after < self.offer.lowest_after(before):
+                return False
+        return True
+
+
+def _history_levels(inputs: PlanInputs) -> list[tuple[float, float, float]]:
+    """(firm GPUs, preemptible GPUs, calendar-month share) of the history, merged by level:
+    the history stands for one month."""
+    history_hours = sum(s.hours for s in inputs.history)
+    share = None if inputs.jobs else inputs.preemptible_share
+    merged: dict[tuple[float, float], float] = {}
+    for s in inputs.history:
+        if share is None:
+            firm, preemptible = s.firm_gpus, s.preemptible_gpus
+        else:
+            firm, preemptible = s.total_gpus * (1.0 - share), s.total_gpus * share
+        merged[(firm, preemptible)] = merged.get((firm, preemptible), 0.0) + s.hours
+    return [(f, p, h / history_hours * HOURS_PER_MONTH) for (f, p), h in merged.items()]
+
+
+def _period_factors(inputs: PlanInputs, period: Period) -> tuple[float, ...]:
+    """The demand factor of each month of the period (compounded monthly, mid-month)."""
+    growth = inputs.demand_growth_per_year
+    return tuple(
+        1.0 if growth == 0 else (1.0 + growth) ** ((month + 0.5) / 12)
+        for month in range(period.start_month, period.start_month + period.months)
+    )
+
+
+def _window_hours(inputs: PlanInputs) -> float:
+    if not inputs.jobs:
+        return 1.0
+    start = min(j.arrival_seconds for j in inputs.jobs)
+    end = max(j.arrival_seconds + j.duration_seconds for j in inputs.jobs)
+    return max(end - start, 1.0) / 3600.0
+
+
+@dataclass(frozen=True)
+class Procurement:
+    """A fleet, a committed offer and its level per period, and what they cost."""
+
+    offer: CommittedOffer | None
+    nodes: tuple[int, ...]
+    schedule: tuple[int, ...]
+    """Committed units (nodes of the offer) per period."""
+    periods: tuple[PeriodCost, ...] = field(default=())
+
+    @property
+    def total_dollars(self) -> float:
+        return sum(p.total_dollars for p in self.periods)
+
+
+def best_schedule(model: ProcurementModel, nodes: Sequence[int]) -> tuple[tuple[int, ...], float]:
+    """The cheapest committed level per period with ``nodes`` owned, and the total dollars.
+
+    Backward over the periods: the cheapest rest of the horizon from each level; a window
+    may go to any level at or above ``lowest_after`` of the level before (any level at a
+    renewal), so the best next level is a suffix minimum. Ties go to the lower level.
+    """
+    periods_ = model.periods
+    levels = range(model.max_units + 1)
+    if model.offer is None:
+        total = sum(model.period_dollars(p, nodes, 0) for p in periods_)
+        return (0,) * len(periods_), total
+    after = [0.0] * (model.max_units + 1)  # cheapest from the next period on, by level
+    best_from: list[list[int]] = []  # per period: the best level at or above each level
+    best_cost: list[list[float]] = []
+    for period in reversed(periods_):
+        here = [model.period_dollars(period, nodes, u) + after[u] for u in levels]
+        arg = [0] * len(here)
+        low = [0.0] * len(here)
+        best = len(here) - 1
+        for u in range(len(here) - 1, -1, -1):
+            if here[u] <= here[best] * (1.0 + _COST_EPS) + 1e-9:
+                best = u
+            arg[u], low[u] = best, here[best]
+        best_from.append(arg)
+        best_cost.append(low)
+        if period.index > 0 and not is_renewal(model.offer, period):
+            after = [low[model.offer.lowest_after(u)] for u in levels]
+        else:
+            after = [low[0]] * len(here)
+    best_from.reverse()
+    best_cost.reverse()
+    schedule = [best_from[0][0]]
+    for period in periods_[1:]:
+        floor = 0 if is_renewal(model.offer, period) else model.offer.lowest_after(schedule[-1])
+        schedule.append(best_from[period.index][floor])
+    return tuple(schedule), best_cost[0][0]
+
+
+def optimal_procurement(
+    inputs: PlanInputs,
+    offers: Sequence[CommittedOffer],
+    shared: SharedWork | None = None,
+) -> Procurement:
+    """The cheapest owned fleet, committed offer and committed level per period: every owned
+    size (its cheapest node mix), every offer (and none), the best schedule of each."""
+    shared = SharedWork() if shared is None else shared
+    best: Procurement | None = None
+    best_dollars = math.inf
+    for offer in (None, *offers):
+        model = ProcurementModel(inputs, offer, shared)
+        for _, nodes in cheapest_mixes(model.owned_model):
+            schedule, dollars = best_schedule(model, nodes)
+            if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
+                best_dollars = dollars
+                best = Procurement(offer, tuple(nodes), schedule)
+    assert best is not None
+    return costed(inputs, best, shared)
+
+
+def costed(inputs: PlanInputs, plan: Procurement, shared: SharedWork | None = None) -> Procurement:
+    """``plan`` with the cost of each of its periods."""
+    model = ProcurementModel(inputs, plan.offer, shared)
+    return replace(
+        plan,
+        periods=tuple(
+            model.period_cost(p, plan.nodes, u)
+            for p, u in zip(model.periods, plan.schedule, strict=True)
+        ),
+    )

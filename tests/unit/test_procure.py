@@ -1,0 +1,395 @@
+"""Procurement (owned + committed + on-demand + spot, period by period): the planner's mix is
+the true optimum over the candidate grid, checked against brute force over every fleet and
+every feasible committed schedule, and against a MILP of the same problem."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybridgpu.planner.model import (
+    HOURS_PER_MONTH,
+    CloudRates,
+    DemandSample,
+    JobDemand,
+    OwnedNodeType,
+    PlanInputs,
+)
+from hybridgpu.planner.procure import (
+    CommittedOffer,
+    ProcurementModel,
+    is_renewal,
+    optimal_procurement,
+    periods,
+)
+
+pytestmark = pytest.mark.unit
+
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def node_type(name: str = "n", gpus: int = 4, gpu_hour: float = 1.0) -> OwnedNodeType:
+    """An owned node whose GPU-hour costs ``gpu_hour`` (half capital, straight line, half power)."""
+    node_hour = gpu_hour * gpus
+    return OwnedNodeType(
+        name=name,
+        gpus_per_node=gpus,
+        capex_dollars=node_hour / 2 * 4 * 8760,
+        amortization_years=4,
+        power_watts=node_hour / 2 * 1000 / (1.25 * 0.1),
+        pue=1.25,
+        electricity_per_kwh=0.1,
+        cost_of_capital_per_year=0.0,
+    )
+
+
+def offer(
+    price: float = 1.5,
+    unit: int = 2,
+    term: int = 1,
+    decrease: float = 0.0,
+    upfront: float = 0.0,
+    months: int = 3,
+) -> CommittedOffer:
+    return CommittedOffer(
+        name=f"{term}y",
+        term_years=term,
+        per_gpu_hour=price,
+        upfront_per_gpu=upfront,
+        gpus_per_unit=unit,
+        adjustment_months=months,
+        max_decrease=decrease,
+    )
+
+
+def plan_inputs(
+    samples: list[tuple[float, float, float]],
+    types: list[OwnedNodeType],
+    *,
+    months: int = 12,
+    growth: float = 0.0,
+    on_demand: float = 3.0,
+    spot: float = 1.2,
+    jobs: tuple[JobDemand, ...] = (),
+) -> PlanInputs:
+    return PlanInputs(
+        history=tuple(DemandSample(h, f, p) for h, f, p in samples),
+        node_types=tuple(types),
+        cloud=CloudRates(on_demand, spot),
+        horizon_months=months,
+        demand_growth_per_year=growth,
+        jobs=jobs,
+    )
+
+
+def direct_total(
+    plan: PlanInputs, deal: CommittedOffer | None, nodes: tuple[int, ...], schedule: tuple[int, ...]
+) -> float:
+    """The cost of a fleet and committed schedule walking every month and every sample: firm
+    work on committed GPUs first, then owned; preemptible work on what owned GPUs leave."""
+    cloud = plan.cloud
+    spot = min(cloud.spot_per_gpu_hour, cloud.on_demand_per_gpu_hour)
+    owned = sum(n * t.gpus_per_node for n, t in zip(nodes, plan.node_types, strict=True))
+    per_hour = sum(n * t.node_hour_dollars for n, t in zip(nodes, plan.node_types, strict=True))
+    history_hours = sum(s.hours for s in plan.history)
+    total = per_hour * plan.horizon_months * HOURS_PER_MONTH
+    window = deal.adjustment_months if deal is not None else 3
+    for month in range(plan.horizon_months):
+        units = schedule[month // window]
+        committed = units * (deal.gpus_per_unit if deal else 0)
+        if deal is not None:
+            total += committed * deal.effective_per_gpu_hour * HOURS_PER_MONTH
+        factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
+        for s in plan.history:
+            hours = s.hours * HOURS_PER_MONTH / history_hours
+            firm, preemptible = s.firm_gpus * factor, s.preemptible_gpus * factor
+            firm_left = max(firm - committed, 0.0)
+            firm_owned = min(firm_left, owned)
+            on_demand = firm_left - firm_owned
+            out = preemptible - min(preemptible, owned - firm_owned)
+            total += hours * (on_demand * cloud.on_demand_per_gpu_hour + out * spot)
+    return total
+
+
+def schedules(model: ProcurementModel) -> list[tuple[int, ...]]:
+    """Every committed schedule the offer's rules allow."""
+    levels = range(model.max_units + 2)  # one past the bound: the bound must not cut it
+    return [s for s in itertools.product(levels, repeat=len(model.periods)) if model.feasible(s)]
+
+
+def brute_force(plan: PlanInputs, offers: list[CommittedOffer]) -> float:
+    """The cheapest total over every node count up to past the peak, every offer (and none)
+    and every feasible committed schedule, costed directly."""
+    peak = max(s.total_gpus for s in plan.history) * max(1.0, 1 + plan.demand_growth_per_year)
+    ranges = [range(math.ceil(peak / t.gpus_per_node) + 2) for t in plan.node_types]
+    best = math.inf
+    for deal in (None, *offers):
+        model = ProcurementModel(plan, deal)
+        for nodes in itertools.product(*ranges):
+            for schedule in schedules(model):
+                best = min(best, direct_total(plan, deal, nodes, schedule))
+    return best
+
+
+def milp_total(plan: PlanInputs, deal: CommittedOffer | None) -> float:
+    """The same problem as a MILP: integer owned nodes and committed units per period; per
+    month and sample, continuous GPUs of firm work on committed, owned and on-demand
+    capacity and of preemptible work on owned capacity and spot."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    cloud = plan.cloud
+    spot = min(cloud.spot_per_gpu_hour, cloud.on_demand_per_gpu_hour)
+    window = deal.adjustment_months if deal is not None else 3
+    parts = periods(plan.horizon_months, window)
+    history_hours = sum(s.hours for s in plan.history)
+    rows = []  # (period, hours, firm, preemptible)
+    for month in range(plan.horizon_months):
+        factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
+        for s in plan.history:
+            hours = s.hours * HOURS_PER_MONTH / history_hours
+            rows.append((month // window, hours, s.firm_gpus * factor, s.preemptible_gpus * factor))
+    t, p, r = len(plan.node_types), len(parts), len(rows)
+    # Variables: nodes[t], units[p], then per row: committed, owned-firm, on-demand,
+    # owned-preemptible, spot.
+    width = t + p + 5 * r
+    cost = np.zeros(width)
+    horizon = plan.horizon_months * HOURS_PER_MONTH
+    for j, node in enumerate(plan.node_types):
+        cost[j] = node.node_hour_dollars * horizon
+    unit = deal.gpus_per_unit if deal is not None else 0
+    for q, part in enumerate(parts):
+        cost[t + q] = unit * deal.effective_per_gpu_hour * part.hours if deal is not None else 0
+    a_rows: list[np.ndarray] = []
+    low: list[float] = []
+    high: list[float] = []
+    for i, (q, hours, firm, preemptible) in enumerate(rows):
+        base = t + p + 5 * i
+        cost[base + 2] = hours * cloud.on_demand_per_gpu_hour
+        cost[base + 4] = hours * spot
+        row = np.zeros(width)
+        row[base : base + 3] = 1  # firm work is served
+        a_rows.append(row)
+        low.append(firm)
+        high.append(firm)
+        row = np.zeros(width)
+        row[base + 3] = row[base + 4] = 1  # preemptible work is served
+        a_rows.append(row)
+        low.append(preemptible)
+        high.append(preemptible)
+        row = np.zeros(width)
+        row[base] = 1  # committed GPUs used <= committed GPUs
+        row[t + q] = -unit
+        a_rows.append(row)
+        low.append(-np.inf)
+        high.append(0)
+        row = np.zeros(width)
+        row[base + 1] = row[base + 3] = 1  # owned GPUs used <= owned GPUs
+        row[:t] = [-n.gpus_per_node for n in plan.node_types]
+        a_rows.append(row)
+        low.append(-np.inf)
+        high.append(0)
+    if deal is not None:
+        for q, part in enumerate(parts[1:], start=1):
+            if not is_renewal(deal, part):
+                row = np.zeros(width)  # units[q] >= (1 - decrease) * units[q - 1]
+                row[t + q] = 1
+                row[t + q - 1] = -(1 - deal.max_decrease)
+                a_rows.append(row)
+                low.append(0)
+                high.append(np.inf)
+    upper = np.full(width, np.inf)
+    if deal is None:
+        upper[t : t + p] = 0
+    result = milp(
+        cost,
+        constraints=LinearConstraint(np.array(a_rows), np.array(low), np.array(high)),
+        integrality=np.array([1] * (t + p) + [0] * 5 * r),
+        bounds=Bounds(np.zeros(width), upper),
+    )
+    assert result.success, result.message
+    return float(result.fun)
+
+
+samples_st = st.lists(
+    st.tuples(
+        st.sampled_from([0.5, 1.0, 2.0]),
+        st.integers(0, 8).map(float),
+        st.integers(0, 4).map(float),
+    ),
+    min_size=1,
+    max_size=5,
+)
+offer_st = st.builds(
+    offer,
+    price=st.sampled_from([0.9, 1.4, 1.9, 2.6]),
+    unit=st.sampled_from([1, 2, 4]),
+    term=st.sampled_from([1, 3]),
+    decrease=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    months=st.sampled_from([3, 6]),
+)
+types_st = st.lists(
+    st.builds(
+        node_type,
+        name=st.sampled_from(["a", "b"]),
+        gpus=st.sampled_from([2, 4]),
+        gpu_hour=st.sampled_from([0.8, 1.3, 2.2]),
+    ),
+    min_size=1,
+    max_size=2,
+    unique_by=lambda t: t.name,
+)
+
+
+@FAST
+@given(
+    samples=samples_st,
+    types=types_st,
+    offers=st.lists(offer_st, min_size=1, max_size=2),
+    growth=st.sampled_from([0.0, 0.5, 1.5, -0.6, -0.9]),
+)
+def test_the_mix_is_the_brute_force_optimum(samples, types, offers, growth):
+    plan = plan_inputs(samples, types, months=12, growth=growth)
+    got = optimal_procurement(plan, offers)
+    assert got.total_dollars == pytest.approx(brute_force(plan, offers), rel=1e-9, abs=1e-6)
+    # And its figures are the direct cost of what it recommends.
+    assert got.total_dollars == pytest.approx(
+        direct_total(plan, got.offer, got.nodes, got.schedule), rel=1e-9, abs=1e-6
+    )
+
+
+@FAST
+@given(samples=samples_st, types=types_st, deal=offer_st, growth=st.sampled_from([0.0, 0.8, -0.7]))
+def test_the_mix_agrees_with_a_milp(samples, types, deal, growth):
+    plan = plan_inputs(samples, types, months=12, growth=growth)
+    got = optimal_procurement(plan, [deal])
+    want = min(milp_total(plan, None), milp_total(plan, deal))
+    assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
+
+
+CASES = {
+    # name: (samples, offer, growth, owned GPU-hour, what the plan must show)
+    "steady firm base, cheap 3-year commitment: commit to the base, own nothing dearer": (
+        [(1.0, 8.0, 0.0)],
+        offer(price=0.9, unit=4, term=3),
+        0.0,
+        1.3,
+        lambda got: got.nodes == (0,) and set(got.schedule) == {2},
+    ),
+    "owned is cheaper than the commitment: own the base, commit to nothing": (
+        [(1.0, 8.0, 0.0)],
+        offer(price=1.9, unit=4, term=3),
+        0.0,
+        0.8,
+        lambda got: got.nodes == (2,) and set(got.schedule) == {0},
+    ),
+    "growing demand: the commitment rises in tranches, never falls": (
+        [(1.0, 4.0, 0.0)],
+        offer(price=1.0, unit=1, term=3, decrease=0.0),
+        1.0,
+        2.2,
+        lambda got: (
+            list(got.schedule) == sorted(got.schedule) and got.schedule[-1] > got.schedule[0]
+        ),
+    ),
+    "preemptible demand is never put on committed capacity": (
+        [(1.0, 0.0, 8.0)],
+        offer(price=0.1, unit=4, term=1),
+        0.0,
+        2.2,
+        lambda got: set(got.schedule) == {0},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_table(name):
+    samples, deal, growth, gpu_hour, check = CASES[name]
+    plan = plan_inputs(samples, [node_type(gpus=4, gpu_hour=gpu_hour)], months=12, growth=growth)
+    got = optimal_procurement(plan, [deal])
+    assert check(got), (got.offer, got.nodes, got.schedule)
+    assert got.total_dollars == pytest.approx(brute_force(plan, [deal]), rel=1e-9)
+
+
+def test_a_window_lowers_the_level_by_at_most_the_allowed_share():
+    deal = offer(unit=1, term=1, decrease=0.25)
+    model = ProcurementModel(plan_inputs([(1.0, 8.0, 0.0)], [node_type()]), deal)
+    assert model.feasible((8, 6, 5, 4))  # -25%, then ceil(0.75 x 6) = 5, ceil(3.75) = 4
+    assert not model.feasible((8, 5, 5, 5))
+    assert model.feasible((8, 9, 12, 20))  # raising is always allowed
+    three_year = ProcurementModel(
+        plan_inputs([(1.0, 8.0, 0.0)], [node_type()], months=24), offer(unit=1, term=1)
+    )
+    # A 1-year term renews after four quarters: the level may then drop to anything.
+    assert three_year.feasible((8, 8, 8, 8, 0, 0, 0, 0))
+    assert not three_year.feasible((8, 8, 8, 0, 0, 0, 0, 0))
+
+
+def test_demand_that_falls_keeps_a_commitment_that_cannot_fall():
+    """Demand halves every year: with no decrease allowed the plan commits less at the
+    start than with a 50% decrease per window, and brute force agrees with both."""
+    samples = [(1.0, 8.0, 0.0)]
+    plan = plan_inputs(samples, [node_type(gpu_hour=2.9)], months=12, growth=-0.9)
+    rigid = optimal_procurement(plan, [offer(price=1.0, unit=1, term=3, decrease=0.0)])
+    flexible = optimal_procurement(plan, [offer(price=1.0, unit=1, term=3, decrease=0.5)])
+    assert rigid.schedule[0] < flexible.schedule[0]
+    assert flexible.total_dollars < rigid.total_dollars
+    for deal, got in ((rigid.offer, rigid), (flexible.offer, flexible)):
+        assert deal is not None
+        assert got.total_dollars == pytest.approx(brute_force(plan, [deal]), rel=1e-9)
+
+
+def test_job_traces_dp_equals_enumeration():
+    """With a job trace the cost comes from replays; the DP still finds the cheapest
+    schedule of every fleet (enumerated with the same cost model)."""
+    jobs = tuple(
+        JobDemand(arrival_seconds=i * 1800.0, duration_seconds=7200.0, gpus=g, preemptible=p)
+        for i, (g, p) in enumerate([(2, False), (1, True), (2, False), (4, False), (1, True)] * 3)
+    )
+    from hybridgpu.planner.io import history_from_jobs
+
+    history = history_from_jobs(jobs)
+    plan = PlanInputs(
+        history=tuple(history),
+        node_types=(node_type(gpus=4, gpu_hour=1.3),),
+        cloud=CloudRates(3.0, 1.2),
+        horizon_months=6,
+        demand_growth_per_year=0.5,
+        jobs=jobs,
+    )
+    deal = offer(price=1.1, unit=2, term=1, decrease=0.5)
+    got = optimal_procurement(plan, [deal])
+    best = math.inf
+    for candidate in (None, deal):
+        model = ProcurementModel(plan, candidate)
+        for nodes in itertools.product(range(4)):
+            for schedule in schedules(model):
+                cost = sum(
+                    model.period_dollars(p, nodes, u)
+                    for p, u in zip(model.periods, schedule, strict=True)
+                )
+                best = min(best, cost)
+    assert got.total_dollars == pytest.approx(best, rel=1e-9)
+
+
+def test_upfront_is_spread_over_the_term():
+    deal = offer(price=1.0, upfront=8760.0, term=1)
+    assert deal.effective_per_gpu_hour == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"term_years": 2}, "termYears must be 1 or 3"),
+        ({"adjustment_months": 0}, "adjustmentMonths"),
+        ({"max_decrease": 1.5}, "decrease"),
+    ],
+)
+def test_bad_offers_are_refused(kwargs, message):
+    base = {"name": "x", "term_years": 1, "per_gpu_hour": 1.0}
+    with pytest.raises(ValueError, match=message):
+        CommittedOffer(**(base | kwargs))
