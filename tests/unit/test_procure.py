@@ -29,7 +29,7 @@ from hybridgpu.planner.procure import (
 
 pytestmark = pytest.mark.unit
 
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def node_type(name: str = "n", gpus: int = 4, gpu_hour: float = 1.0) -> OwnedNodeType:

@@ -388,6 +388,7 @@ class Simulation:
         self._cloud_nodes = 0
         self._idle_cloud: dict[str, _Node] = {}
         """Cloud nodes with an idle stretch running (their idleFor may run out)."""
+        self._committed_pools = {p.name for p in pools if p.spec.committed is not None}
         self._demand_gpus = 0
         """GPUs of the jobs running or pending."""
         self._jobs_changed = True
@@ -729,7 +730,8 @@ class Simulation:
         tally.busy_used_gpus += used
         tally.busy_preemptible_gpus += preemptible
         node.counted = counted
-        if cloud and node.idle_since is not None:
+        if cloud and node.idle_since is not None and node.pool not in self._committed_pools:
+            # Committed nodes are never released: idle, they give decide() nothing to do.
             self._idle_cloud[node.name] = node
         else:
             self._idle_cloud.pop(node.name, None)
