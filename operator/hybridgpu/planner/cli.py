@@ -370,6 +370,12 @@ def _flip_lines(result: Any) -> list[str]:
 
 
 SUPPLY_NAMES = {"owned": "owned", "committed": "committed", "onDemand": "on demand", "spot": "spot"}
+SUPPLY_COLORS = {
+    "owned": "tab:blue",
+    "committed": "tab:green",
+    "onDemand": "tab:red",
+    "spot": "tab:purple",
+}
 
 
 def _procurement_json(result: Any) -> dict[str, Any] | None:
@@ -565,6 +571,58 @@ def _current(result: Any) -> str:
     return ", ".join(parts) or "nothing owned"
 
 
+def _draw_procurement(result: Any, cash_axis: Any, mix_axis: Any) -> None:
+    """Cash flow by quarter (stacked by what is paid) and the mix of supply."""
+    from hybridgpu.planner.finance import mix
+
+    flows = result.cash_flow
+    quarters = [q.index + 1 for q in flows]
+    bottom = [0.0] * len(flows)
+    for label, color, values in (
+        ("capex", "tab:blue", [q.capex for q in flows]),
+        ("owned power + ops", "tab:cyan", [q.owned_operating for q in flows]),
+        ("committed", SUPPLY_COLORS["committed"], [q.committed for q in flows]),
+        ("on demand", SUPPLY_COLORS["onDemand"], [q.on_demand for q in flows]),
+        ("spot", SUPPLY_COLORS["spot"], [q.spot for q in flows]),
+    ):
+        if any(values):
+            cash_axis.bar(quarters, values, bottom=bottom, label=label, color=color)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    residual = [-q.residual_value for q in flows]
+    if any(residual):
+        cash_axis.bar(quarters, residual, label="residual value (back)", color="tab:gray")
+    cash_axis.axhline(0, color="black", linewidth=0.5)
+    cash_axis.set_xlabel("quarter")
+    cash_axis.set_ylabel("$ paid in the quarter")
+    cash_axis.set_title(
+        f"Cash flow (NPV at {100 * result.cost_of_capital_per_year:g}%/year: "
+        f"{_money(result.npv_dollars)})"
+    )
+    cash_axis.legend(fontsize="small")
+    plan = result.procurement
+    if plan is None:
+        mix_axis.set_axis_off()
+        return
+    shares = mix(result.inputs, plan)
+    rows = (("GPU-hours", shares.gpu_hours), ("dollars", shares.dollars))
+    lefts = [0.0] * len(rows)
+    for kind in SUPPLY_NAMES:
+        widths = [100 * values[kind] for _, values in rows]
+        mix_axis.barh(
+            [name for name, _ in rows],
+            widths,
+            left=lefts,
+            label=SUPPLY_NAMES[kind],
+            color=SUPPLY_COLORS[kind],
+        )
+        lefts = [a + b for a, b in zip(lefts, widths, strict=True)]
+    mix_axis.set_xlim(0, 100)
+    mix_axis.set_xlabel("% of the horizon")
+    offer = plan.offer.name if plan.offer is not None else "no commitment"
+    mix_axis.set_title(f"Mix of supply ({offer}; base {shares.base_owned_share:.0%} owned)")
+    mix_axis.legend(fontsize="small")
+
+
 def _write_png(result: Any, path: str) -> Path:
     import matplotlib
 
@@ -578,7 +636,8 @@ def _write_png(result: Any, path: str) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"--png {path}: cannot create the directory: {err.strerror}") from None
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    (left, right), (cash_axis, mix_axis) = axes
     history = result.inputs.history
     firm_only = [DemandSample(x.hours, x.firm_gpus, 0.0) for x in history]
     for samples, label in ((history, "all demand"), (firm_only, "critical + standard")):
@@ -610,6 +669,7 @@ def _write_png(result: Any, path: str) -> Path:
     right.set_ylabel("TCO, $/month")
     right.set_title("Total cost over owned size")
     right.legend()
+    _draw_procurement(result, cash_axis, mix_axis)
     fig.tight_layout()
     try:
         fig.savefig(out, dpi=110)

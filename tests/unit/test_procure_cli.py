@@ -1,0 +1,179 @@
+"""`hybridgpu plan` with committed offers and hardware generations: the JSON a finance team
+reads (mix, quarterly cash flow, NPV, throughput-normalised comparison), the chart, and bad
+input as one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybridgpu.planner.finance import QuarterCash, npv
+
+pytestmark = pytest.mark.unit
+
+PLAN = """\
+horizonMonths: 12
+costOfCapitalPercentPerYear: {rate}
+demandGrowthPercentPerYear: 40
+tokensPerGpuHour: 1000000
+candidates:
+  - name: 8xH100
+    gpuModel: H100
+    gpusPerNode: 8
+    capexPerNode: 280000
+    powerWattsPerNode: 10200
+  - name: 8xB200
+    gpuModel: B200
+    gpusPerNode: 8
+    capexPerNode: 500000
+    powerWattsPerNode: 14300
+cloud:
+  gpuModel: H100
+  onDemandPerGpuHour: 6.88
+  spotPerGpuHour: 2.75
+  spotInterruptionsPerHour: 0
+committed:
+  - {{name: 1y, termYears: 1, discountPercent: 37}}
+  - {{name: 3y, termYears: 3, discountPercent: 55, maxDecreasePercent: 10}}
+"""
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from hybridgpu.cli import main
+
+    code = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def files(tmp_path):
+    config = tmp_path / "plan.yaml"
+    config.write_text(PLAN.format(rate=8))
+    history = tmp_path / "demand.csv"
+    # 40 firm GPUs all day, 40 more firm GPUs half the day, 16 preemptible.
+    rows = [(h * 3600, 40 + (40 if h % 24 >= 12 else 0), 16) for h in range(48)]
+    history.write_text(
+        "time,standard,preemptible\n" + "".join(f"{t},{f},{p}\n" for t, f, p in rows)
+    )
+    return config, history
+
+
+def test_json_carries_the_mix_cash_flow_npv_and_generations(capsys, files):
+    config, history = files
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    procurement = report["procurement"]
+    mix = procurement["mix"]
+    for kind in ("gpuHoursPercent", "dollarsPercent"):
+        assert set(mix[kind]) == {"owned", "committed", "onDemand", "spot"}
+        assert sum(mix[kind].values()) == pytest.approx(100, abs=0.05)
+    flows = procurement["cashFlowByQuarter"]
+    assert [q["quarter"] for q in flows] == [1, 2, 3, 4]
+    # Cloud spend in the cash flow is the plan's, quarter by quarter.
+    paid = sum(q["committed"] + q["onDemand"] + q["spot"] for q in flows)
+    owned_hourly_total = procurement["totalDollars"] - paid
+    assert owned_hourly_total >= 0
+    # Capex is paid in the first quarter only (4-year hardware, a 12-month horizon) and
+    # most of it comes back as residual value at the end.
+    assert flows[0]["capex"] > 0 and all(q["capex"] == 0 for q in flows[1:])
+    assert 0 < flows[-1]["residualValue"] < flows[0]["capex"]
+    rebuilt = [
+        QuarterCash(
+            q["quarter"] - 1,
+            q["capex"],
+            q["ownedOperating"],
+            q["committed"],
+            q["onDemand"],
+            q["spot"],
+            q["residualValue"],
+        )
+        for q in flows
+    ]
+    assert procurement["npv"] == pytest.approx(npv(rebuilt, 0.08, 12), abs=1.0)
+    # 1M tokens per GPU-hour: the cost per million tokens is dollars per demand GPU-hour.
+    assert procurement["costPerMillionTokens"] > 0
+    generations = report["generations"]
+    by_name = {o["name"]: o for o in generations["options"]}
+    assert by_name["8xB200"]["throughput"] == 2.0  # MLPerf Training default vs H100
+    assert by_name["8xB200"]["throughputSource"] == "MLPerf default"
+    assert by_name["8xB200"]["dollarsPerWorkHour"] < by_name["8xH100"]["dollarsPerWorkHour"]
+    assert by_name["8xB200"]["wattsPerWorkUnit"] < by_name["8xH100"]["wattsPerWorkUnit"]
+    assert generations["winner"] == "8xB200"
+    assert generations["flipUtilization"] == pytest.approx(
+        by_name["8xB200"]["dollarsPerWorkHour"] / 6.88, abs=1e-4
+    )
+
+
+def test_npv_at_no_cost_of_capital_is_the_sum_of_the_cash_flow(capsys, files):
+    config, history = files
+    config.write_text(PLAN.format(rate=0))
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    procurement = json.loads(out)["procurement"]
+    flows = procurement["cashFlowByQuarter"]
+    assert procurement["npv"] == pytest.approx(sum(q["total"] for q in flows), abs=1.0)
+
+
+def test_npv_discounts_later_money():
+    flows = [
+        QuarterCash(0, 100.0, 10.0, 5.0, 1.0, 2.0),
+        QuarterCash(1, 0.0, 10.0, 5.0, 1.0, 2.0, 30.0),
+    ]
+    assert npv(flows, 0.0, 6) == pytest.approx(sum(q.total for q in flows))
+    assert npv(flows, 0.1, 6) < npv(flows, 0.0, 6) + 30.0
+
+
+def test_text_report_and_chart(capsys, files, tmp_path):
+    config, history = files
+    png = tmp_path / "plan.png"
+    code, out, err = run_cli(
+        capsys, "--config", str(config), "--history", str(history), "--png", str(png)
+    )
+    assert code == 0, err
+    assert "procurement (owned + committed + on demand + spot" in out
+    assert "mix of GPU-hours" in out and "NPV of the cash flow" in out
+    assert "per unit of work" in out
+    assert png.stat().st_size > 20_000
+
+
+BAD = {
+    "an offer with a discount and a price": (
+        "discountPercent: 37}}",
+        "discountPercent: 37, perGpuHour: 3.0}}",
+        ["plan.yaml", "exactly one of discountPercent"],
+    ),
+    "a two-year term": ("termYears: 1,", "termYears: 2,", ["plan.yaml", "termYears"]),
+    "a window longer than the term": (
+        "discountPercent: 37}}",
+        "discountPercent: 37, adjustmentMonths: 18}}",
+        ["plan.yaml", "adjustmentMonths must not exceed the term"],
+    ),
+    "a negative throughput": (
+        "gpuModel: B200\n",
+        "gpuModel: B200\n    throughput: {{training: -1}}\n",
+        ["plan.yaml", "throughput.training"],
+    ),
+    "an unknown workload class": (
+        "tokensPerGpuHour: 1000000",
+        "tokensPerGpuHour: 1000000\nworkloadClass: gaming",
+        ["plan.yaml", "workloadClass"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_is_one_line_and_exit_2(capsys, files, name):
+    old, new, want = BAD[name]
+    config, history = files
+    text = PLAN.replace(old, new)
+    assert text != PLAN, "the case does not change the plan"
+    config.write_text(text.format(rate=8))
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 2, err
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    for part in want:
+        assert part in err
