@@ -119,7 +119,7 @@ class CommittedOfferSpec(SpecModel):
             check=lambda s: (s.discount_percent is None) != (s.per_gpu_hour is None),
         ),
         Rule(
-            cel="self.adjustmentMonths <= 12 * self.termYears",
+            cel="!has(self.adjustmentMonths) || self.adjustmentMonths <= 12 * self.termYears",
             message="adjustmentMonths must not exceed the term",
             check=lambda s: s.adjustment_months <= 12 * s.term_years,
         ),
