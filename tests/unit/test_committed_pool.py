@@ -198,3 +198,14 @@ def test_the_simulator_bills_a_commitment_whether_used_or_not():
     # 10 hours x $10: the idle hours in between are billed, and no on-demand node ($24 an
     # hour, billed from launch) was needed.
     assert result.cost_by_tier_dollars["elastic"] == pytest.approx(10.0 * 10, rel=1e-6)
+
+
+def test_the_simulation_ends_with_the_work_not_with_its_horizon():
+    """A committed node is billed while the trace's work runs, like an owned one: it does not
+    keep the simulation (and its bill) going to the horizon once every job is done."""
+    pools = [committed_pool(nodes=1), pool("elastic", "elastic")]
+    trace = _trace(1.0)[:1]  # one 1-hour job; the horizon is a day and more after it
+    sim = Simulation("hybridgpu", pools, ScalingPolicySpec(), trace, SimSettings(seed=1))
+    result = sim.run()
+    assert result.unfinished_jobs == 0
+    assert result.cost_by_tier_dollars["elastic"] == pytest.approx(10.0, rel=0.01)

@@ -469,7 +469,7 @@ class Simulation:
         )
         self.nodes[node.name] = node
         self._tally[node.pool].nodes += 1
-        if is_cloud(node.tier):
+        if self._releasable(node):
             self._cloud_nodes += 1
         self._node_changed(node)
         if ready_at > self.now:
@@ -704,7 +704,7 @@ class Simulation:
             node.counted = None
             self._noticed.discard(node.name)
             tally.nodes -= 1
-            self._cloud_nodes -= cloud
+            self._cloud_nodes -= self._releasable(node)
             self._idle_cloud.pop(node.name, None)
             return
         if not cloud:
@@ -1060,6 +1060,11 @@ class Simulation:
             self.series[f"cost_{tier.value}"].append(cost)
         self.series["t"].append(self.now / 3600)
         self.series["demand_gpus"].append(self._demand_gpus)
+
+    def _releasable(self, node: _Node) -> bool:
+        """A cloud node the operator may release: what keeps the simulation ticking (a
+        committed node is billed until the trace's work is done, like an owned one)."""
+        return is_cloud(node.tier) and node.pool not in self._committed_pools
 
     def _needs_ticks(self) -> bool:
         return bool(self.pending) or self._cloud_nodes > 0
