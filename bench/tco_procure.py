@@ -67,6 +67,13 @@ def main() -> int:
     parser.add_argument("--checkpoint-interval", type=float, default=1800.0, help="seconds")
     parser.add_argument("--provisioning-delay", type=float, default=120.0, help="seconds")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--committed-gpus-per-node",
+        type=int,
+        default=None,
+        help="commit in nodes of this size (default: the cheapest elastic pool's), priced at "
+        "that pool's discounted GPU-hour",
+    )
     args = parser.parse_args()
     if not Path(args.trace).exists():
         print(f"skipped: {args.trace} is absent (see /work/shared/traces/README.md)")
@@ -109,12 +116,13 @@ def main() -> int:
         node_startup_hours=args.provisioning_delay / 3600,
         idle_release_hours=(idle_for + interval / 2) / 3600,
     )
+    unit_gpus = args.committed_gpus_per_node or cheapest.spec.gpu.per_node
     offers = [
         CommittedOffer(
             name=name,
             term_years=term,
             per_gpu_hour=on_demand * (1 - discount),
-            gpus_per_unit=cheapest.spec.gpu.per_node,
+            gpus_per_unit=unit_gpus,
         )
         for name, (term, discount) in DISCOUNTS.items()
     ]
@@ -161,10 +169,11 @@ def main() -> int:
     if units and plan.offer is not None:
         body = cheapest.spec.model_dump(by_alias=True, exclude_none=True)
         body["maxNodes"] = units
+        body["gpu"] = {**body["gpu"], "perNode": unit_gpus}
         body["committed"] = {
             "nodes": units,
             "termYears": plan.offer.term_years,
-            "perNodeHour": plan.offer.per_gpu_hour * cheapest.spec.gpu.per_node,
+            "perNodeHour": plan.offer.per_gpu_hour * unit_gpus,
         }
         committed = GPUPoolSpec.model_validate(body)
         pools.append(PoolState(name="committed", spec=committed))

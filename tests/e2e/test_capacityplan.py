@@ -45,6 +45,7 @@ def plan_body(name: str, trace: Path) -> dict[str, Any]:
                 }
             ],
             "cloud": {"onDemandPerGpuHour": 4.1, "spotPerGpuHour": 1.6},
+            "committed": [{"name": "3y", "termYears": 3, "discountPercent": 55}],
         },
     }
 
@@ -80,6 +81,16 @@ def test_capacity_plan_status_is_written_and_shown(
     assert ready["HistoryAvailable"]["status"] == "True"
     assert status["savingsVsOnDemandPercent"] > 0
     assert status["monthlyCost"]["total"] > 0
+    # What to sign: a 3-year commitment at 55% off ($1.85/GPU-hour) is dearer than these
+    # owned nodes busy around the clock, so the same 5 nodes and no commitment; a
+    # quarterly cash flow over the 36 months.
+    procurement = status["procurement"]
+    assert procurement["ownedNodes"] == 5, procurement
+    assert procurement.get("committedOffer") is None
+    assert len(procurement["cashFlow"]) == 12
+    assert procurement["cashFlow"][0]["capex"] == 5 * 150000
+    assert sum(m["gpuHoursPercent"] for m in procurement["mix"]) == pytest.approx(100, abs=0.1)
+    assert procurement["npv"] > 0
 
     shown = cluster.kube.kubectl("get", "capacityplans", name, "--no-headers")
     assert shown.returncode == 0, shown.stderr
