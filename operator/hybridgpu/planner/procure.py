@@ -163,6 +163,9 @@ class ProcurementModel:
         self._committed_used: dict[tuple[tuple[float, ...], int], float] = {}
         self._replays: dict[tuple[tuple[int, ...], int], Usage] = {}
         self._factors = {p.index: _period_factors(inputs, p) for p in self.periods}
+        self._period_costs: dict[
+            tuple[tuple[float, ...], int, tuple[int, ...], int], PeriodCost
+        ] = {}
         firm_peak = max((f for f, _, _ in self._levels), default=0.0)
         grown = max((max(fs) for fs in self._factors.values()), default=1.0)
         units = math.ceil(firm_peak * grown / self.unit_gpus - 1e-9) if offer is not None else 0
@@ -237,7 +240,17 @@ class ProcurementModel:
         return monthly.scaled(period.months)
 
     def period_cost(self, period: Period, nodes: Sequence[int], units: int) -> PeriodCost:
-        """The full breakdown of one period."""
+        """The full breakdown of one period (periods of the same months and demand factors
+        cost the same: without growth, every full window)."""
+        key = (self._factors[period.index], period.months, tuple(nodes), units)
+        known = self._period_costs.get(key)
+        if known is not None:
+            return replace(known, period=period)
+        cost = self._period_cost(period, nodes, units)
+        self._period_costs[key] = cost
+        return cost
+
+    def _period_cost(self, period: Period, nodes: Sequence[int], units: int) -> PeriodCost:
         cloud = self.inputs.cloud
         usage = self.usage(period, nodes, units)
         owned_hourly = sum(
