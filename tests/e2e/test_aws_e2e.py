@@ -23,14 +23,12 @@ from support.faultproxy import UNAVAILABLE, FaultProxy
 from support.moto import aws, moto_server
 from support.moto_nodes import (
     CloudNodes,
-    asg_provider,
     aws_client,
     cloud_nodes,
     desired_capacity,
     fleet_provider,
     instance_state,
     lagging_aws,
-    make_auto_scaling_group,
     make_launch_template,
     make_queue,
     operator_env,
@@ -52,21 +50,8 @@ def test_asg_pool_scales_up_once_under_lag_and_gives_the_idle_instance_back(
     cloud_nodes: CloudNodes,
 ) -> None:
     moto = lagging_aws.upstream
-    group = cluster.name("asg")
-    make_auto_scaling_group(moto, group)
-    policy = cluster.policy()
-    elastic = cluster.pool(
-        "elastic",
-        tier="elastic",
-        policy=policy,
-        per_node=4,
-        max_nodes=3,
-        idle_for="4s",
-        provider=asg_provider(group),
-    )
-    nodes = cloud_nodes.start(elastic)
-    operators.start(extra_env=operator_env(lagging_aws.endpoint_url))
-    cluster.wait_ticking(policy, timeout_seconds=180)
+    asg = cloud_nodes.asg_pool_with_operator(lagging_aws, operators, idle_for="4s")
+    elastic, group, nodes = asg.pool, asg.group, asg.nodes
 
     cluster.kube.create_job(
         gpu_job("train", gpus=4, pool=elastic, run_duration="8s", labels={CRITICALITY: "standard"})

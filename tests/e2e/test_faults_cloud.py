@@ -123,21 +123,8 @@ def test_a_pool_whose_api_keeps_throttling_is_backed_off_then_scales_once(
     cloud_nodes: CloudNodes,
 ) -> None:
     moto = lagging_aws.upstream
-    group = cluster.name("asg")
-    make_auto_scaling_group(moto, group)
-    policy = cluster.policy()
-    elastic = cluster.pool(
-        "elastic",
-        tier="elastic",
-        policy=policy,
-        per_node=4,
-        max_nodes=3,
-        idle_for="10m",
-        provider=asg_provider(group),
-    )
-    nodes = cloud_nodes.start(elastic)
-    operators.start(extra_env=operator_env(lagging_aws.endpoint_url))
-    cluster.wait_ticking(policy, timeout_seconds=180)
+    asg = cloud_nodes.asg_pool_with_operator(lagging_aws, operators, idle_for="10m")
+    policy, elastic, group, nodes = asg.policy, asg.pool, asg.group, asg.nodes
 
     lagging_aws.fail("SetDesiredCapacity", THROTTLE, times=10_000)
     cluster.kube.create_job(

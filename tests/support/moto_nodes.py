@@ -266,6 +266,38 @@ class CloudNodes:
         self.started.append(nodes.start())
         return nodes
 
+    def asg_pool_with_operator(
+        self, proxy: FaultProxy, operators: Any, *, idle_for: str, max_nodes: int = 3
+    ) -> AsgPool:
+        """An elastic pool of 4-GPU nodes behind a new Auto Scaling group in moto, the kwok
+        Nodes of its instances, and an operator that reaches AWS through ``proxy``, ticking."""
+        group = self.cluster.name("asg")
+        make_auto_scaling_group(proxy.upstream, group)
+        policy = self.cluster.policy()
+        pool = self.cluster.pool(
+            "elastic",
+            tier="elastic",
+            policy=policy,
+            per_node=4,
+            max_nodes=max_nodes,
+            idle_for=idle_for,
+            provider=asg_provider(group),
+        )
+        nodes = self.start(pool)
+        operators.start(extra_env=operator_env(proxy.endpoint_url))
+        self.cluster.wait_ticking(policy, timeout_seconds=180)
+        return AsgPool(policy=policy, pool=pool, group=group, nodes=nodes)
+
+
+@dataclass(frozen=True)
+class AsgPool:
+    """What :meth:`CloudNodes.asg_pool_with_operator` made."""
+
+    policy: str
+    pool: str
+    group: str
+    nodes: MotoNodes
+
 
 @pytest.fixture
 def lagging_aws(aws: str) -> Iterator[FaultProxy]:
