@@ -121,13 +121,20 @@ def build() -> Any:
         .with_panel(
             timeseries_panel(
                 "Idle GPU cost (waste) by tier, $/h",
-                f"Rate of {n.IDLE_GPU_COST}: what idle GPUs cost per hour.",
+                f"Rate of {n.IDLE_GPU_COST}: what idle GPUs cost per hour; the "
+                f"'committed' lines ({n.COMMITTED_IDLE_COST}) are the part of it that is "
+                "committed capacity (reserved, savings plan, lease) paid for and unused.",
                 [
                     query(
                         "sum by (tier) (rate("
                         f"{n.select(n.IDLE_GPU_COST, POOL, TIER)}[$__rate_interval])) * 3600",
                         "{{tier}}",
-                    )
+                    ),
+                    query(
+                        "sum by (pool) (rate("
+                        f"{n.select(n.COMMITTED_IDLE_COST, POOL)}[$__rate_interval])) * 3600",
+                        "committed {{pool}}",
+                    ),
                 ],
                 unit="currencyUSD",
                 width=12,
