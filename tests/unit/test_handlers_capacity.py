@@ -75,3 +75,19 @@ def test_spend_integrates_the_last_rate_and_restarts_each_month() -> None:
     assert spent_so_far(status, 1800.0) == pytest.approx(10.0)
     assert spent_so_far(status, 31 * 86400 + 60) == 0.0  # February: a new month
     assert spent_so_far({}, 100.0) == 0.0
+
+
+def test_a_scale_up_adds_to_the_target_decide_saw_not_to_a_fresher_one() -> None:
+    """Replays issue 13's budget e2e: the snapshot saw no capacity on its way, Karpenter then
+    created the NodeClaim for the last tick's raised limit, and the scale-up re-read the
+    target and asked for 2 nodes for one node's worth of demand (beyond the budget)."""
+    clock = Clock()
+    capacity, fake = providers(clock)
+    assert capacity.provisioning("spot", joined_nodes=0) == 0  # the snapshot: none on its way
+    fake.set_target("spot", spot(), 1)  # the provider acts on the last tick's intent
+    capacity.scale_up("spot", 1)  # decide(), from the snapshot: one more node in all
+    assert fake.target("spot", spot()) == 1
+    # The next snapshot sees it, and a further scale-up adds to it.
+    assert capacity.provisioning("spot", joined_nodes=0) == 1
+    capacity.scale_up("spot", 1)
+    assert fake.target("spot", spot()) == 2

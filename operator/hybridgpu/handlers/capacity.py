@@ -67,6 +67,9 @@ class Providers:
         """Pools whose last launch failed for capacity, until when they are not tried."""
         self.scale_up_backoff: dict[str, tuple[int, float]] = {}
         """Pools whose last scale-ups failed: failures in a row, and when to try again."""
+        self.decided_from: dict[str, int] = {}
+        """Per pool, the provider's target the last snapshot read (``provisioning``): the
+        base the next scale-up adds to, so a scale-up is the absolute target decide() meant."""
 
     def set_pools(self, pools: Mapping[str, GPUPoolSpec]) -> None:
         self.pools = dict(pools)
@@ -144,7 +147,9 @@ class Providers:
         group once its activity starts), and a scale-up computed from the list doubles.
         """
         spec = self.pools[pool]
-        return max(0, self.for_spec(spec).target(pool, spec) - joined_nodes)
+        target = self.for_spec(spec).target(pool, spec)
+        self.decided_from[pool] = target
+        return max(0, target - joined_nodes)
 
     def replace_unregistered(
         self, pool: str, node_provider_ids: set[str], now: float, *, dry_run: bool = False
@@ -207,10 +212,15 @@ class Providers:
                 f"next attempt in {retry_at - now:.0f}s"
             )
         provider = self.for_spec(spec)
+        # The target decide() saw, plus what it asked for: an absolute intent. Re-reading the
+        # target here would count twice a node the provider started for the last tick's
+        # intent in between (a Karpenter NodeClaim created after the snapshot): the limit
+        # went from 1 to 2 nodes for one node's worth of demand.
+        base = self.decided_from.pop(pool, None)
         try:
-            provider.set_target(
-                pool, spec, min(spec.max_nodes, provider.target(pool, spec) + nodes)
-            )
+            if base is None:
+                base = provider.target(pool, spec)
+            provider.set_target(pool, spec, min(spec.max_nodes, base + nodes))
         except CapacityUnavailable:
             # decide() grows another pool until the back-off ends, then this one is tried again.
             self.no_capacity_until[pool] = self._clock() + NO_CAPACITY_BACKOFF_SECONDS
