@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,5 +181,4 @@ def start_kueue(kube: KubeTest, binary: Path, work: Path) -> KueueProcess:
     except BaseException:
         kueue.stop()
         raise
-    time.sleep(0)  # nothing else to wait for: its controllers start with the manager
     return kueue

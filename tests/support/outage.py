@@ -30,7 +30,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from support.controlplane import gpu_job
+from support.controlplane import gpu_job, wait_until
 from support.prometheus import FakeDCGM, Prometheus, start_prometheus_again, stop_prometheus
 
 CRITICALITY = "hybridgpu.io/criticality"
@@ -143,10 +143,18 @@ def run_prometheus_outage(
             labels={CRITICALITY: "standard"},
         )
     )
-    _wait(lambda: _running(cluster, "train"), 60, "the Job running on the elastic node")
+    wait_until(
+        lambda: _running(cluster, "train"),
+        timeout_seconds=60,
+        what="the Job running on the elastic node",
+    )
     operator = operators.start()
     cluster.wait_ticking(policy, timeout_seconds=180)
-    _wait(lambda: _metrics_available(cluster, policy) is True, 60, "MetricsAvailable True")
+    wait_until(
+        lambda: _metrics_available(cluster, policy) is True,
+        timeout_seconds=60,
+        what="MetricsAvailable True",
+    )
 
     fate = NodeFate(cluster.kube.core, node)
     fate.start()
@@ -166,13 +174,13 @@ def run_prometheus_outage(
             blind_seen = True
         return blind_seen
 
-    _wait(blind, 60, "MetricsAvailable False")
+    wait_until(blind, timeout_seconds=60, what="MetricsAvailable False")
     # The work ends while the operator is blind (its Job is deleted): the node is idle from
     # then on.
     cluster.kube.batch.delete_namespaced_job(
         "train", cluster.kube.namespace, propagation_policy="Foreground"
     )
-    _wait(lambda: not cluster.job_pods("train"), 60, "the Job's pod gone")
+    wait_until(lambda: not cluster.job_pods("train"), timeout_seconds=60, what="the Job's pod gone")
     idle_epoch = time.time()
     dcgm.set_utilization(node, [0.0] * 4)
     log(f"node {node} idle at {idle_epoch:.0f}")
@@ -185,7 +193,7 @@ def run_prometheus_outage(
             and tick >= idle_epoch + idle_for_seconds + 2 * interval_seconds
         )
 
-    _wait(outage_over, outage_seconds + 300, "the outage's last tick")
+    wait_until(outage_over, timeout_seconds=outage_seconds + 300, what="the outage's last tick")
     cluster.wait_ticks(policy, 2, timeout_seconds=120)
     blind()
     idle_blind = time.time() - idle_epoch
@@ -193,9 +201,17 @@ def run_prometheus_outage(
     back_at = time.monotonic()
     log(f"Prometheus back after {back_at - stopped_at:.1f}s")
     released_while_blind = [what for at, what in fate.events if at < back_at]
-    _wait(lambda: _metrics_available(cluster, policy) is True, 120, "MetricsAvailable True again")
+    wait_until(
+        lambda: _metrics_available(cluster, policy) is True,
+        timeout_seconds=120,
+        what="MetricsAvailable True again",
+    )
     metrics_back = time.monotonic() - back_at
-    _wait(lambda: any(w == "deleted" for _, w in fate.events), 180, "the idle node released")
+    wait_until(
+        lambda: any(w == "deleted" for _, w in fate.events),
+        timeout_seconds=180,
+        what="the idle node released",
+    )
     released_after = time.monotonic() - back_at
     fate.stop()
     return OutageResult(
@@ -219,13 +235,3 @@ def _metrics_available(cluster: Any, policy: str) -> bool | None:
     if cond is None:
         return None
     return bool(cond.get("status") == "True")
-
-
-def _wait(probe: Callable[[], Any], timeout_seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise TimeoutError(f"timed out after {timeout_seconds:.0f}s waiting for {what}")
