@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from support.controlplane import POOL_LABEL, gpu_job
+from support.controlplane import POOL_LABEL, gpu_job, wait_until
 from support.kwok_provider import INTERRUPT_ANNOTATION
 
 MOVE_ANNOTATION = "hybridgpu.io/move"
@@ -189,18 +189,6 @@ def job_state(cluster: Any, name: str) -> str:
     return "pending"
 
 
-def _wait(
-    probe: Callable[[], Any], timeout_seconds: float, what: str, interval: float = 0.1
-) -> Any:
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout_seconds:.0f}s waiting for {what}")
-
-
 def run_chaos(
     cluster: Any,
     operators: Any,
@@ -249,10 +237,11 @@ def run_chaos(
         )
 
     job("batch", "preemptible", core)
-    _wait(
+    wait_until(
         lambda: any(p.status.phase == "Running" for p in cluster.job_pods("batch")),
-        60,
-        "the preemptible Job running on core",
+        timeout_seconds=60,
+        interval_seconds=0.1,
+        what="the preemptible Job running on core",
     )
     identity = "chaos-0"
     operator = operators.start(identity)
@@ -292,7 +281,12 @@ def run_chaos(
     operator_started = time.monotonic()
     for index in range(kills):
         if index == 0:  # as soon as the move is recorded: it can be done within a second
-            _wait(moving, 60, "the preemptible Job's move recorded", interval=0.02)
+            wait_until(
+                moving,
+                timeout_seconds=60,
+                interval_seconds=0.02,
+                what="the preemptible Job's move recorded",
+            )
         else:
             time.sleep(rng.uniform(0.3, 6.0))
             if not interrupted and index >= 1:
@@ -310,14 +304,20 @@ def run_chaos(
         operator = operators.start(identity)
         operator_started = time.monotonic()
     if not interrupted:
-        _wait(interrupt_a_busy_spot_node, 120, "a busy spot node to interrupt")
+        wait_until(
+            interrupt_a_busy_spot_node,
+            timeout_seconds=120,
+            interval_seconds=0.1,
+            what="a busy spot node to interrupt",
+        )
 
     names = ["batch", "urgent", "std-1", "std-2", "crit-2", "pre-1", "pre-2"]
     try:
-        _wait(
+        wait_until(
             lambda: all(job_state(cluster, n) in ("complete", "failed") for n in names),
-            settle_seconds,
-            "every Job done",
+            timeout_seconds=settle_seconds,
+            interval_seconds=0.1,
+            what="every Job done",
         )
     except TimeoutError as err:
         log(str(err))
