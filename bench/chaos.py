@@ -13,25 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests"), str(ROOT / "operator")]
-
-from conftest import Cluster, Operators, delete_workloads, release_custom_objects  # noqa: E402
-from support.chaos import run_chaos  # noqa: E402
-from support.controlplane import (  # noqa: E402
-    ControlPlane,
-    KubeTest,
-    create_test_namespace,
-    delete_namespace,
-    install_crds,
-    start_control_plane,
-    stop_control_plane,
-)
+from e2e_setup import operator_cluster
+from support.chaos import run_chaos
 
 
 def main() -> int:
@@ -45,37 +30,16 @@ def main() -> int:
     )
     args = parser.parse_args()
     run_seconds = args.run_seconds or max(20, 4 * args.kills)
-    reuse = os.environ.get("HYBRIDGPU_KUBECONFIG")
-    plane = ControlPlane(kubeconfig=Path(reuse)) if reuse else start_control_plane("bench-chaos")
-    try:
-        install_crds(plane)
-        kube = KubeTest(plane=plane, namespace=create_test_namespace(plane, "chaos"))
-        cluster = Cluster(kube)
-        with tempfile.TemporaryDirectory(prefix="hybridgpu-chaos-") as logs:
-            operators = Operators(kube=kube, log_dir=Path(logs))
-            try:
-                result = run_chaos(
-                    cluster,
-                    operators,
-                    kills=args.kills,
-                    seed=args.seed,
-                    run_seconds=run_seconds,
-                    settle_seconds=240.0,
-                    log=lambda line: print(f"chaos: {line}", file=sys.stderr, flush=True),
-                )
-            finally:
-                operators.stop_all()
-                delete_workloads(kube)
-                release_custom_objects(kube, cluster.created)
-                for node in kube.core.list_node().items:
-                    if node.metadata.name.startswith(cluster.prefix):
-                        kube.core.delete_node(node.metadata.name)
-                delete_namespace(plane, kube.namespace)
-    finally:
-        if reuse:
-            plane.close()
-        else:
-            stop_control_plane(plane)
+    with operator_cluster("chaos") as (cluster, operators, _):
+        result = run_chaos(
+            cluster,
+            operators,
+            kills=args.kills,
+            seed=args.seed,
+            run_seconds=run_seconds,
+            settle_seconds=240.0,
+            log=lambda line: print(f"chaos: {line}", file=sys.stderr, flush=True),
+        )
     figures = result.summary() | {
         "jobs_lost_names": result.jobs_lost,
         "kill_offsets_seconds": result.kill_offsets_seconds,

@@ -14,26 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests"), str(ROOT / "operator")]
-
-from conftest import Cluster, Operators, delete_workloads, release_custom_objects  # noqa: E402
-from support.controlplane import (  # noqa: E402
-    ControlPlane,
-    KubeTest,
-    create_test_namespace,
-    delete_namespace,
-    install_crds,
-    start_control_plane,
-    stop_control_plane,
-)
-from support.outage import run_prometheus_outage  # noqa: E402
-from support.prometheus import start_fake_dcgm, start_prometheus, stop_prometheus  # noqa: E402
+from e2e_setup import operator_cluster
+from support.outage import run_prometheus_outage
+from support.prometheus import start_fake_dcgm, start_prometheus, stop_prometheus
 
 
 def main() -> int:
@@ -45,18 +30,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.outage_seconds < 0 or args.idle_for_seconds < 1:
         parser.error("--outage-seconds must be >= 0 and --idle-for-seconds >= 1")
-    reuse = os.environ.get("HYBRIDGPU_KUBECONFIG")
-    plane = ControlPlane(kubeconfig=Path(reuse)) if reuse else start_control_plane("bench-outage")
     dcgm = start_fake_dcgm()
     try:
-        install_crds(plane)
-        kube = KubeTest(plane=plane, namespace=create_test_namespace(plane, "outage"))
-        cluster = Cluster(kube)
-        with tempfile.TemporaryDirectory(prefix="hybridgpu-outage-") as work:
-            prometheus_dir = Path(work) / "prometheus"
+        with operator_cluster("outage") as (cluster, operators, work):
+            prometheus_dir = work / "prometheus"
             prometheus_dir.mkdir()
             prometheus = start_prometheus(prometheus_dir, dcgm.target)
-            operators = Operators(kube=kube, log_dir=Path(work))
             try:
                 result = run_prometheus_outage(
                     cluster,
@@ -68,21 +47,10 @@ def main() -> int:
                     log=lambda line: print(f"outage: {line}", file=sys.stderr, flush=True),
                 )
             finally:
-                operators.stop_all()
                 stop_prometheus(prometheus)
-                delete_workloads(kube)
-                release_custom_objects(kube, cluster.created)
-                for node in kube.core.list_node().items:
-                    if node.metadata.name.startswith(cluster.prefix):
-                        kube.core.delete_node(node.metadata.name)
-                delete_namespace(plane, kube.namespace)
     finally:
         dcgm.server.shutdown()
         dcgm.server.server_close()
-        if reuse:
-            plane.close()
-        else:
-            stop_control_plane(plane)
     figures = result.summary() | {
         "idle_for_seconds": args.idle_for_seconds,
         "released_while_blind_what": result.released_while_blind,
