@@ -79,6 +79,12 @@ def add_parsers(sub: Any) -> None:
         "group of k preempts d/k of a spot pool's nodes at once, instead of one by one",
     )
     parser.add_argument(
+        "--spot-prices",
+        help="spot price series, CSV seconds,pool,price_per_node_hour (docs/concepts.md): each "
+        "listed spot pool is billed per interval at the price in force and the operator sees it "
+        "as the provider's price (default: the pools' constant pricing.perNodeHour)",
+    )
+    parser.add_argument(
         "--spot-hazard",
         type=non_negative_number,
         default=None,
@@ -250,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
     from hybridgpu.sim.compare import BOUND, WaitSLO, compare
     from hybridgpu.sim.config import load_cluster
     from hybridgpu.sim.engine import SimSettings
+    from hybridgpu.sim.prices import load_spot_prices
     from hybridgpu.sim.report import (
         LEGEND,
         annotations_summary,
@@ -276,6 +283,11 @@ def run(args: argparse.Namespace) -> int:
     if not jobs:
         raise UserError(f"{args.trace or 'trace'}: no GPU jobs to simulate")
     spot_trace = load_spot_trace(args.spot_trace) if args.spot_trace else None
+    spot_prices = load_spot_prices(args.spot_prices) if args.spot_prices else None
+    if spot_prices is not None:
+        spot_prices.check_pools(
+            (p.name for p in config.pools if p.spec.tier == "spot"), args.spot_prices
+        )
     settings = SimSettings(
         provisioning_delay_seconds=args.provisioning_delay,
         restart_overhead_seconds=args.restart_overhead,
@@ -293,6 +305,7 @@ def run(args: argparse.Namespace) -> int:
         spot_correlated=(
             load_correlated_trace(args.spot_correlated) if args.spot_correlated else None
         ),
+        spot_prices=spot_prices,
         seed=args.seed,
     )
     slo = WaitSLO(firm_seconds=args.firm_slo, preemptible_seconds=args.preemptible_slo)

@@ -30,6 +30,7 @@ from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.sim.config import share_fractional
 from hybridgpu.sim.defaults import DEFAULT_FIRM_SLO_SECONDS, DEFAULT_PREEMPTIBLE_SLO_SECONDS
 from hybridgpu.sim.engine import PolicyResult, SimSettings, Simulation
+from hybridgpu.sim.prices import SpotPrices
 from hybridgpu.sim.traces import TraceJob
 
 POLICIES = ("hybridgpu", "autoscaler_spot", "reactive", "on_demand", "owned_only", "fluid_bound")
@@ -139,6 +140,7 @@ def fluid_bound(
     jobs: Sequence[TraceJob],
     window_seconds: float,
     slo: WaitSLO,
+    spot_prices: SpotPrices | None = None,
 ) -> PolicyResult:
     """A lower bound on the cost of any schedule whose jobs all finish within ``slo``.
 
@@ -149,12 +151,27 @@ def fluid_bound(
     preemptible work at the cheapest of spot and on-demand. With F the firm GPU-hours that
     cannot fit on the owned GPUs even alone, and A the GPU-hours of all work that cannot,
     every such schedule pays at least on_demand * F + cheapest * (A - F) in the cloud.
+    A spot pool whose price moves (``spot_prices``) counts at the lowest price it has at any
+    moment of the jobs' windows: cloud work of such a schedule runs within them, so it pays
+    no less (the bound stays a bound, looser by what the price varies).
     """
     core_gpus = sum(p.spec.gpu.per_node * p.spec.max_nodes for p in _tier(pools, Tier.CORE))
     elastic = [
         gpu_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in _tier(pools, Tier.ELASTIC)
     ]
-    spot = [gpu_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in _tier(pools, Tier.SPOT)]
+    first = min((j.arrival_seconds for j in jobs), default=0.0)
+    last = max(
+        (j.arrival_seconds + j.duration_seconds + slo.late_seconds(j.criticality) for j in jobs),
+        default=0.0,
+    )
+    spot = [
+        (
+            spot_prices.by_pool[p.name].lowest(first, last) / p.spec.gpu.per_node
+            if spot_prices is not None and p.name in spot_prices
+            else gpu_hour_dollars(p.spec, p.spot_price_per_node_hour)
+        )
+        for p in _tier(pools, Tier.SPOT)
+    ]
     on_demand_price = min(elastic) if elastic else math.inf
     flexible_price = min([on_demand_price, *spot])
     firm: list[tuple[float, float, float]] = []
@@ -266,5 +283,5 @@ def compare(
             continue
         result.cost_by_tier_dollars[Tier.CORE.value] = hourly_core * window / 3600
         result.total_cost_dollars = sum(result.cost_by_tier_dollars.values())
-    results[BOUND] = fluid_bound(pools, jobs, window, slo)
+    results[BOUND] = fluid_bound(pools, jobs, window, slo, settings.spot_prices)
     return {k: results[k] for k in POLICIES if k in results}

@@ -14,7 +14,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sortedcontainers import SortedList
 
@@ -56,6 +56,7 @@ from hybridgpu.sim.defaults import (
     DEFAULT_BOOT_SECONDS,
     DEFAULT_CHECKPOINT_SECONDS,
 )
+from hybridgpu.sim.prices import PriceSteps, SpotPrices
 from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
@@ -106,6 +107,8 @@ class SimSettings:
     """Replay ``spot_trace`` per pool, from the same offset as ``spot_availability``: a node
     is taken at the first preemption after its launch in the pool's own replay (as one
     instance's measured life), instead of from a random point of the trace."""
+    spot_prices: SpotPrices | None = None
+    """Spot price series by pool (``sim.prices``); pools without one keep their price."""
     seed: int = 1
     surge_ready_seconds: float = 300.0
     """A serving replica added by a surge rebalance is Ready this long after it got its GPUs
@@ -331,6 +334,12 @@ class Simulation:
         decide() on quiet ticks too and fail when it would have acted (tests)."""
         self.name = name
         self.reads_annotations = reads_annotations
+        series = settings.spot_prices.by_pool if settings.spot_prices is not None else {}
+        self._price_steps: dict[str, PriceSteps] = {
+            p.name: series[p.name] for p in pools if p.spec.tier == Tier.SPOT and p.name in series
+        }
+        """The spot pools whose price moves: billed per interval at the price in force."""
+        pools = [self._priced(p) for p in pools]
         self.pools = {p.name: p for p in pools}
         self.policy = policy
         self.settings = settings
@@ -438,6 +447,19 @@ class Simulation:
             self.series[f"cost_{tier.value}"] = []
         self.series["demand_gpus"] = []
 
+    def _priced(self, pool: PoolState) -> PoolState:
+        """A pool with a price series as the operator sees it: priced by the provider
+        (pricing.fromProvider), at the series' price at time 0."""
+        steps = self._price_steps.get(pool.name)
+        if steps is None:
+            return pool
+        pricing = pool.spec.pricing.model_copy(update={"from_provider": True})
+        return PoolState(
+            name=pool.name,
+            spec=pool.spec.model_copy(update={"pricing": pricing}),
+            spot_price_per_node_hour=steps.price_at(0.0),
+        )
+
     # ------------------------------------------------------------------ events
     def _push(self, at: float, kind: str, payload: object = None) -> None:
         self.seq += 1
@@ -483,6 +505,19 @@ class Simulation:
         if trace is None or pool not in self.spot_offsets:
             return True
         return trace.launchable_at(self.spot_offsets[pool], self.now)
+
+    def _schedule_price_change(self, pool: str) -> None:
+        at = self._price_steps[pool].next_change_after(self.now)
+        if at is not None:
+            self._push(at, "price", pool)
+
+    def _price_changed(self, pool: str) -> None:
+        """The provider's price of ``pool`` moved: nodes are billed at it from now on and the
+        operator's next snapshot shows it."""
+        price = self._price_steps[pool].price_at(self.now)
+        self._node_price[pool] = price
+        self.pools[pool] = replace(self.pools[pool], spot_price_per_node_hour=price)
+        self._schedule_price_change(pool)
 
     def _schedule_drop(self, pool: str) -> None:
         trace = self.settings.spot_correlated
@@ -639,7 +674,7 @@ class Simulation:
             job.lost_seconds += lost
             if is_cloud(node.tier):
                 self.cost_terms["lost_work"] += (
-                    lost * job.trace.gpus * node.price / node.gpus / 3600
+                    lost * job.trace.gpus * self._node_price[node.pool] / node.gpus / 3600
                 )
         self.running.discard(job.index)
         self._jobs_changed = True
@@ -969,7 +1004,7 @@ class Simulation:
         assert job.run_started is not None
         left = job.run_overhead + job.trace.duration_seconds - job.progress
         ends_at = job.run_started + left
-        gpu_hour = node.price / node.gpus
+        gpu_hour = self._node_price[node.pool] / node.gpus
         self.reclaimed.workloads += 1
         self.reclaimed.idle_gpu_hours += job.trace.gpus * (self.now - job.run_started) / 3600
         freed = job.trace.gpus * max(ends_at - self.now, 0.0) / 3600
@@ -1133,6 +1168,8 @@ class Simulation:
         self._add_core_nodes()
         for pool in self.spot_offsets:
             self._schedule_drop(pool)
+        for pool in self._price_steps:
+            self._schedule_price_change(pool)
         for index, tj in enumerate(self.trace):
             self.jobs.append(_Job(index, tj, tj.arrival_seconds))
             if tj.service is not None:
@@ -1218,6 +1255,9 @@ class Simulation:
             assert isinstance(payload, tuple)
             self._drop(payload[0], payload[1])
             return 0
+        if kind == "price":
+            self._price_changed(str(payload))
+            return 0
         node = self.nodes.get(str(payload))
         if node is None:
             return 0
@@ -1243,6 +1283,18 @@ class Simulation:
         for node in list(self.nodes.values()) + self.removed:
             stop = node.removed_at if node.removed_at is not None else end
             seconds = max(stop - node.launched_at, 0.0)
+            steps = self._price_steps.get(node.pool)
+            if steps is not None:
+                # Each interval at the price in force then; the minimum at the launch's prices.
+                ran = steps.node_dollars(node.launched_at, node.launched_at + seconds)
+                if seconds < minimum:
+                    seconds = minimum
+                    paid = steps.node_dollars(node.launched_at, node.launched_at + minimum)
+                    self.cost_terms["billing_minimum"] += paid - ran
+                    ran = paid
+                cost[node.tier] += ran
+                billed += seconds / 3600 * node.gpus
+                continue
             if is_cloud(node.tier) and seconds < minimum:
                 self.cost_terms["billing_minimum"] += (minimum - seconds) * node.price / 3600
                 seconds = minimum
