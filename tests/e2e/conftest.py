@@ -239,6 +239,7 @@ class Cluster:
         labels: dict[str, str] | None = None,
         idle_for: str = "2s",
         provider: dict[str, Any] | None = None,
+        power: dict[str, Any] | None = None,
     ) -> str:
         name = self.name(short)
         spec: dict[str, Any] = {
@@ -253,6 +254,10 @@ class Cluster:
         }
         if tier == "core":
             spec["pricing"] = {"capexPerNode": 250000}
+            if provider is not None:
+                spec["provider"] = provider
+            if power is not None:
+                spec["power"] = power
         else:
             spec["pricing"] = {"perNodeHour": price}
             spec["provider"] = provider or {"type": "kwok"}

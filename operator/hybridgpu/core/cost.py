@@ -2,6 +2,8 @@
 
 core node-hour    = capex / (years x 8760) + power_W x PUE x $/kWh / 1000 + ops
 elastic/spot hour = the pool's price (static, or read from the provider for spot)
+powered core pool = maxNodes x (capex + ops) + nodes on x power: a powered-off owned node
+                    still costs its capex and ops; its electricity is the saving
 committed hour    = committed.perNodeHour + committed.upfrontPerNode / (termYears x 8760), for
                     every committed node whether it runs or is used
 """
@@ -83,7 +85,7 @@ def marginal_gpu_hour_dollars(spec: GPUPoolSpec, provider_price: float | None = 
     committed capacity is paid whether used or not too, and draws no power bill: none.
     """
     if spec.tier == Tier.CORE:
-        return core_node_cost(spec).power_per_hour / spec.gpu.per_node
+        return power_node_hour_dollars(spec) / spec.gpu.per_node
     if spec.committed is not None:
         return 0.0
     return gpu_hour_dollars(spec, provider_price)
@@ -112,9 +114,24 @@ def always_on_nodes(spec: GPUPoolSpec) -> int:
 
 
 def held_nodes(spec: GPUPoolSpec) -> int:
-    """Nodes the operator never releases below: minNodes, or the commitment if larger."""
+    """Nodes the operator never releases (or powers off) below: minNodes, or the commitment
+    or an owned pool's power.minPoweredOn if larger."""
     committed = spec.committed.nodes if spec.committed is not None else 0
-    return max(spec.min_nodes, committed)
+    powered_on = spec.power.min_powered_on if spec.power is not None else 0
+    return max(spec.min_nodes, committed, powered_on)
+
+
+def powered(spec: GPUPoolSpec) -> bool:
+    """An owned pool whose idle nodes may be powered off (spec.power)."""
+    return spec.power is not None and spec.tier == Tier.CORE
+
+
+def power_node_hour_dollars(spec: GPUPoolSpec) -> float:
+    """Electricity of one powered-on owned node-hour, dollars: what powering it off saves and
+    what powering it on costs (power.powerPerNodeHour, else the core cost model's power)."""
+    if spec.power is not None and spec.power.power_per_node_hour is not None:
+        return spec.power.power_per_node_hour
+    return core_node_cost(spec).power_per_hour
 
 
 def pool_hour_dollars(
@@ -124,6 +141,11 @@ def pool_hour_dollars(
     dollars. A commitment is paid in full whatever runs."""
     if spec.committed is not None:
         return spec.committed.nodes * committed_node_hour_dollars(spec)
+    if powered(spec):
+        # Every owned machine costs its capex and ops, on or off; only those on draw power.
+        parts = core_node_cost(spec)
+        sunk = spec.max_nodes * (parts.capex_per_hour + parts.ops_per_hour)
+        return sunk + billed_nodes * power_node_hour_dollars(spec)
     return billed_nodes * node_hour_dollars(spec, provider_price)
 
 

@@ -31,8 +31,11 @@ from hybridgpu.core.cost import (
     marginal_gpu_hour_dollars,
     node_hour_dollars,
     paid_whether_used,
+    power_node_hour_dollars,
+    powered,
 )
 from hybridgpu.core.deadline import (
+    BOOT_ALLOWANCE_SECONDS,
     Slack,
     may_be_moved,
     must_leave_spot,
@@ -136,7 +139,13 @@ class _PoolLedger:
     future: list[dict[str, None]]
     """Nodes on their way (provisioning, or planned this tick), by free GPUs."""
     idle_for_seconds: float
-    """The pool's scaleDown.idleFor, parsed once per tick."""
+    """The pool's scaleDown.idleFor (power.idleFor for an owned pool with power), parsed
+    once per tick."""
+    launch_price: float
+    """Dollars per hour one more node of the pool costs: the node price of a cloud pool,
+    the electricity of a powered-off owned node powered on."""
+    boot_seconds: float = 0.0
+    """An owned pool with power: power.bootTime."""
     new_nodes: int = 0
     released: int = 0
     scale_reasons: dict[str, int] = field(default_factory=dict)
@@ -176,6 +185,7 @@ class _Decider:
         self.pools: dict[str, _PoolLedger] = {}
         for pool in sorted(snapshot.pools, key=lambda p: p.name):
             price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
+            power = pool.spec.power if powered(pool.spec) else None
             self.pools[pool.name] = _PoolLedger(
                 state=pool,
                 name=pool.name,
@@ -188,7 +198,11 @@ class _Decider:
                 provisioning=pool.provisioning_nodes,
                 buckets=[{} for _ in range(pool.spec.gpu.per_node + 1)],
                 future=[{} for _ in range(pool.spec.gpu.per_node + 1)],
-                idle_for_seconds=parse_duration_seconds(pool.spec.scale_down.idle_for),
+                idle_for_seconds=parse_duration_seconds(
+                    pool.spec.scale_down.idle_for if power is None else power.idle_for
+                ),
+                launch_price=price if power is None else power_node_hour_dollars(pool.spec),
+                boot_seconds=0.0 if power is None else parse_duration_seconds(power.boot_time),
             )
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
@@ -568,14 +582,38 @@ class _Decider:
         """The cloud pools whose shapes a pod that fits nowhere is packed into: the launchable
         ones of its scale target's tier with its GPU model (pods of one such set are packed
         together; the packing puts each only into nodes big enough for it)."""
+        owned = self._power_on_candidates(demand)
         target = self._scale_target(demand)
         if target is None or demand.pool is not None or not target.state.launchable:
-            return [] if target is None else [target]
-        return [
+            return owned if target is None else [*owned, target]
+        return owned + [
             p
             for p in self.pools.values()
             if p.tier == target.tier and p.state.launchable and _has_model(p, demand.models)
         ]
+
+    def _power_on_candidates(self, demand: _Demand) -> list[_PoolLedger]:
+        """Owned pools with powered-off machines the pod may use, when it may wait for their
+        boot: a boot no longer than a cloud node's costs no wait; a longer one only within
+        the pod's waitBudget. Powering on costs electricity only, far below any cloud price,
+        so the packing takes these first."""
+        found = []
+        for p in self.pools.values():
+            if (
+                p.tier != CORE
+                or not powered(p.state.spec)
+                or (demand.pool is not None and p.name != demand.pool)
+                or p.per_node < demand.gpus
+                or not p.state.launchable
+                or not _has_room(p)
+                or not _has_model(p, demand.models)
+            ):
+                continue
+            extra = p.boot_seconds - BOOT_ALLOWANCE_SECONDS
+            if extra > 0 and self.now + extra > self._wait_until(demand):
+                continue
+            found.append(p)
+        return found
 
     def _place_demand(self) -> None:
         # Criticality first; within it the largest pods first (first-fit decreasing packs
@@ -819,12 +857,15 @@ class _Decider:
 
         for pools, sizes in sorted(groups.items()):
             ledgers = [self.pools[name] for name in pools]
-            pack(sizes, [Shape(p.name, p.per_node, p.node_price) for p in ledgers], open_node)
+            pack(sizes, [Shape(p.name, p.per_node, p.launch_price) for p in ledgers], open_node)
         return opened > 0
 
     def _launch_one(self, demand: _Demand) -> str | None:
         """A pod the packing left out (a limit stopped it, or the next tick would place it
         elsewhere): room on its own cheapest pool, a new node there, or the reason why not."""
+        for owned in self._power_on_candidates(demand):
+            if self._open_node(owned) is None:
+                return self._take_best_fit(owned, demand.gpus, future=True)
         target = self._scale_target(demand)
         if target is None:
             self._block(demand.pool or "-", "no_pool", demand)
@@ -862,6 +903,8 @@ class _Decider:
             return "max_nodes"
         if ledger.new_nodes + 1 > self.policy.scale_up.max_nodes_per_tick:
             return "max_per_tick"
+        if not is_cloud(ledger.tier):
+            return None  # powering on an owned node spends no cloud budget
         budget = self.policy.budget
         if budget.monthly_limit is not None and (
             self.snap.budget.spent_this_month_dollars >= budget.monthly_limit
@@ -1528,9 +1571,28 @@ class _Decider:
         return free + max(nodes, 0) * ledger.per_node
 
     # --------------------------------------------------------------- scale-up
+    def _power_on_to_minimum(self) -> None:
+        """An owned pool with power keeps power.minPoweredOn nodes on or booting (a machine
+        that died, or replicas someone lowered): power on the missing ones."""
+        for ledger in self.pools.values():
+            spec = ledger.state.spec
+            if spec.power is None or not powered(spec):
+                continue
+            on = ledger.live_nodes + ledger.provisioning + ledger.new_nodes
+            missing = spec.power.min_powered_on - on
+            for _ in range(max(missing, 0)):
+                if self._open_node(ledger) is not None:
+                    break
+                ledger.scale_reasons["power.minPoweredOn"] = (
+                    ledger.scale_reasons.get("power.minPoweredOn", 0) + 1
+                )
+
     def _emit_scale_ups(self) -> None:
         for ledger in self.pools.values():
             if ledger.new_nodes <= 0:
+                continue
+            if ledger.tier == CORE:
+                self.actions.append(self._power_on(ledger))
                 continue
             by = ", ".join(
                 f"{c} {n}"
@@ -1549,6 +1611,29 @@ class _Decider:
                 )
             )
 
+    def _power_on(self, ledger: _PoolLedger) -> ScaleUp:
+        spec = ledger.state.spec
+        off = spec.max_nodes - ledger.live_nodes - ledger.provisioning
+        minimum = ledger.scale_reasons.pop("power.minPoweredOn", 0)
+        pods = sum(ledger.scale_reasons.values())
+        why = (
+            f"{pods} pending pod(s) need {ledger.scale_gpus} GPU(s) that fit nowhere"
+            if pods
+            else ""
+        )
+        if minimum:
+            floor = f"power.minPoweredOn={spec.power.min_powered_on if spec.power else 0}"
+            why = f"{why}; {floor}" if why else f"{floor} not met"
+        return ScaleUp(
+            pool=ledger.name,
+            nodes=ledger.new_nodes,
+            kind=ActionKind.POWER_ON,
+            reason=f"{why}: power on {ledger.new_nodes} of {off} powered-off owned "
+            f"{ledger.name} node(s) of {ledger.per_node} GPU(s) (boot "
+            f"{_hours_minutes(ledger.boot_seconds)}) at ${ledger.launch_price:.2f}/h of "
+            "electricity each, before buying cloud capacity",
+        )
+
     # ---------------------------------------------------------- 4. idle release
     def _release_idle(self) -> None:
         metrics = self.snap.metrics
@@ -1556,19 +1641,26 @@ class _Decider:
         continuing: list[ReleaseNode] = []
         for node in self.nodes.values():
             ledger = self.pools[node.pool]
-            if not is_cloud(ledger.tier):
+            owned = not is_cloud(ledger.tier)
+            if owned and not powered(ledger.state.spec):
                 continue
             if node.releasing and node.interruption_deadline is None:
                 continuing.append(
                     ReleaseNode(
-                        pool=node.pool, node=node.name, reason=f"continue releasing {node.name}"
+                        pool=node.pool,
+                        node=node.name,
+                        reason=f"continue {'powering off' if owned else 'releasing'} {node.name}",
+                        kind=ActionKind.POWER_OFF if owned else ActionKind.RELEASE_NODE,
                     )
                 )
                 continue
             if node.name in self.reserved or node.name not in self.node_free:
                 continue
             spec = ledger.state.spec
-            if not spec.scale_down.enabled or ledger.new_nodes > 0:
+            if owned:
+                if not self._may_power_off(node, ledger):
+                    continue
+            elif not spec.scale_down.enabled or ledger.new_nodes > 0:
                 continue
             if node.idle_since is None:
                 continue
@@ -1577,7 +1669,7 @@ class _Decider:
             pods = self.pods_on.get(node.name, [])
             if pods and not self._drainable(node, pods, spec.scale_down.idle_utilization_percent):
                 continue
-            candidates.append((-ledger.node_price, node.idle_since, node.name))
+            candidates.append((-ledger.launch_price, node.idle_since, node.name))
         if not candidates and not continuing:
             return
         if not metrics.available:
@@ -1599,7 +1691,7 @@ class _Decider:
             ledger = self.pools[node.pool]
             spec = ledger.state.spec
             remaining = ledger.live_nodes + ledger.provisioning - ledger.released
-            if remaining - 1 < held_nodes(spec):  # minNodes, or the commitment
+            if remaining - 1 < held_nodes(spec):  # minNodes, the commitment, minPoweredOn
                 continue
             cap = max(1, math.floor(self.policy.disruption.max_percent / 100 * ledger.live_nodes))
             if released_in_pool.get(ledger.name, 0) >= cap:
@@ -1608,6 +1700,20 @@ class _Decider:
             ledger.released += 1
             budget_left -= 1
             idle_min = (self.now - idle_since) / 60
+            if ledger.tier == CORE:
+                self.actions.append(
+                    ReleaseNode(
+                        pool=ledger.name,
+                        node=name,
+                        kind=ActionKind.POWER_OFF,
+                        reason=f"owned node {name} has had no pods for {idle_min:.0f} min "
+                        f"(power.idleFor {spec.power.idle_for if spec.power else ''}): power it "
+                        f"off, saving ${ledger.launch_price:.2f}/h of electricity; "
+                        f"{remaining - 1} of {spec.max_nodes} stay on (minPoweredOn "
+                        f"{held_nodes(spec)})",
+                    )
+                )
+                continue
             self.actions.append(
                 ReleaseNode(
                     pool=ledger.name,
@@ -1617,6 +1723,18 @@ class _Decider:
                     f"saving ${ledger.node_price:.2f}/h",
                 )
             )
+
+    def _may_power_off(self, node: NodeState, ledger: _PoolLedger) -> bool:
+        """An owned node is powered off only when it has no pods at all (never drained), is
+        Ready, nothing was placed on or promised from it this tick, and the pool powers on
+        nothing this tick."""
+        return (
+            ledger.new_nodes == 0
+            and node.ready
+            and not self.pods_on.get(node.name)
+            and self.node_free.get(node.name) == min(node.gpus, ledger.per_node)
+            and not self.claimed.get(node.name)
+        )
 
     def _drainable(self, node: NodeState, pods: list[GPUPod], threshold: float) -> bool:
         """A busy node may be released only when its GPUs are nearly unused and every pod
@@ -1881,6 +1999,7 @@ class _Decider:
         self._consolidate()
         self._return_to_core()
         rebalance_serving(self)
+        self._power_on_to_minimum()
         self._emit_scale_ups()
         self._release_idle()
         self._reclaim_idle()

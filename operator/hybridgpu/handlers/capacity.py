@@ -19,6 +19,7 @@ from hybridgpu.cloud.clusterapi import ClusterAPIProvider
 from hybridgpu.cloud.karpenter import KarpenterProvider
 from hybridgpu.cloud.kwok import KwokProvider
 from hybridgpu.cloud.static import StaticProvider
+from hybridgpu.core.cost import powered
 from hybridgpu.models.pool import GPUPoolSpec, Tier
 
 log = logging.getLogger(__name__)
@@ -241,11 +242,12 @@ class Providers:
 
     def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
         """Terminate the instance whose provider ID is exactly ``provider_id``; False (and
-        nothing done) for owned pools and nodes without a provider ID."""
+        nothing done) for owned pools (but those with power, whose idle nodes are powered off)
+        and nodes without a provider ID."""
         spec = self.pools.get(pool)
         if spec is None or not provider_id or spec.provider.type == "static":
             return False
-        if spec.tier == Tier.CORE:
+        if spec.tier == Tier.CORE and not powered(spec):
             return False
         provider = self.for_spec(spec)
         for instance in provider.instances(pool, spec):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from hybridgpu.core.cost import is_cloud
+from hybridgpu.core.cost import is_cloud, powered
 from hybridgpu.kube.cluster import KubeCluster, ObjectRef
 from hybridgpu.kube.convert import (
     annotations_of,
@@ -75,6 +75,8 @@ EVENT_REASONS = {
     "deadline": "DeadlineOnDemand",
     "reclaim_idle": "IdleReclaimed",
     "rebalance": "Rebalance",
+    "power_on": "PowerOn",
+    "power_off": "PowerOff",
 }
 REBALANCE_EVENT_REASONS = {
     "completed": "Rebalanced",
@@ -379,12 +381,15 @@ class PlanExecutor:
         moved: a node with one is kept too, unless the provider takes it away (an
         interruption, ``cordon_as`` None), when they are evicted and their controller
         recreates them. Nodes of owned (core) pools are never released, whatever the plan
-        says.
+        says; an owned pool with power has a node powered off only while no pod (other than
+        a DaemonSet's) is on it: it is never drained.
         """
         spec = pools.get(pool)
-        if spec is None or not is_cloud(spec.tier):
+        if spec is None or not (is_cloud(spec.tier) or powered(spec)):
             raise KubeError(f"refusing to release {node}: pool {pool} is not a cloud pool")
         pods = self.cluster.pods_on_node(node)
+        if not is_cloud(spec.tier):
+            return self._power_off(pool, node, pods, result)
         queued_jobs: dict[str, bool] = {}
         if cordon_as is not None:
             kept = [
@@ -437,6 +442,49 @@ class PlanExecutor:
             raise KubeError(f"node {node} of pool {pool} has no instance to terminate: kept")
         self.cluster.delete_node(node)
         return True
+
+    def _power_off(
+        self, pool: str, node: str, pods: list[dict[str, Any]], result: Execution
+    ) -> bool:
+        """Power off an owned node with no pods: cordon it, then have the provider remove its
+        machine (Cluster API: the delete-machine annotation, replicas lowered). A pod that
+        arrived since the snapshot keeps the node on: owned nodes are never drained."""
+        if _occupied(pods):
+            self._keep_on(node, _occupied(pods)[0], result)
+            return False
+        self.cluster.cordon(node, "power-off", {RELEASING_ANNOTATION: f"{self.clock():.0f}"})
+        # A pod bound between the list and the cordon keeps the node on too.
+        late = _occupied(self.cluster.pods_on_node(node))
+        if late:
+            self._keep_on(node, late[0], result)
+            return False
+        raw = self.cluster.get_node(node)
+        provider_id = ((raw or {}).get("spec") or {}).get("providerID")
+        try:
+            terminated = self.capacity.terminate(pool, node, provider_id)
+        except Exception as err:
+            result.provider_errors[pool] = str(err)
+            raise KubeError(f"power off {node}: {err}") from err
+        if not terminated:
+            raise KubeError(f"owned node {node} of pool {pool} has no machine to power off: kept")
+        self.cluster.delete_node(node)
+        return True
+
+    def _keep_on(self, node: str, pod: dict[str, Any], result: Execution) -> None:
+        """End a power-off: a pod runs on the owned node (owned nodes are never drained)."""
+        notes = annotations_of(self.cluster.get_node(node) or {})
+        if notes.get(CORDONED_BY_ANNOTATION) == "power-off":
+            self.cluster.uncordon(node)
+        if RELEASING_ANNOTATION in notes:
+            self.cluster.patch_node_metadata(node, annotations={RELEASING_ANNOTATION: None})
+        meta = pod.get("metadata") or {}
+        self._event(
+            result,
+            node_ref(node),
+            "PowerOffCancelled",
+            f"pod {meta.get('namespace')}/{meta.get('name')} runs on owned node {node}: it "
+            "stays on (owned nodes are never drained to power them off)",
+        )
 
     def _is_queued_pod(self, pod: dict[str, Any], queued_jobs: dict[str, bool]) -> bool:
         """Whether Kueue manages the pod (its label) or its Job (read once, kept in
@@ -626,3 +674,12 @@ def _finished(job: dict[str, Any]) -> bool:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return True
     return False
+
+
+def _occupied(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods that keep an owned node on: every one but DaemonSet pods and pods going away."""
+    return [
+        p
+        for p in pods
+        if not is_daemonset_pod(p) and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]

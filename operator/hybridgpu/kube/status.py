@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hybridgpu.core.cost import committed_idle, pool_hour_dollars, projected_month_dollars
+from hybridgpu.core.cost import (
+    committed_idle,
+    pool_hour_dollars,
+    powered,
+    projected_month_dollars,
+)
 from hybridgpu.kube.convert import rfc3339
 from hybridgpu.models.actions import Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.base import Condition
@@ -101,6 +106,7 @@ def pool_status(
             ready=sum(1 for n in nodes if n.ready),
             cordoned=sum(1 for n in nodes if n.cordoned),
             provisioning=pool.provisioning_nodes,
+            powered_off=max(0, pool.spec.max_nodes - billed) if powered(pool.spec) else None,
         ),
         gpus=GPUCounts(total=total_gpus, allocated=allocated, idle=max(0, total_gpus - allocated)),
         utilization=round(sum(utils) / len(utils), 1) if utils else None,

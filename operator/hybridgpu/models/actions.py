@@ -18,6 +18,10 @@ class ActionKind(StrEnum):
     RECLAIM_IDLE = "reclaim_idle"
     REBALANCE = "rebalance"
     """A serving replica moves from a cloud node to owned GPUs by surge."""
+    POWER_ON = "power_on"
+    """Powered-off owned nodes are powered on (a ScaleUp of an owned pool with power)."""
+    POWER_OFF = "power_off"
+    """An idle owned node with no pods is powered off (a ReleaseNode of such a pool)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +53,8 @@ class MoveJob:
 
 @dataclass(frozen=True, slots=True)
 class ScaleUp:
-    """Ask the pool's provider for ``nodes`` more nodes."""
+    """Ask the pool's provider for ``nodes`` more nodes (kind power_on: owned machines that
+    were powered off)."""
 
     pool: str
     nodes: int
@@ -59,7 +64,8 @@ class ScaleUp:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseNode:
-    """Cordon, drain and terminate one idle elastic or spot node."""
+    """Cordon, drain and terminate one idle elastic or spot node (kind power_off: power off
+    an owned node with no pods; it is never drained)."""
 
     pool: str
     node: str

@@ -256,6 +256,36 @@ class ScaleDownSpec(SpecModel):
     )
 
 
+class PowerSpec(SpecModel):
+    """Owned nodes that may be powered off while idle and powered on again when work needs
+    them (core pools whose machines a provider adds and removes: Cluster API on bare metal,
+    where deleting a Machine deprovisions and powers off its host)."""
+
+    min_powered_on: int = Field(
+        default=0,
+        ge=0,
+        le=100000,
+        description="Never fewer owned nodes powered on (or booting) than this: capacity for "
+        "work that cannot wait for a boot.",
+    )
+    idle_for: Duration = Field(
+        default="30m",
+        description="An owned node with no pods at all for this long may be powered off.",
+    )
+    boot_time: Duration = Field(
+        default="10m",
+        description="From power-on until the node is Ready and takes pods (firmware, OS, "
+        "joining). A pod gets a powered-on owned node only when it may wait this long beyond "
+        "a cloud node's boot; else the cloud serves it.",
+    )
+    power_per_node_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="Dollars per hour one powered-on node costs in electricity (what powering "
+        "it off saves; default: pricing.powerWattsPerNode x pue x electricityPerKWh).",
+    )
+
+
 class Taint(SpecModel):
     """A taint the operator puts on the pool's nodes."""
 
@@ -334,6 +364,27 @@ class GPUPoolSpec(SpecModel):
             field_path=".provider",
         ),
         Rule(
+            cel="!has(self.power) || self.tier == 'core'",
+            message="power is for owned (core) pools: cloud nodes are released, not powered off",
+            check=lambda s: s.power is None or s.tier == "core",
+            field_path=".power",
+        ),
+        Rule(
+            cel="!has(self.power) || (has(self.provider) && has(self.provider.type) && "
+            "self.provider.type in ['clusterapi', 'kwok', 'fake'])",
+            message="power needs a provider that adds and removes the owned machines: "
+            "provider.type clusterapi (or kwok, fake)",
+            check=lambda s: s.power is None or s.provider.type in ("clusterapi", "kwok", "fake"),
+            field_path=".power",
+        ),
+        Rule(
+            cel="!has(self.power) || !has(self.power.minPoweredOn) || "
+            "self.power.minPoweredOn <= self.maxNodes",
+            message="power.minPoweredOn must not exceed maxNodes (the owned machines)",
+            check=lambda s: s.power is None or s.power.min_powered_on <= s.max_nodes,
+            field_path=".power",
+        ),
+        Rule(
             cel="!has(self.committed) || self.tier == 'elastic'",
             message="committed capacity is rented cloud capacity: committed is for elastic pools",
             check=lambda s: s.committed is None or s.tier == "elastic",
@@ -372,6 +423,13 @@ class GPUPoolSpec(SpecModel):
         "lease). Its nodes are filled before on-demand ones, never released below the "
         "commitment, and billed whether used or not; idle committed GPUs are reported as waste.",
     )
+    power: PowerSpec | None = Field(
+        default=None,
+        description="Core pools (opt-in): owned nodes idle for power.idleFor are powered off "
+        "(their Machine deleted) down to power.minPoweredOn, and powered on again (replicas "
+        "raised) when pending work needs owned capacity, before any cloud node is bought. "
+        "maxNodes is the number of owned machines.",
+    )
     taints: list[Taint] = Field(
         default_factory=list, description="Taints the operator puts on the pool's nodes."
     )
@@ -390,6 +448,11 @@ class NodeCounts(SpecModel):
     ready: int = Field(default=0, description="Ready nodes.")
     cordoned: int = Field(default=0, description="Cordoned nodes.")
     provisioning: int = Field(default=0, description="Nodes requested that have not joined yet.")
+    powered_off: int | None = Field(
+        default=None,
+        description="Core pools with power: owned machines powered off (maxNodes less the "
+        "nodes on or booting); absent for other pools.",
+    )
 
 
 class GPUCounts(SpecModel):
