@@ -230,3 +230,79 @@ def test_a_budget_holds_through_a_machine_deployment(
     budget_caps_what_the_provider_is_allowed(
         cluster, operators, "capib", lambda pool: cluster_api_backend(cluster_api, namespace, pool)
     )
+
+
+def test_owned_machines_behind_a_machine_deployment_are_powered_off_and_on(
+    cluster: Cluster, cluster_api: StandInClusterAPI, operators: Operators
+) -> None:
+    """A core pool of three owned machines behind a MachineDeployment (two on at the start)
+    with power: idle nodes with no pods are powered off down to minPoweredOn (1); work for
+    two nodes powers one machine on again instead of buying the elastic pool's node; once the
+    work is done the extra machine is powered off again. The cloud pool never gets a node."""
+    namespace = cluster.kube.namespace
+    policy = cluster.policy()
+    name = cluster.name("owned")
+    cluster_api.create_machine_deployment(
+        namespace,
+        name,
+        gpus_per_node=GPUS_PER_NODE,
+        node_labels={"hybridgpu.io/pool": name},
+        replicas=2,
+    )
+    wait_for(lambda: len(cluster.pool_nodes(name)) == 2, 60, "two owned nodes on")
+    pool = cluster.pool(
+        "owned",
+        tier="core",
+        policy=policy,
+        per_node=GPUS_PER_NODE,
+        max_nodes=3,
+        provider={"type": "clusterapi", "clusterapi": {"machineDeployment": f"{namespace}/{name}"}},
+        power={"minPoweredOn": 1, "idleFor": "2s", "bootTime": "1s"},
+    )
+    assert pool == name
+    cloud = cluster.pool("cloud", tier="elastic", policy=policy, per_node=GPUS_PER_NODE)
+    backend = Backend(
+        provider={},
+        machines=lambda: [m["metadata"]["name"] for m in cluster_api.machines(namespace, name)],
+        allowed_nodes=lambda: int(
+            cluster_api.deployment(namespace, name)["spec"].get("replicas") or 0
+        ),
+    )
+
+    def powered_on(count: int) -> Callable[[], bool]:
+        return lambda: (
+            backend.allowed_nodes() == count
+            and len(backend.machines()) == count
+            and len(cluster.pool_nodes(pool)) == count
+        )
+
+    operators.start()
+    with high_water_marks(cluster, backend, pool) as seen:
+        wait_for(powered_on(1), 90, "the idle owned nodes powered off down to minPoweredOn=1")
+        assert cluster.events("PowerOff"), "no PowerOff Event"
+        cluster.wait_ticks(policy, 2)
+        assert powered_on(1)(), "powered off below minPoweredOn"
+        cluster.kube.create_job(
+            gpu_job(
+                "work",
+                gpus=GPUS_PER_NODE,
+                completions=2,
+                parallelism=2,
+                run_duration="15s",
+                labels={"hybridgpu.io/criticality": "standard"},
+            )
+        )
+        wait_for(
+            lambda: (
+                len({p.spec.node_name for p in cluster.job_pods("work") if p.spec.node_name}) == 2
+            ),
+            90,
+            "both pods of work running on owned nodes",
+        )
+        assert cluster.events("PowerOn"), "no PowerOn Event"
+        owned_nodes = {n.metadata.name for n in cluster.pool_nodes(pool)}
+        assert {p.spec.node_name for p in cluster.job_pods("work")} <= owned_nodes
+        wait_for(lambda: cluster.job_done("work"), 120, "Job work complete")
+        wait_for(powered_on(1), 90, "the extra owned machine powered off again")
+    assert cluster.pool_nodes(cloud) == [], "a cloud node was bought while owned machines were off"
+    assert seen == {"machines": 2, "allowed": 2, "nodes": 2}, seen
