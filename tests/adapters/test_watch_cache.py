@@ -4,6 +4,8 @@ only GPU pods and GPU Jobs, and give the same snapshot as a fresh LIST of the cl
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from hybridgpu.kube.cache import Reflector, WatchCache
+from hybridgpu.kube.cache import Kind, Reflector, WatchCache
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import IdleTracker
 from hybridgpu.kube.errors import KubeError
@@ -407,3 +409,76 @@ def test_the_kwok_provider_reading_a_node_cache_that_trails_launches_nothing_twi
     finally:
         kwok.read_nodes_from(None)
         provider.close()
+
+
+def widget_crd(group: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_an_optional_kind_is_empty_and_synced_without_its_crd_and_filled_once_installed(
+    kube: KubeTest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A JobSet/RayJob/PyTorchJob stream whose CRD is not installed must not hold the tick
+    (synced, empty) nor fill the log (one line, not one per recheck); once the CRD is
+    installed its objects are listed, and when the CRD goes they go."""
+    group = f"{kube.namespace}.cache.test"
+    crd_name = f"widgets.{group}"
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    custom = client.CustomObjectsApi(api)
+    reflector = Reflector(
+        Kind("widgets", custom.list_cluster_custom_object, (group, "v1", "widgets"), optional=True),
+        absent_recheck_seconds=0.1,
+    )
+    caplog.set_level("DEBUG", logger="hybridgpu.kube.cache")
+    reflector.start()
+    try:
+        eventually(lambda: reflector.counters.absent >= 5, "five LISTs answered 404")
+        assert reflector.synced.is_set()
+        assert reflector.absent_since is not None
+        assert reflector.items() == []
+        assert reflector.counters.errors == 0
+        loud = [r for r in caplog.records if r.levelno >= logging.INFO and "widgets" in r.message]
+        assert [r.message for r in loud] == [
+            "widgets: CRD not installed; none are managed until it is"
+        ]
+
+        kube.plane.apiextensions.create_custom_resource_definition(widget_crd(group))
+        kube.plane.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd_name}"
+        )
+        widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        custom.create_namespaced_custom_object(group, "v1", kube.namespace, "widgets", widget)
+        eventually(lambda: f"{kube.namespace}/w" in keys(reflector), "the widget listed")
+        assert reflector.absent_since is None
+
+        kube.plane.apiextensions.delete_custom_resource_definition(crd_name)
+        eventually(lambda: reflector.absent_since is not None, "the kind absent again")
+        assert reflector.items() == []
+        assert reflector.synced.is_set()
+    finally:
+        reflector.stop()
+        with contextlib.suppress(client.ApiException):
+            kube.plane.apiextensions.delete_custom_resource_definition(crd_name)
+        api.close()

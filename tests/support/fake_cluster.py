@@ -15,6 +15,7 @@ from hybridgpu.kube.cluster import ClusterObjects, ObjectRef
 from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
 from hybridgpu.kube.errors import NotFound
 from hybridgpu.kube.names import CORDONED_BY_ANNOTATION, JOB_NAME_LABEL, POOL_LABEL
+from hybridgpu.kube.workloads import WorkloadKind
 from hybridgpu.models.crd import all_crds
 
 Obj = dict[str, Any]
@@ -112,6 +113,8 @@ class FakeCluster:
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
+        self.workloads: dict[tuple[str, str, str], Obj] = {}
+        """JobSets, RayJobs, PyTorchJobs by (kind, namespace, name)."""
         self.pools: dict[str, Obj] = {}
         self.policies: dict[str, Obj] = {}
         self.events: list[Obj] = []
@@ -178,6 +181,7 @@ class FakeCluster:
             nodes=copy.deepcopy(list(self.nodes.values())),
             pods=copy.deepcopy(pods),
             jobs=copy.deepcopy(list(self.jobs.values())),
+            workloads=copy.deepcopy(list(self.workloads.values())),
         )
 
     def pods_on_node(self, node: str) -> list[Obj]:
@@ -234,6 +238,39 @@ class FakeCluster:
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self.writes.append(("pod", f"{namespace}/{name}"))
         _merge(self.pods[(namespace, name)], {"metadata": {"annotations": annotations}})
+
+    def get_workload(self, kind: WorkloadKind, namespace: str, name: str) -> Obj:
+        if kind.kind == "Job":
+            return self.get_job(namespace, name)
+        found = self.workloads.get((kind.kind, namespace, name))
+        if found is None:
+            raise NotFound(f"{kind.kind} {namespace}/{name} not found", status=404)
+        return copy.deepcopy(found)
+
+    def patch_workload(
+        self, kind: WorkloadKind, namespace: str, name: str, patch: Obj | list[Obj]
+    ) -> Obj:
+        if kind.kind == "Job":
+            return self.patch_job(namespace, name, patch)
+        self.writes.append((f"patch_{kind.kind}", f"{namespace}/{name}"))
+        found = self.workloads.get((kind.kind, namespace, name))
+        if found is None:
+            raise NotFound(f"{kind.kind} {namespace}/{name} not found", status=404)
+        if isinstance(patch, dict):
+            _merge(found, patch)
+        return copy.deepcopy(found)
+
+    def pods_of_workload(self, kind: WorkloadKind, namespace: str, name: str) -> list[Obj]:
+        wanted = dict(term.split("=", 1) for term in kind.pod_selector(name).split(","))
+        return copy.deepcopy(
+            [
+                p
+                for (ns, _), p in self.pods.items()
+                if ns == namespace
+                and all(p["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+                and p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+        )
 
     def get_node(self, name: str) -> Obj | None:
         node = self.nodes.get(name)

@@ -12,13 +12,11 @@ from hybridgpu.kube.moves import (
     STEP_REPINNED,
     STEP_SUSPEND,
     Move,
-    finish_patch,
     next_step,
     read_move,
-    repin_json_patch,
     repin_template,
-    start_patch,
 )
+from hybridgpu.kube.workloads import JOB, finish_patch, repin_patch, start_patch
 from hybridgpu.models.pool import GPUPoolSpec
 
 pytestmark = pytest.mark.unit
@@ -74,11 +72,11 @@ def test_next_step(step: str, suspended: bool, pods: int, start_time: bool, want
 
 def test_intent_round_trips_through_the_annotation_and_suspends_in_one_patch() -> None:
     move = Move("spot", None, STEP_SUSPEND, 12.5)
-    patch = start_patch(move)
+    patch = start_patch(JOB, move)
     assert patch["spec"] == {"suspend": True}
     assert read_move(patch["metadata"]["annotations"]) == move
     assert read_move({"hybridgpu.io/move": "not json"}) is None
-    assert finish_patch() == {
+    assert finish_patch(JOB) == {
         "metadata": {"annotations": {"hybridgpu.io/move": None}},
         "spec": {"suspend": False},
     }
@@ -94,16 +92,20 @@ def test_repin_to_spot_adds_selector_and_toleration_and_back_to_core_drops_them(
     assert repin_template(on_core, None, pools()) == (on_core["nodeSelector"], [])
 
 
+def job_with(pod_spec: dict) -> dict:
+    return {"spec": {"template": {"spec": pod_spec}}}
+
+
 def test_repin_into_a_pool_that_is_gone_rolls_back_to_where_it_came_from() -> None:
     move = Move("deleted-pool", "core", STEP_SUSPEND, 1.0)
-    ops = repin_json_patch(move, {"nodeSelector": {"hybridgpu.io/pool": "core"}}, pools())
+    ops = repin_patch(JOB, job_with({"nodeSelector": {"hybridgpu.io/pool": "core"}}), move, pools())
     assert ops[0]["value"] == {"hybridgpu.io/pool": "core"}
     assert json.loads(ops[2]["value"])["step"] == STEP_REPINNED
     assert len(ops) == 3, "a rollback is not a pin by the operator"
 
 
 def test_a_move_to_spot_records_that_the_operator_pinned_the_job() -> None:
-    ops = repin_json_patch(Move("spot", "core", STEP_SUSPEND, 1.0), {}, pools())
+    ops = repin_patch(JOB, job_with({}), Move("spot", "core", STEP_SUSPEND, 1.0), pools())
     assert ops[-1] == {
         "op": "add",
         "path": "/metadata/annotations/hybridgpu.io~1pinned-to",

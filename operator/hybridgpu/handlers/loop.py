@@ -218,8 +218,9 @@ class Reconciler:
         objects = self.reads.read_objects()
         # Any policy's tick may finish any move; a move is rolled back only when its target
         # pool exists nowhere (not merely under another policy).
-        if self.executor.advance_moves(objects.jobs, every_pool) < sum(
-            1 for j in objects.jobs if "hybridgpu.io/move" in _annotations(j)
+        workloads = [*objects.jobs, *objects.workloads]
+        if self.executor.advance_moves(workloads, every_pool) < sum(
+            1 for j in workloads if "hybridgpu.io/move" in _annotations(j)
         ):
             objects = self.reads.read_objects()  # a move finished: see its new pods
         ended, rebalancing = self.executor.advance_rebalances(objects.nodes, every_pool)

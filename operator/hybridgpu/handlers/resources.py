@@ -99,7 +99,8 @@ def gpupool_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
     moves back once the pool is being deleted."""
     reconciler: Reconciler = memo["reconciler"]
     try:
-        jobs = reconciler.reads.read_objects().jobs
+        objects = reconciler.reads.read_objects()
+        jobs = [*objects.jobs, *objects.workloads]
     except KubeError as err:
         raise kopf.TemporaryError(str(err), delay=5) from err
     incoming = [

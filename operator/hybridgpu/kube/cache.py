@@ -1,6 +1,7 @@
 """Watch caches: what a tick reads, kept current by one watch stream per kind.
 
-Each kind (Nodes, GPU pods, GPU Jobs, GPUPools, ScalingPolicies) has a :class:`Reflector`: a
+Each kind (Nodes, GPU pods, GPU Jobs, GPUPools, ScalingPolicies, and JobSets, RayJobs,
+PyTorchJobs when their CRD is installed) has a :class:`Reflector`: a
 thread that LISTs once (in pages), then WATCHes from the list's resourceVersion with
 bookmarks. A watch that ends (the server's timeout, a dropped connection) is resumed from the
 last resourceVersion seen, without a LIST; only ``410 Gone`` (that version was compacted
@@ -42,6 +43,7 @@ from hybridgpu.kube.cluster import ClusterObjects
 from hybridgpu.kube.convert import pod_spec_gpus
 from hybridgpu.kube.errors import KubeError, NotFound, from_api_exception
 from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
+from hybridgpu.kube.workloads import CUSTOM_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,8 @@ CONNECT_SECONDS = 10.0
 READ_SLACK_SECONDS = 30.0
 """A watch with no bytes (not even a bookmark) for its timeout plus this is dead."""
 MAX_BACKOFF_SECONDS = 30.0
+ABSENT_RECHECK_SECONDS = 60.0
+"""How often an optional kind whose CRD is missing (or not allowed) is listed again."""
 RELISTED = "RELISTED"
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -103,6 +107,10 @@ class Kind:
     label_selector: str | None = None
     keep: Callable[[Obj], bool] | None = None
     """Objects to store (None: all); the others are dropped as they arrive."""
+    optional: bool = False
+    """A kind whose CRD may not be installed (JobSet, RayJob, PyTorchJob): while the apiserver
+    answers 404 (no such resource) or 403 (the operator may not list it), its store is empty
+    and counts as synced, and the LIST is tried again every ``absent_recheck_seconds``."""
 
 
 @dataclass
@@ -117,6 +125,8 @@ class Counters:
     """WATCH requests (each resume is one)."""
     events: int = 0
     errors: int = 0
+    absent: int = 0
+    """LISTs of an optional kind answered 404 or 403 (its CRD is not installed, or RBAC)."""
 
 
 class Reflector:
@@ -128,10 +138,15 @@ class Reflector:
         *,
         listener: Listener | None = None,
         watch_seconds: int = WATCH_SECONDS,
+        absent_recheck_seconds: float = ABSENT_RECHECK_SECONDS,
     ) -> None:
         self.kind = kind
         self.listener = listener
         self.watch_seconds = watch_seconds
+        self.absent_recheck_seconds = absent_recheck_seconds
+        self.absent_since: float | None = None
+        """When an optional kind was found missing (404/403), monotonic; None while present."""
+        self.absent_reason: str | None = None
         self.resource_version: str | None = None
         """The last version seen (list, event or bookmark); where a resumed watch starts."""
         self.counters = Counters()
@@ -216,16 +231,49 @@ class Reflector:
                 self.resource_version = None
                 self.synced.clear()
                 self.counters.relists += 1
+            except KubeError as err:
+                if self._stop.is_set():
+                    return
+                if self.kind.optional and err.status in (403, 404):
+                    self._absent(err)
+                    self._stop.wait(self.absent_recheck_seconds)
+                    continue
+                backoff = self._failed(err, backoff)
             except Exception as err:  # any failure: wait, then resume from the last version
                 if self._stop.is_set():
                     return
-                self.counters.errors += 1
-                self.last_error = str(err)
-                log.warning(
-                    "watch of %s failed, resuming in %.1fs: %s", self.kind.name, backoff, err
-                )
-                self._stop.wait(backoff * (0.5 + random.random()))
-                backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)
+                backoff = self._failed(err, backoff)
+
+    def _failed(self, err: Exception, backoff: float) -> float:
+        """Count and log a failure, wait, and return the next backoff."""
+        self.counters.errors += 1
+        self.last_error = str(err)
+        log.warning("watch of %s failed, resuming in %.1fs: %s", self.kind.name, backoff, err)
+        self._stop.wait(backoff * (0.5 + random.random()))
+        return min(MAX_BACKOFF_SECONDS, backoff * 2)
+
+    def _absent(self, err: KubeError) -> None:
+        """An optional kind is not served (404) or not allowed (403): an empty, synced store;
+        logged once when it goes missing, not on every recheck."""
+        self.counters.absent += 1
+        self.resource_version = None
+        with self._lock:
+            had = bool(self._store)
+            self._store = {}
+        reason = "not installed" if err.status == 404 else f"not allowed ({err})"
+        if self.absent_since is None or reason != self.absent_reason:
+            if err.status == 404:
+                log.info("%s: CRD not installed; none are managed until it is", self.kind.name)
+            else:
+                log.warning("%s: %s; none are managed (docs/workloads.md)", self.kind.name, reason)
+        else:
+            log.debug("%s still %s", self.kind.name, reason)
+        self.absent_since = self.absent_since or time.monotonic()
+        self.absent_reason = reason
+        self.last_error = None
+        self.synced.set()
+        if had:
+            self._notify(RELISTED, None, None)
 
     def _selectors(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -272,6 +320,9 @@ class Reflector:
         self.resource_version = version
         self.synced.set()
         self.last_error = None
+        if self.absent_since is not None:
+            log.info("%s: served again, %d listed", self.kind.name, len(fresh))
+            self.absent_since = self.absent_reason = None
         log.debug("listed %d %s at version %s", len(fresh), self.kind.name, version)
         self._notify(RELISTED, None, None)
 
@@ -372,8 +423,12 @@ class WatchCache:
         listener: Callable[[str, str, Obj | None, Obj | None], None] | None = None,
         watch_seconds: int = WATCH_SECONDS,
         sync_timeout: float = 30.0,
+        absent_recheck_seconds: float = ABSENT_RECHECK_SECONDS,
     ) -> WatchCache:
-        """The operator's kinds on ``api``; ``listener`` gets (kind, event, old, new)."""
+        """The operator's kinds on ``api``; ``listener`` gets (kind, event, old, new).
+
+        The suspendable batch kinds beyond batch/v1 Job (JobSet, RayJob, PyTorchJob) are
+        optional streams: empty while their CRD is not installed, filled once it is."""
         core = client.CoreV1Api(api)
         batch = client.BatchV1Api(api)
         custom = client.CustomObjectsApi(api)
@@ -392,6 +447,15 @@ class WatchCache:
                 custom.list_cluster_custom_object,
                 (GROUP, VERSION, SCALINGPOLICIES),
             ),
+            *(
+                Kind(
+                    workload.plural,
+                    custom.list_cluster_custom_object,
+                    (workload.group, workload.version, workload.plural),
+                    optional=True,
+                )
+                for workload in CUSTOM_KINDS
+            ),
         ]
 
         def bound(name: str) -> Listener | None:
@@ -401,7 +465,12 @@ class WatchCache:
 
         return cls(
             {
-                k.name: Reflector(k, listener=bound(k.name), watch_seconds=watch_seconds)
+                k.name: Reflector(
+                    k,
+                    listener=bound(k.name),
+                    watch_seconds=watch_seconds,
+                    absent_recheck_seconds=absent_recheck_seconds,
+                )
                 for k in kinds
             },
             sync_timeout=sync_timeout,
@@ -452,9 +521,24 @@ class WatchCache:
 
     # ------------------------------------------------------------- the reads
     def read_objects(self) -> ClusterObjects:
-        """Nodes, GPU pods (not finished) and GPU Jobs, as a LIST would return them."""
+        """Nodes, GPU pods (not finished), GPU Jobs and the other suspendable batch kinds
+        whose CRD is installed (each object with its ``kind``), as a LIST would return them."""
         nodes, pods, jobs = self._synced("nodes", "pods", "jobs")
-        return ClusterObjects(nodes=nodes.items(), pods=pods.items(), jobs=jobs.items())
+        custom = [k for k in CUSTOM_KINDS if k.plural in self.reflectors]
+        workloads = [
+            obj if obj.get("kind") else {**obj, "kind": kind.kind}
+            for kind, reflector in zip(
+                custom, self._synced(*(k.plural for k in custom)), strict=True
+            )
+            for obj in reflector.items()
+        ]
+        return ClusterObjects(
+            nodes=nodes.items(), pods=pods.items(), jobs=jobs.items(), workloads=workloads
+        )
+
+    def absent_kinds(self) -> list[str]:
+        """Optional kinds not served now (their CRD is not installed, or RBAC forbids)."""
+        return [n for n, r in self.reflectors.items() if r.absent_since is not None]
 
     def list_pools(self) -> list[Obj]:
         return self._synced(GPUPOOLS)[0].items()

@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -33,6 +33,7 @@ from hybridgpu.kube.names import (
     SCALINGPOLICIES,
     VERSION,
 )
+from hybridgpu.kube.workloads import CUSTOM_KINDS, WorkloadKind
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class ClusterObjects:
     nodes: list[Obj]
     pods: list[Obj]
     jobs: list[Obj]
+    workloads: list[Obj] = field(default_factory=list)
+    """JobSets, RayJobs and PyTorchJobs (each with its ``kind``), of the kinds installed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class KubeCluster:
         self.apiextensions = client.ApiextensionsV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.autoscaling = client.AutoscalingV2Api(api)
+        self._forbidden_kinds: set[str] = set()
 
     def close(self) -> None:
         self.api.close()
@@ -184,7 +188,82 @@ class KubeCluster:
                 if pod_spec_gpus(((j.get("spec") or {}).get("template") or {}).get("spec") or {})
                 > 0
             ],
+            workloads=[w for kind in CUSTOM_KINDS for w in self.list_workloads(kind)],
         )
+
+    def list_workloads(self, kind: WorkloadKind) -> list[Obj]:
+        """Every object of a suspendable batch kind (JobSet, RayJob, PyTorchJob), each with
+        its ``kind``; none when its CRD is not installed or the operator may not list it
+        (docs/workloads.md says which RBAC each kind needs)."""
+        try:
+            body = self._json(
+                f"list {kind.plural}",
+                lambda: self.custom.list_cluster_custom_object(
+                    kind.group, kind.version, kind.plural, _preload_content=False
+                ),
+            )
+        except NotFound:
+            return []
+        except KubeError as err:
+            if err.status != 403:
+                raise
+            if kind.kind not in self._forbidden_kinds:
+                self._forbidden_kinds.add(kind.kind)
+                log.warning("%s: not allowed to list %s; they are not managed", err, kind.plural)
+            return []
+        items: list[Obj] = body.get("items", [])
+        for item in items:
+            item.setdefault("kind", kind.kind)
+        return items
+
+    def get_workload(self, kind: WorkloadKind, namespace: str, name: str) -> Obj:
+        """A Job, JobSet, RayJob or PyTorchJob as a dict (with its ``kind``)."""
+        if kind.group == "batch":
+            return self.get_job(namespace, name)
+        result: Obj = self._json(
+            f"read {kind.kind} {namespace}/{name}",
+            lambda: self.custom.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, _preload_content=False
+            ),
+        )
+        result.setdefault("kind", kind.kind)
+        return result
+
+    def patch_workload(
+        self, kind: WorkloadKind, namespace: str, name: str, patch: Obj | list[Obj]
+    ) -> Obj:
+        """Merge-patch (a dict) or JSON-patch (a list) a workload; returns it patched."""
+        if kind.group == "batch":
+            return self.patch_job(namespace, name, patch)
+        content = JSON_PATCH if isinstance(patch, list) else MERGE
+        result: Obj = self._json(
+            f"patch {kind.kind} {namespace}/{name}",
+            lambda: self.custom.patch_namespaced_custom_object(
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                name,
+                patch,
+                _content_type=content,
+                _preload_content=False,
+            ),
+        )
+        result.setdefault("kind", kind.kind)
+        return result
+
+    def pods_of_workload(self, kind: WorkloadKind, namespace: str, name: str) -> list[Obj]:
+        """Pods of a workload that still exist and have not finished (terminating ones
+        count)."""
+        items: list[Obj] = self._json(
+            f"list pods of {kind.kind} {namespace}/{name}",
+            lambda: self.core.list_namespaced_pod(
+                namespace, _preload_content=False, label_selector=kind.pod_selector(name)
+            ),
+        )["items"]
+        return [
+            p for p in items if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
 
     def pods_on_node(self, node: str) -> list[Obj]:
         """Pods bound to ``node`` that have not finished."""

@@ -16,6 +16,7 @@ from hybridgpu.kube.names import (
     CRITICALITY_LABEL,
     DEADLINE_ANNOTATION,
     EXPECTED_DURATION_ANNOTATION,
+    GANG_ANNOTATION,
     GPU_RESOURCE,
     IDLE_RECLAIM_CRITICAL_ANNOTATION,
     IDLE_TIMEOUT_ANNOTATION,
@@ -276,12 +277,13 @@ def job_state(job: Obj) -> JobState | None:
     deadline = job_deadline(annotations_of(job), created)
     errors = "; ".join(e for e in (error, deadline.error) if e) or None
     queued = is_queued(job)
+    parallelism = int(spec.get("parallelism") or 1)
     return JobState(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
         criticality=job_criticality(job),
         gpus_per_pod=gpus,
-        parallelism=int(spec.get("parallelism") or 1),
+        parallelism=parallelism,
         suspended=bool(spec.get("suspend")),
         pool=pool,
         started_at=epoch_of(status.get("startTime")),
@@ -297,6 +299,9 @@ def job_state(job: Obj) -> JobState | None:
         progress_seconds=deadline.progress_seconds,
         return_to_core=str(annotations_of(job).get(RETURN_TO_CORE_ANNOTATION, "")).strip().lower()
         == "true",
+        # A Job whose pods must all run at once says so (hybridgpu.io/gang: "true").
+        gang=parallelism > 1
+        and str(annotations_of(job).get(GANG_ANNOTATION, "")).strip().lower() == "true",
         input_error=errors,
         queued=queued,
     )

@@ -21,26 +21,16 @@ from hybridgpu.kube.convert import (
     is_daemonset_pod,
     is_queued,
     node_is_ready,
-    owner_job,
     pool_of_node,
     pool_selector,
 )
 from hybridgpu.kube.errors import KubeError, NotFound
-from hybridgpu.kube.moves import (
-    STEP_SUSPEND,
-    Move,
-    finish_patch,
-    next_step,
-    read_move,
-    repin_json_patch,
-    start_patch,
-)
+from hybridgpu.kube.moves import STEP_SUSPEND, Move, next_step, read_move
 from hybridgpu.kube.names import (
     CORDONED_BY_ANNOTATION,
     GROUP,
     INTERRUPTION_ANNOTATION,
     MOVE_ANNOTATION,
-    POOL_LABEL,
     PROGRESS_ANNOTATION,
     RECLAIMED_ANNOTATION,
     RELEASING_ANNOTATION,
@@ -48,6 +38,18 @@ from hybridgpu.kube.names import (
     VERSION,
 )
 from hybridgpu.kube.serving import COMPLETED, Outcome, ServingMover, read_intent
+from hybridgpu.kube.workloads import (
+    JOB,
+    WorkloadKind,
+    api_version_of,
+    finish_patch,
+    from_pool,
+    kind_named,
+    kind_of,
+    owner_workload,
+    repin_patch,
+    start_patch,
+)
 from hybridgpu.models.actions import (
     Action,
     CordonUnhealthy,
@@ -136,8 +138,10 @@ def node_ref(name: str) -> ObjectRef:
     return ObjectRef(kind="Node", name=name, api_version="v1")
 
 
-def job_ref(namespace: str, name: str) -> ObjectRef:
-    return ObjectRef(kind="Job", name=name, api_version="batch/v1", namespace=namespace)
+def job_ref(namespace: str, name: str, kind: WorkloadKind = JOB) -> ObjectRef:
+    return ObjectRef(
+        kind=kind.kind, name=name, api_version=api_version_of(kind), namespace=namespace
+    )
 
 
 def deployment_ref(namespace: str, name: str) -> ObjectRef:
@@ -160,6 +164,8 @@ class PlanExecutor:
         self._progress: Mapping[str, float] = {}
         """The plan being executed's saved progress by Job, recorded on Jobs it stops."""
         self.serving = ServingMover(cluster, clock)
+        self._kinds: dict[str, str] = {}
+        """The kind of each workload of the plan's snapshot that is not a batch/v1 Job."""
 
     # ------------------------------------------------------------------ plan
     def execute(
@@ -175,6 +181,7 @@ class PlanExecutor:
         result = Execution()
         prefix = "dry run, not done: " if dry_run else ""
         self._progress = plan.progress_seconds_by_job
+        self._kinds = {j.key: j.kind for j in snapshot.jobs if j.kind != JOB.kind}
         for action in plan.actions:
             if not dry_run:
                 try:
@@ -208,18 +215,23 @@ class PlanExecutor:
 
     def _ref_of(self, action: Action) -> ObjectRef:
         if isinstance(action, MoveJob):
-            return job_ref(action.namespace, action.job)
+            return job_ref(action.namespace, action.job, self._kind(action.job_key))
         if isinstance(action, RebalanceReplica):
             return deployment_ref(action.namespace, action.workload)
         if isinstance(action, ReclaimIdle):
             if action.job:
-                return job_ref(action.namespace, action.name)
+                key = f"{action.namespace}/{action.name}"
+                return job_ref(action.namespace, action.name, self._kind(key))
             return ObjectRef(
                 kind="Pod", name=action.name, api_version="v1", namespace=action.namespace
             )
         if isinstance(action, HandleInterruption | CordonUnhealthy):
             return node_ref(action.node)
         return pool_ref(action.pool)
+
+    def _kind(self, key: str) -> WorkloadKind:
+        """The adapter of the workload ``namespace/name`` of the plan's snapshot."""
+        return kind_named(self._kinds.get(key))
 
     def _event(
         self,
@@ -263,7 +275,8 @@ class PlanExecutor:
                 result.provider_errors[action.pool] = str(err)
                 raise KubeError(f"scale up {action.pool}: {err}") from err
         elif isinstance(action, MoveJob):
-            self.start_move(action.namespace, action.job, action.to_pool, pools)
+            kind = self._kind(action.job_key)
+            self.start_move(action.namespace, action.job, action.to_pool, pools, kind)
         elif isinstance(action, ReleaseNode):
             self.release_node(action.pool, action.node, pools, result)
         elif isinstance(action, HandleInterruption):
@@ -342,11 +355,12 @@ class PlanExecutor:
         Eviction API (PodDisruptionBudgets hold); False when it was already done."""
         if not action.job:
             return self.cluster.evict(action.namespace, action.name)
+        kind = self._kind(f"{action.namespace}/{action.name}")
         try:
-            job = self.cluster.get_job(action.namespace, action.name)
+            job = self.cluster.get_workload(kind, action.namespace, action.name)
         except NotFound:
             return False
-        if (job.get("spec") or {}).get("suspend"):
+        if kind.suspended(job):
             return False
         if is_queued(job):
             log.warning("not reclaiming Job %s/%s: Kueue manages it", action.namespace, action.name)
@@ -357,11 +371,11 @@ class PlanExecutor:
             "gpus": action.gpus,
             "heldDollars": round(action.held_dollars, 2),
         }
-        patch = {
-            "metadata": {"annotations": {RECLAIMED_ANNOTATION: json.dumps(record, sort_keys=True)}},
-            "spec": {"suspend": True},
+        patch = kind.suspend_patch(True)
+        patch["metadata"] = {
+            "annotations": {RECLAIMED_ANNOTATION: json.dumps(record, sort_keys=True)}
         }
-        self.cluster.patch_job(action.namespace, action.name, patch)
+        self.cluster.patch_workload(kind, action.namespace, action.name, patch)
         return True
 
     # ------------------------------------------------------------- releasing
@@ -414,14 +428,14 @@ class PlanExecutor:
                 left += 0 if unreachable else 1
                 continue
             left += 1
-            job = owner_job(pod)
+            workload = owner_workload(pod)
             if self._is_queued_pod(pod, queued_jobs):
-                # The node goes away anyway; Kueue owns the Job's suspend flag, so its pod is
-                # evicted (PDBs hold) and the Job controller recreates it elsewhere.
+                # The node goes away anyway; Kueue owns the workload's suspend flag, so its pod
+                # is evicted (PDBs hold) and its controller recreates it elsewhere.
                 self.cluster.evict(str(meta.get("namespace")), str(meta.get("name")))
-            elif job is not None:
-                namespace, name = job.split("/", 1)
-                self.start_move(namespace, name, None, pools)
+            elif workload is not None:
+                kind = kind_named(workload.kind)
+                self.start_move(workload.namespace, workload.name, None, pools, kind)
             elif is_bare(pod):
                 result.errors.append(
                     f"bare pod {meta.get('namespace')}/{meta.get('name')} keeps {node}: "
@@ -487,20 +501,23 @@ class PlanExecutor:
         )
 
     def _is_queued_pod(self, pod: dict[str, Any], queued_jobs: dict[str, bool]) -> bool:
-        """Whether Kueue manages the pod (its label) or its Job (read once, kept in
+        """Whether Kueue manages the pod (its label) or its workload (read once, kept in
         ``queued_jobs``)."""
         if is_queued(pod):
             return True
-        job = owner_job(pod)
-        if job is None:
+        workload = owner_workload(pod)
+        if workload is None:
             return False
-        if job not in queued_jobs:
-            namespace, name = job.split("/", 1)
+        key = f"{workload.kind}:{workload.key}"
+        if key not in queued_jobs:
+            kind = kind_named(workload.kind)
             try:
-                queued_jobs[job] = is_queued(self.cluster.get_job(namespace, name))
+                queued_jobs[key] = is_queued(
+                    self.cluster.get_workload(kind, workload.namespace, workload.name)
+                )
             except NotFound:
-                queued_jobs[job] = False
-        return queued_jobs[job]
+                queued_jobs[key] = False
+        return queued_jobs[key]
 
     def _keep_for_pod(self, node: str, pod: dict[str, Any], result: Execution) -> None:
         """End the release of ``node``: drop the releasing mark, and the cordon when it was
@@ -523,34 +540,42 @@ class PlanExecutor:
 
     # ----------------------------------------------------------------- moves
     def start_move(
-        self, namespace: str, name: str, to_pool: str | None, pools: Mapping[str, GPUPoolSpec]
+        self,
+        namespace: str,
+        name: str,
+        to_pool: str | None,
+        pools: Mapping[str, GPUPoolSpec],
+        kind: WorkloadKind = JOB,
     ) -> None:
-        """Record the move on the Job and suspend it (one patch), then advance it."""
+        """Record the move on the workload and suspend it (one patch), then advance it. The
+        whole workload moves: every pod template is repointed, all its pods restart."""
         try:
-            job = self.cluster.get_job(namespace, name)
+            job = self.cluster.get_workload(kind, namespace, name)
         except NotFound:
             return
+        job.setdefault("kind", kind.kind)
         if is_queued(job):
             # Kueue owns its suspend flag: suspending it here would fight Kueue's admission.
-            log.warning("not moving Job %s/%s: Kueue manages it", namespace, name)
+            log.warning("not moving %s %s/%s: Kueue manages it", kind.kind, namespace, name)
             self.advance_move(job, pools)
             return
         if read_move(annotations_of(job)) is not None:
             self.advance_move(job, pools)
             return
-        pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-        from_pool = (pod_spec.get("nodeSelector") or {}).get(POOL_LABEL)
-        move = Move(to_pool=to_pool, from_pool=from_pool, step=STEP_SUSPEND, since=self.clock())
-        patch = start_patch(move)
+        move = Move(
+            to_pool=to_pool, from_pool=from_pool(kind, job), step=STEP_SUSPEND, since=self.clock()
+        )
+        patch = start_patch(kind, move)
         saved = self._progress.get(f"{namespace}/{name}")
         if saved is not None:
             # Its next run's deadline arithmetic starts from what its checkpoints saved.
             patch["metadata"]["annotations"][PROGRESS_ANNOTATION] = f"{saved:.0f}"
-        job = self.cluster.patch_job(namespace, name, patch)
+        job = self.cluster.patch_workload(kind, namespace, name, patch)
         self.advance_move(job, pools)
 
     def advance_moves(self, jobs: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]) -> int:
-        """Advance every move recorded on ``jobs``; returns how many are still in flight."""
+        """Advance every move recorded on ``jobs`` (Jobs, and JobSets, RayJobs, PyTorchJobs
+        with their ``kind``); returns how many are still in flight."""
         in_flight = 0
         for job in jobs:
             if MOVE_ANNOTATION not in annotations_of(job):
@@ -565,33 +590,34 @@ class PlanExecutor:
         return in_flight
 
     def advance_move(self, job: dict[str, Any], pools: Mapping[str, GPUPoolSpec]) -> bool:
-        """Take the move recorded on ``job`` as far as it can go now; True when finished."""
+        """Take the move recorded on ``job`` (a Job, or another kind said by its ``kind``) as
+        far as it can go now; True when finished."""
+        kind = kind_of(job)
         meta = job.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         move = read_move(annotations_of(job))
-        spec = job.get("spec") or {}
         status = job.get("status") or {}
-        if _finished(job) or is_queued(job):
-            # A queued Job's suspend flag is Kueue's: a move recorded on it is dropped, never
-            # carried on (resuming it would start work Kueue has not admitted).
+        if kind.finished(job) or is_queued(job):
+            # A queued workload's suspend flag is Kueue's: a move recorded on it is dropped,
+            # never carried on (resuming it would start work Kueue has not admitted).
             if MOVE_ANNOTATION in annotations_of(job):
-                self.cluster.patch_job(
-                    namespace, name, {"metadata": {"annotations": {MOVE_ANNOTATION: None}}}
+                self.cluster.patch_workload(
+                    kind, namespace, name, {"metadata": {"annotations": {MOVE_ANNOTATION: None}}}
                 )
             return True
         if move is None:
-            # An intent we cannot read: never leave the Job suspended because of it.
-            self.cluster.patch_job(namespace, name, finish_patch())
+            # An intent we cannot read: never leave the workload suspended because of it.
+            self.cluster.patch_workload(kind, namespace, name, finish_patch(kind))
             return True
-        pods = self.cluster.pods_of_job(namespace, name)
+        pods = self.cluster.pods_of_workload(kind, namespace, name)
         step = next_step(
             move,
-            suspended=bool(spec.get("suspend")),
+            suspended=kind.suspended(job),
             pods_left=len(pods),
-            has_start_time=bool(status.get("startTime")),
+            has_start_time=kind.clears_start_time and bool(status.get("startTime")),
         )
         if step == "suspend":
-            self.cluster.patch_job(namespace, name, {"spec": {"suspend": True}})
+            self.cluster.patch_workload(kind, namespace, name, kind.suspend_patch(True))
             return False
         if step == "wait":
             return False
@@ -599,10 +625,9 @@ class PlanExecutor:
             self.cluster.clear_job_start_time(namespace, name)
             step = "repin"
         if step == "repin":
-            pod_spec = (spec.get("template") or {}).get("spec") or {}
-            self.cluster.patch_job(namespace, name, repin_json_patch(move, pod_spec, pools))
-        self.cluster.patch_job(namespace, name, finish_patch())
-        log.info("moved Job %s/%s to %s", namespace, name, move.to_pool or "its queue")
+            self.cluster.patch_workload(kind, namespace, name, repin_patch(kind, job, move, pools))
+        self.cluster.patch_workload(kind, namespace, name, finish_patch(kind))
+        log.info("moved %s %s/%s to %s", kind.kind, namespace, name, move.to_pool or "its queue")
         return True
 
     def finish_interrupted(
@@ -667,13 +692,6 @@ class PlanExecutor:
                 self.cluster.delete_node(node.name)
                 deleted.append(node.name)
         return deleted
-
-
-def _finished(job: dict[str, Any]) -> bool:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-            return True
-    return False
 
 
 def _occupied(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hybridgpu.kube.names import MOVE_ANNOTATION, PINNED_ANNOTATION, POOL_LABEL
+from hybridgpu.kube.names import MOVE_ANNOTATION, POOL_LABEL
 from hybridgpu.models.pool import GPUPoolSpec
 
 STEP_SUSPEND = "suspend"
@@ -65,19 +65,6 @@ def read_move(annotations: Mapping[str, str] | None) -> Move | None:
         )
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def start_patch(move: Move) -> dict[str, Any]:
-    """One merge patch that records the intent and suspends the Job (atomic: no half state)."""
-    return {
-        "metadata": {"annotations": {MOVE_ANNOTATION: move.annotation()}},
-        "spec": {"suspend": True},
-    }
-
-
-def finish_patch() -> dict[str, Any]:
-    """One merge patch that resumes the Job and forgets the intent."""
-    return {"metadata": {"annotations": {MOVE_ANNOTATION: None}}, "spec": {"suspend": False}}
 
 
 def tolerations_for(spec: GPUPoolSpec) -> list[dict[str, str]]:
@@ -129,34 +116,6 @@ def repin_template(
         if toleration not in kept:
             kept.append(toleration)
     return selector, kept
-
-
-def repin_json_patch(
-    move: Move, pod_spec: Mapping[str, Any], pools: Mapping[str, GPUPoolSpec]
-) -> list[dict[str, Any]]:
-    """JSON patch that repins the template (whole fields replaced) and records step repinned."""
-    to_pool = move.to_pool if move.to_pool in pools else move.from_pool
-    selector, tolerations = repin_template(pod_spec, to_pool, pools)
-    done = Move(move.to_pool, move.from_pool, STEP_REPINNED, move.since)
-    pinned = []
-    if to_pool is not None and to_pool in pools and to_pool != move.from_pool:
-        pinned = [
-            {
-                "op": "add",
-                "path": "/metadata/annotations/" + PINNED_ANNOTATION.replace("/", "~1"),
-                "value": to_pool,
-            }
-        ]
-    return [
-        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": selector},
-        {"op": "add", "path": "/spec/template/spec/tolerations", "value": tolerations},
-        {
-            "op": "add",
-            "path": "/metadata/annotations/" + MOVE_ANNOTATION.replace("/", "~1"),
-            "value": done.annotation(),
-        },
-        *pinned,
-    ]
 
 
 def next_step(move: Move, *, suspended: bool, pods_left: int, has_start_time: bool) -> str:

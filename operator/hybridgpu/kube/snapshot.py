@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hybridgpu.kube.cluster import ClusterObjects
@@ -13,9 +13,17 @@ from hybridgpu.kube.convert import (
     is_idle,
     job_criticality,
     job_state,
+    labels_of,
     node_state,
     pool_of_node,
     pool_selector,
+)
+from hybridgpu.kube.names import CRITICALITY_LABEL
+from hybridgpu.kube.workloads import (
+    kind_of,
+    owned_by_workload,
+    owner_workload,
+    workload_state,
 )
 from hybridgpu.models.pool import GPUPoolSpec
 from hybridgpu.models.snapshot import (
@@ -71,16 +79,30 @@ def build_snapshot(
     job_notes: dict[str, Mapping[str, str]] = {}
     moving: set[str] = set()
     queued: set[str] = set()
-    for raw in objects.jobs:
+    custom: dict[str, JobState] = {}
+    """JobSets, RayJobs, PyTorchJobs by key: their pods are theirs, not their child Jobs'."""
+    gangs: dict[str, JobState] = {}
+    for raw in [*objects.jobs, *objects.workloads]:
         meta = raw.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        criticality[key] = job_criticality(raw)
+        kind = kind_of(raw)
+        if kind.kind == "Job":
+            if owned_by_workload(raw):
+                continue  # a JobSet's child Job: moved through its JobSet, never by itself
+            criticality[key] = job_criticality(raw)
+            state = job_state(raw)
+        else:
+            state = workload_state(kind, raw)
+            if state is not None:
+                criticality[key] = state.criticality
+                custom[key] = state
         job_notes[key] = meta.get("annotations") or {}
-        state = job_state(raw)
         if state is None:
             continue
         if state.queued:
             queued.add(key)
+        if state.gang:
+            gangs[key] = state
         if state.move is not None:
             moving.add(key)
             if state.move.to_pool not in (None, *pools):
@@ -91,14 +113,20 @@ def build_snapshot(
     gpu_pods_on: dict[str, int] = {}
     for raw in objects.pods:
         pod = gpu_pod(raw, criticality, job_notes, queued)
+        if pod is not None and custom:
+            pod = _of_workload(pod, raw, custom, queued)
         if pod is None or (pod.job is not None and pod.job in moving):
             continue
+        if pod.job is not None and pod.job in gangs:
+            pod = replace(pod, gang=pod.job, gang_size=gangs[pod.job].parallelism)
         if pod.node is None and not _is_demand_of(pod.pool, pools, unpinned_demand):
             continue
         pods.append(pod)
         if pod.node is not None:
             gpu_pods_on[pod.node] = gpu_pods_on.get(pod.node, 0) + 1
 
+    if custom:
+        jobs = _with_start_times(jobs, custom, pods)
     selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
     pods = _with_pod_idleness(pods, objects.nodes, selectors, pools, measured, idle, now)
     nodes: list[NodeState] = []
@@ -147,6 +175,44 @@ def build_snapshot(
         metrics=measured.metrics,
         budget=measured.budget,
     )
+
+
+def _of_workload(
+    pod: GPUPod, raw: Obj, custom: Mapping[str, JobState], queued: Collection[str]
+) -> GPUPod:
+    """A pod of a JobSet, RayJob or PyTorchJob belongs to it (not to the child Job that runs
+    it), takes its criticality unless the pod names its own, and is Kueue's when it is."""
+    ref = owner_workload(raw)
+    if ref is None or ref.kind == "Job":
+        return pod
+    state = custom.get(ref.key)
+    if state is None:
+        return pod
+    labelled = CRITICALITY_LABEL in labels_of(raw)
+    return replace(
+        pod,
+        job=ref.key,
+        criticality=pod.criticality if labelled else state.criticality,
+        queued=pod.queued or ref.key in queued,
+    )
+
+
+def _with_start_times(
+    jobs: list[JobState], custom: Mapping[str, JobState], pods: list[GPUPod]
+) -> list[JobState]:
+    """Kinds whose status says no start time started when their first pod still running
+    did (decide's minRuntime and checkpoint arithmetic count from there)."""
+    first: dict[str, float] = {}
+    for pod in pods:
+        key = pod.job
+        if key is not None and key in custom and pod.started_at is not None and pod.node:
+            first[key] = min(first.get(key, pod.started_at), pod.started_at)
+    return [
+        replace(j, started_at=first[j.key])
+        if j.key in custom and j.started_at is None and j.key in first
+        else j
+        for j in jobs
+    ]
 
 
 def _pod_clock(key: str) -> str:

@@ -1,0 +1,74 @@
+"""Suspendable batch workloads (batch/v1 Job, JobSet, RayJob, PyTorchJob) behind one adapter
+interface (``base.WorkloadKind``), so the snapshot and the move protocol treat them alike.
+
+See docs/workloads.md for what each kind needs (RBAC, labels, annotations)."""
+
+from __future__ import annotations
+
+from hybridgpu.kube.convert import Obj
+from hybridgpu.kube.workloads.base import (
+    PodTemplate,
+    WorkloadKind,
+    WorkloadRef,
+    api_version_of,
+    finish_patch,
+    from_pool,
+    repin_patch,
+    start_patch,
+    workload_state,
+)
+from hybridgpu.kube.workloads.kinds import BatchJob, JobSet, PyTorchJob, RayJob
+
+JOB: WorkloadKind = BatchJob()
+CUSTOM_KINDS: tuple[WorkloadKind, ...] = (JobSet(), RayJob(), PyTorchJob())
+"""The kinds beyond batch/v1 Job, listed through their CRDs when those are installed."""
+KINDS: dict[str, WorkloadKind] = {k.kind: k for k in (JOB, *CUSTOM_KINDS)}
+
+
+def kind_named(name: str | None) -> WorkloadKind:
+    """The adapter of a kind by name (a Job when it is not one of ours or not said)."""
+    return KINDS.get(name or "Job", JOB)
+
+
+def kind_of(obj: Obj) -> WorkloadKind:
+    """The adapter for a raw object (objects listed without a kind are Jobs)."""
+    return kind_named(obj.get("kind"))
+
+
+def owner_workload(pod: Obj) -> WorkloadRef | None:
+    """The workload a pod belongs to: a JobSet, RayJob or PyTorchJob before the batch/v1
+    Job that may run it for them (a JobSet's child Job); None for pods of none."""
+    namespace = str((pod.get("metadata") or {}).get("namespace"))
+    for kind in (*CUSTOM_KINDS, JOB):
+        name = kind.owner_of(pod)
+        if name:
+            return WorkloadRef(kind.kind, namespace, name)
+    return None
+
+
+def owned_by_workload(obj: Obj) -> bool:
+    """Whether a batch/v1 Job is run for one of the other kinds (a JobSet's child Job, a
+    RayJob's submitter): it is moved through its owner, never by itself."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    custom = {k.kind for k in CUSTOM_KINDS}
+    return any(r.get("kind") in custom for r in owners)
+
+
+__all__ = [
+    "CUSTOM_KINDS",
+    "JOB",
+    "KINDS",
+    "PodTemplate",
+    "WorkloadKind",
+    "WorkloadRef",
+    "api_version_of",
+    "finish_patch",
+    "from_pool",
+    "kind_named",
+    "kind_of",
+    "owned_by_workload",
+    "owner_workload",
+    "repin_patch",
+    "start_patch",
+    "workload_state",
+]

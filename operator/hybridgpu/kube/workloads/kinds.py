@@ -1,0 +1,202 @@
+"""One adapter per suspendable batch kind (the :class:`~.base.WorkloadKind` interface).
+
+- batch/v1 Job: ``spec.suspend``; one template; ``parallelism`` pods.
+- JobSet (jobset.x-k8s.io/v1alpha2): ``spec.suspend``; a template per replicated Job, run by
+  ``replicas`` child Jobs of ``parallelism`` pods each; the JobSet controller copies template
+  scheduling changes into its child Jobs when it resumes them.
+- RayJob (ray.io/v1): ``spec.suspend`` (KubeRay requires ``shutdownAfterJobFinishes: true``
+  with it); the head template plus each worker group's (``replicas`` pods); suspending deletes
+  its RayCluster.
+- PyTorchJob (kubeflow.org/v1): ``spec.runPolicy.suspend``; a template per replica type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridgpu.kube.convert import Obj, job_is_finished, owner_job
+from hybridgpu.kube.names import JOB_NAME_LABEL
+from hybridgpu.kube.workloads.base import PodTemplate, int_field
+
+
+def _conditions_true(obj: Obj, types: tuple[str, ...]) -> bool:
+    return any(
+        c.get("type") in types and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def _label(pod: Obj, key: str) -> str | None:
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(key)
+    return str(value) if value else None
+
+
+class BatchJob:
+    kind = "Job"
+    group = "batch"
+    version = "v1"
+    plural = "jobs"
+    gang_by_default = False
+    clears_start_time = True
+
+    def suspended(self, obj: Obj) -> bool:
+        return bool((obj.get("spec") or {}).get("suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+    def finished(self, obj: Obj) -> bool:
+        return job_is_finished(obj)
+
+    def templates(self, obj: Obj) -> list[PodTemplate]:
+        spec = obj.get("spec") or {}
+        return [PodTemplate("/spec/template", spec.get("template") or {}, _parallelism(spec))]
+
+    def owner_of(self, pod: Obj) -> str | None:
+        key = owner_job(pod)
+        return None if key is None else key.split("/", 1)[1]
+
+    def pod_selector(self, name: str) -> str:
+        return f"{JOB_NAME_LABEL}={name}"
+
+
+def _parallelism(job_spec: Obj) -> int:
+    """Pods a Job runs at once: its parallelism, no more than its completions."""
+    parallelism = int_field(job_spec.get("parallelism"), 1)
+    completions = job_spec.get("completions")
+    return min(parallelism, int_field(completions, parallelism))
+
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+class JobSet:
+    kind = "JobSet"
+    group = "jobset.x-k8s.io"
+    version = "v1alpha2"
+    plural = "jobsets"
+    gang_by_default = True
+    clears_start_time = False
+
+    def suspended(self, obj: Obj) -> bool:
+        return bool((obj.get("spec") or {}).get("suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+    def finished(self, obj: Obj) -> bool:
+        return _conditions_true(obj, ("Completed", "Failed"))
+
+    def templates(self, obj: Obj) -> list[PodTemplate]:
+        out = []
+        for i, replicated in enumerate((obj.get("spec") or {}).get("replicatedJobs") or []):
+            job_spec = (replicated.get("template") or {}).get("spec") or {}
+            replicas = int_field(replicated.get("replicas"), 1)
+            out.append(
+                PodTemplate(
+                    f"/spec/replicatedJobs/{i}/template/spec/template",
+                    job_spec.get("template") or {},
+                    replicas * _parallelism(job_spec),
+                )
+            )
+        return out
+
+    def owner_of(self, pod: Obj) -> str | None:
+        return _label(pod, JOBSET_NAME_LABEL)
+
+    def pod_selector(self, name: str) -> str:
+        return f"{JOBSET_NAME_LABEL}={name}"
+
+
+RAY_CR_NAME_LABEL = "ray.io/originated-from-cr-name"
+RAY_CRD_LABEL = "ray.io/originated-from-crd"
+
+
+class RayJob:
+    kind = "RayJob"
+    group = "ray.io"
+    version = "v1"
+    plural = "rayjobs"
+    gang_by_default = True
+    clears_start_time = False
+
+    def suspended(self, obj: Obj) -> bool:
+        return bool((obj.get("spec") or {}).get("suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+    def finished(self, obj: Obj) -> bool:
+        status = (obj.get("status") or {}).get("jobDeploymentStatus")
+        return status in ("Complete", "Failed")
+
+    def templates(self, obj: Obj) -> list[PodTemplate]:
+        cluster = (obj.get("spec") or {}).get("rayClusterSpec") or {}
+        base = "/spec/rayClusterSpec"
+        out = [
+            PodTemplate(
+                f"{base}/headGroupSpec/template",
+                (cluster.get("headGroupSpec") or {}).get("template") or {},
+                1,
+            )
+        ]
+        for i, group in enumerate(cluster.get("workerGroupSpecs") or []):
+            replicas = int_field(group.get("replicas"), int_field(group.get("minReplicas"), 1))
+            hosts = int_field(group.get("numOfHosts"), 1)
+            out.append(
+                PodTemplate(
+                    f"{base}/workerGroupSpecs/{i}/template",
+                    group.get("template") or {},
+                    replicas * hosts,
+                )
+            )
+        return out
+
+    def owner_of(self, pod: Obj) -> str | None:
+        if _label(pod, RAY_CRD_LABEL) != "RayJob":
+            return None
+        return _label(pod, RAY_CR_NAME_LABEL)
+
+    def pod_selector(self, name: str) -> str:
+        return f"{RAY_CRD_LABEL}=RayJob,{RAY_CR_NAME_LABEL}={name}"
+
+
+KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+
+
+class PyTorchJob:
+    kind = "PyTorchJob"
+    group = "kubeflow.org"
+    version = "v1"
+    plural = "pytorchjobs"
+    gang_by_default = True
+    clears_start_time = False
+
+    def suspended(self, obj: Obj) -> bool:
+        return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"runPolicy": {"suspend": suspend}}}
+
+    def finished(self, obj: Obj) -> bool:
+        return _conditions_true(obj, ("Succeeded", "Failed"))
+
+    def templates(self, obj: Obj) -> list[PodTemplate]:
+        specs = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+        return [
+            PodTemplate(
+                f"/spec/pytorchReplicaSpecs/{role}/template",
+                (specs[role] or {}).get("template") or {},
+                int_field((specs[role] or {}).get("replicas"), 1),
+            )
+            for role in sorted(specs)
+        ]
+
+    def owner_of(self, pod: Obj) -> str | None:
+        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+        if not any(r.get("kind") == "PyTorchJob" for r in owners):
+            return None
+        return _label(pod, KUBEFLOW_JOB_NAME_LABEL)
+
+    def pod_selector(self, name: str) -> str:
+        return f"{KUBEFLOW_JOB_NAME_LABEL}={name}"

@@ -1,0 +1,180 @@
+"""Raw objects of the suspendable batch kinds (JobSet, RayJob, PyTorchJob), as the apiserver
+holds them: for unit tests of the adapters and for creating them in the real control plane."""
+
+from __future__ import annotations
+
+from typing import Any
+
+POOL_LABEL = "hybridgpu.io/pool"
+
+
+def pod_template(
+    gpus: int,
+    *,
+    pool: str | None = None,
+    labels: dict[str, str] | None = None,
+    run_duration: str | None = None,
+    container: str = "main",
+) -> dict[str, Any]:
+    """A pod template asking for ``gpus`` nvidia.com/gpu (none: no GPU), pinned to ``pool``."""
+    resources: dict[str, Any] = {"requests": {"cpu": "100m"}}
+    if gpus:
+        resources = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "100m"}}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": container, "image": "busybox", "resources": resources}],
+    }
+    if pool:
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+    annotations = {}
+    if run_duration:
+        annotations["hybridgpu.io/run-duration"] = run_duration
+    return {"metadata": {"labels": labels or {}, "annotations": annotations}, "spec": spec}
+
+
+def jobset(
+    name: str,
+    *,
+    replicas: int = 4,
+    gpus: int = 8,
+    parallelism: int = 1,
+    pool: str | None = None,
+    criticality: str | None = None,
+    suspend: bool = False,
+    run_duration: str | None = None,
+    namespace: str = "team",
+) -> dict[str, Any]:
+    """A JobSet of one replicated Job: ``replicas`` Jobs of ``parallelism`` pods each."""
+    labels = {"hybridgpu.io/criticality": criticality} if criticality else {}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "suspend": suspend,
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {
+                            "parallelism": parallelism,
+                            "completions": parallelism,
+                            "backoffLimit": 0,
+                            "template": pod_template(gpus, pool=pool, run_duration=run_duration),
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def rayjob(
+    name: str,
+    *,
+    workers: int = 2,
+    gpus: int = 4,
+    pool: str | None = None,
+    criticality: str | None = None,
+    namespace: str = "team",
+) -> dict[str, Any]:
+    """A RayJob whose cluster has a GPU-less head and ``workers`` GPU workers."""
+    labels = {"hybridgpu.io/criticality": criticality} if criticality else {}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "entrypoint": "python train.py",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "headGroupSpec": {
+                    "rayStartParams": {},
+                    "template": pod_template(0, pool=pool, container="ray-head"),
+                },
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "gpu",
+                        "replicas": workers,
+                        "minReplicas": workers,
+                        "maxReplicas": workers,
+                        "rayStartParams": {},
+                        "template": pod_template(gpus, pool=pool, container="ray-worker"),
+                    }
+                ],
+            },
+        },
+    }
+
+
+def pytorchjob(
+    name: str,
+    *,
+    workers: int = 3,
+    gpus: int = 8,
+    pool: str | None = None,
+    namespace: str = "team",
+) -> dict[str, Any]:
+    """A PyTorchJob of one master and ``workers`` workers, ``gpus`` each."""
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "runPolicy": {"suspend": False},
+            "pytorchReplicaSpecs": {
+                "Master": {
+                    "replicas": 1,
+                    "template": pod_template(gpus, pool=pool, container="pytorch"),
+                },
+                "Worker": {
+                    "replicas": workers,
+                    "template": pod_template(gpus, pool=pool, container="pytorch"),
+                },
+            },
+        },
+    }
+
+
+def pod_of(
+    name: str,
+    gpus: int,
+    *,
+    labels: dict[str, str],
+    owner: tuple[str, str] | None = None,
+    node: str | None = None,
+    namespace: str = "team",
+    started: str = "2026-01-01T00:00:00Z",
+) -> dict[str, Any]:
+    """A pod (bound to ``node``, or Unschedulable) with these labels and owner (kind, name)."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels,
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+    }
+    if owner:
+        meta["ownerReferences"] = [
+            {"kind": owner[0], "name": owner[1], "apiVersion": "batch/v1", "controller": True}
+        ]
+    status: dict[str, Any] = {"phase": "Running" if node else "Pending"}
+    if node:
+        status["startTime"] = started
+    else:
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ]
+    return {
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": status,
+    }
