@@ -652,6 +652,26 @@ PROVIDER_ACCESS: list[tuple[str, str, dict[str, bool]]] = [
     # ProvisioningRequests (Kueue's admission check): read them, answer through the status
     ("autoscaling.x-k8s.io", "provisioningrequests", {"list": True, "watch": True, "patch": False}),
     ("autoscaling.x-k8s.io", "provisioningrequests/status", {"patch": True}),
+    # The suspendable batch kinds moved like Jobs (docs/workloads.md): never created or deleted.
+    *[
+        (
+            group,
+            plural,
+            {
+                "get": True,
+                "list": True,
+                "watch": True,
+                "patch": True,
+                "create": False,
+                "delete": False,
+            },
+        )
+        for group, plural in (
+            ("jobset.x-k8s.io", "jobsets"),
+            ("ray.io", "rayjobs"),
+            ("kubeflow.org", "pytorchjobs"),
+        )
+    ],
 ]
 
 

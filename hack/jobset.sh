@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The JobSet controller (sigs.k8s.io/jobset) and the CRDs of the other suspendable batch kinds
+# hybridgpu moves (KubeRay's RayJob, Kubeflow's PyTorchJob), for tests.
+#
+#   hack/jobset.sh build   build (or reuse) the JobSet controller and fetch the CRDs; print
+#                          JOBSET_BIN=..., JOBSET_CRDS=..., WORKLOAD_CRDS=... lines
+#   hack/jobset.sh crds    fetch (or reuse) only the RayJob and PyTorchJob CRDs; print the paths
+#   hack/jobset.sh paths   print them without building
+#
+# Everything comes from Go modules through the Go module proxy and is cached under
+# $HYBRIDGPU_CACHE_DIR/jobset/<version>/ and $HYBRIDGPU_CACHE_DIR/workload-crds/<versions>/,
+# keyed by version like the control plane. RayJob and PyTorchJob are tested against their CRDs
+# alone (no controller): see docs/workloads.md.
+set -euo pipefail
+
+JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
+KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
+
+CACHE_DIR=${HYBRIDGPU_CACHE_DIR:-$HOME/.cache/hybridgpu}
+JOBSET_DIR="$CACHE_DIR/jobset/$JOBSET_VERSION"
+JOBSET_BIN="$JOBSET_DIR/bin/jobset-controller"
+JOBSET_CRDS="$JOBSET_DIR/crds"
+WORKLOAD_CRDS="$CACHE_DIR/workload-crds/kuberay-${KUBERAY_VERSION}_training-operator-${TRAINING_OPERATOR_VERSION}"
+
+log() { printf '[jobset] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+go_env() {
+  export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local GOWORK=off
+  export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
+}
+
+# module_dir MODULE VERSION: the module's source directory in the Go module cache.
+module_dir() {
+  local json dir
+  json=$(cd "$(mktemp -d)" && go mod download -json "$1@$2" 2>&1) || true
+  dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p' <<<"$json")
+  [[ -n "$dir" && -d "$dir" ]] || die "go mod download $1@$2 gave no module directory: $json"
+  printf '%s\n' "$dir"
+}
+
+build_jobset() {
+  local src="$JOBSET_DIR/src" dir
+  mkdir -p "$src" "$JOBSET_DIR/bin" "$JOBSET_CRDS"
+  # `go install sigs.k8s.io/jobset@version` asks the proxy for the module's version list, which
+  # it refuses; a wrapper module that requires the exact version builds the same main package.
+  cat >"$src/go.mod" <<MOD
+module hybridgpu.local/jobset-build
+
+go 1.25.0
+
+require sigs.k8s.io/jobset $JOBSET_VERSION
+MOD
+  dir=$(module_dir sigs.k8s.io/jobset "$JOBSET_VERSION")
+  install -m 0644 "$dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$JOBSET_CRDS/"
+  (cd "$src" && nice -n 10 go build -trimpath \
+      -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+      -o "$JOBSET_BIN.tmp" sigs.k8s.io/jobset)
+  mv "$JOBSET_BIN.tmp" "$JOBSET_BIN"
+}
+
+fetch_workload_crds() {
+  local tmp dir
+  tmp=$(mktemp -d)
+  dir=$(module_dir github.com/ray-project/kuberay/ray-operator "$KUBERAY_VERSION")
+  install -m 0644 "$dir/config/crd/bases/ray.io_rayjobs.yaml" "$tmp/"
+  dir=$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")
+  install -m 0644 "$dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$tmp/"
+  printf 'kuberay %s training-operator %s\n' "$KUBERAY_VERSION" "$TRAINING_OPERATOR_VERSION" \
+    >"$tmp/.complete"
+  chmod 0755 "$tmp"
+  mkdir -p "$(dirname "$WORKLOAD_CRDS")"
+  rm -rf "$WORKLOAD_CRDS" && mv "$tmp" "$WORKLOAD_CRDS"
+  log "RayJob and PyTorchJob CRDs cached in $WORKLOAD_CRDS"
+}
+
+cmd_paths() {
+  echo "JOBSET_BIN=$JOBSET_BIN"
+  echo "JOBSET_CRDS=$JOBSET_CRDS"
+  echo "WORKLOAD_CRDS=$WORKLOAD_CRDS"
+}
+
+cmd_build() {
+  command -v go >/dev/null || die "go is required to build the JobSet controller"
+  go_env
+  mkdir -p "$JOBSET_DIR"
+  # One build at a time per version: a second `make test` waits for the first.
+  exec 9>"$JOBSET_DIR/.build.lock"
+  flock 9
+  if [[ ! -x "$JOBSET_BIN" || ! -f "$JOBSET_CRDS/jobset.x-k8s.io_jobsets.yaml" ]]; then
+    local start=$SECONDS
+    log "building the JobSet controller $JOBSET_VERSION"
+    build_jobset
+    log "built in $((SECONDS - start))s: $JOBSET_BIN"
+  fi
+  [[ -f "$WORKLOAD_CRDS/.complete" ]] || fetch_workload_crds
+  flock -u 9
+  exec 9>&-
+  cmd_paths
+}
+
+cmd_crds() {
+  command -v go >/dev/null || die "go is required to fetch the workload CRDs"
+  go_env
+  mkdir -p "$(dirname "$WORKLOAD_CRDS")"
+  exec 9>"$WORKLOAD_CRDS.lock"
+  flock 9
+  [[ -f "$WORKLOAD_CRDS/.complete" ]] || fetch_workload_crds
+  flock -u 9
+  exec 9>&-
+  cmd_paths
+}
+
+case "${1:-}" in
+  build) cmd_build ;;
+  crds) cmd_crds ;;
+  paths) cmd_paths ;;
+  *) die "usage: $0 build|crds|paths" ;;
+esac

@@ -1,0 +1,145 @@
+"""RayJob and PyTorchJob against the real apiserver with their CRDs alone (built from the served
+Go modules, hack/jobset.sh; no KubeRay or training-operator controller runs): the operator lists
+them and its watch cache streams them, and its move (suspend, wait for the pods, repoint every
+pod template, resume) is accepted by their schemas."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from kubernetes import config
+
+from hybridgpu.kube.cache import WatchCache
+from hybridgpu.kube.cluster import KubeCluster
+from hybridgpu.kube.executor import PlanExecutor
+from hybridgpu.kube.workloads import KINDS
+from hybridgpu.models.pool import GPUPoolSpec
+from support.controlplane import ControlPlane, KubeTest, wait_until
+from support.jobset import install_workload_crds
+from support.workloads import pod_of, pytorchjob, rayjob
+
+pytestmark = pytest.mark.adapters
+
+SPOT_TAINT = {"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}
+
+
+class NoCapacity:
+    """The move never adds or removes machines."""
+
+    def scale_up(self, pool: str, nodes: int) -> None:
+        raise AssertionError("a move does not scale")
+
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
+        raise AssertionError("a move does not terminate")
+
+    def known_provider_ids(self, pool: str) -> set[str] | None:
+        return None
+
+
+def pools() -> dict[str, GPUPoolSpec]:
+    def spec(tier: str, **extra: Any) -> GPUPoolSpec:
+        body = {
+            "tier": tier,
+            "gpu": {"model": "A100", "perNode": 8},
+            "maxNodes": 4,
+            "provider": {"type": "static" if tier == "core" else "fake"},
+            "pricing": {"capexPerNode": 1} if tier == "core" else {"perNodeHour": 8},
+            **extra,
+        }
+        return GPUPoolSpec.model_validate(body)
+
+    return {"core": spec("core"), "spot": spec("spot", taints=[SPOT_TAINT])}
+
+
+@pytest.fixture(scope="module")
+def workload_crds(kube_cluster: ControlPlane) -> None:
+    install_workload_crds(kube_cluster, "WORKLOAD_CRDS")
+
+
+@pytest.fixture
+def operator_side(kube: KubeTest, workload_crds: None) -> tuple[KubeCluster, PlanExecutor]:
+    cluster = KubeCluster(kube.plane.api)
+    return cluster, PlanExecutor(cluster, NoCapacity(), time.time)
+
+
+@pytest.mark.parametrize(
+    ("body", "group", "version", "plural"),
+    [
+        (rayjob("tune", workers=2, gpus=4, pool="core"), "ray.io", "v1", "rayjobs"),
+        (pytorchjob("ddp", workers=3, gpus=8, pool="core"), "kubeflow.org", "v1", "pytorchjobs"),
+    ],
+    ids=["RayJob", "PyTorchJob"],
+)
+def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
+    kube: KubeTest,
+    operator_side: tuple[KubeCluster, PlanExecutor],
+    body: dict[str, Any],
+    group: str,
+    version: str,
+    plural: str,
+) -> None:
+    cluster, executor = operator_side
+    kind = KINDS[body["kind"]]
+    name = body["metadata"]["name"]
+    body["metadata"]["namespace"] = kube.namespace
+    kube.custom.create_namespaced_custom_object(group, version, kube.namespace, plural, body)
+    listed = [w for w in cluster.read_objects().workloads if w["metadata"]["name"] == name]
+    assert [w["kind"] for w in listed] == [body["kind"]]
+    # The operator's tick reads it from its watch cache, as it reads Jobs.
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    cache = WatchCache.for_api(api, sync_timeout=60)
+    cache.start()
+    try:
+        wait_until(
+            lambda: (
+                [
+                    w["kind"]
+                    for w in cache.read_objects().workloads
+                    if w["metadata"]["namespace"] == kube.namespace
+                ]
+                == [body["kind"]]
+            ),
+            timeout_seconds=30,
+            what=f"the {body['kind']} in the watch cache",
+        )
+        assert plural not in cache.absent_kinds()
+    finally:
+        cache.stop()
+        api.close()
+
+    # A running pod of the workload, as its controller would have made it, holds the move.
+    labels = {
+        "RayJob": {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": name},
+        "PyTorchJob": {"training.kubeflow.org/job-name": name},
+    }[body["kind"]]
+    (node,) = kube.create_gpu_nodes("core", 1, tier="core", gpus=8)
+    pod = pod_of(f"{name}-worker-0", 4, labels=labels, node=node, namespace=kube.namespace)
+    pod["spec"]["containers"][0]["image"] = "busybox"
+    kube.core.create_namespaced_pod(kube.namespace, pod)
+
+    executor.start_move(kube.namespace, name, "spot", pools(), kind)
+    held = cluster.get_workload(kind, kube.namespace, name)
+    assert kind.suspended(held)
+    assert json.loads(held["metadata"]["annotations"]["hybridgpu.io/move"])["step"] == "suspend"
+    assert executor.advance_moves([held], pools()) == 1  # its pod is still there
+
+    kube.core.delete_namespaced_pod(pod["metadata"]["name"], kube.namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + 30
+    while cluster.pods_of_workload(kind, kube.namespace, name):
+        assert time.monotonic() < deadline, "the pod did not go"
+        time.sleep(0.2)
+    assert executor.advance_moves([cluster.get_workload(kind, kube.namespace, name)], pools()) == 0
+
+    moved = cluster.get_workload(kind, kube.namespace, name)
+    assert not kind.suspended(moved)
+    notes = moved["metadata"]["annotations"]
+    assert "hybridgpu.io/move" not in notes
+    assert notes["hybridgpu.io/pinned-to"] == "spot"
+    templates = kind.templates(moved)
+    assert len(templates) == 2
+    for template in templates:
+        assert template.pod_spec["nodeSelector"] == {"hybridgpu.io/pool": "spot"}, template.path
+        assert {**SPOT_TAINT, "operator": "Equal"} in template.pod_spec["tolerations"]
