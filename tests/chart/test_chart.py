@@ -889,9 +889,12 @@ def test_dashboards_show_every_metric_the_operator_exports() -> None:
 
 def test_dashboard_is_importable_grafana_json() -> None:
     boards = dashboards()
-    assert {"hybridgpu-cost.json", "hybridgpu-moves.json", "hybridgpu-admission.json"} <= set(
-        boards
-    )
+    assert {
+        "hybridgpu-cost.json",
+        "hybridgpu-moves.json",
+        "hybridgpu-admission.json",
+        "hybridgpu-workloads.json",
+    } <= set(boards)
     uids = [board["uid"] for board in boards.values()]
     assert len(uids) == len(set(uids)), "two dashboards share a uid"
     for file, board in boards.items():
@@ -1402,9 +1405,22 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         'apiserver_admission_webhook_fail_open_count{name="other.example.com",type="admit"}': (
             "0+5x60"
         ),
+        # one JobSet move a minute, one Job move every two; one gang blocked, one coming
+        'hybridgpu_workload_moves_total{kind="JobSet",from_tier="core",to_tier="spot",'
+        'reason="preempt"}': "0+1x60",
+        'hybridgpu_workload_moves_total{kind="Job",from_tier="core",to_tier="spot",'
+        'reason="preempt"}': "0+0.5x60",
+        'hybridgpu_gangs{policy="a",kind="JobSet",state="blocked"}': "1x60",
+        'hybridgpu_gangs{policy="b",kind="ProvisioningRequest",state="blocked"}': "2x60",
+        'hybridgpu_gangs{policy="a",kind="JobSet",state="coming"}': "1x60",
+        'hybridgpu_gang_decisions_total{kind="JobSet",state="coming",cause="none"}': "0+0.25x60",
+        'hybridgpu_gang_decisions_total{kind="JobSet",state="placed",cause="none"}': "0+0.25x60",
+        'hybridgpu_gang_decisions_total{kind="JobSet",state="blocked",cause="max_nodes"}': (
+            "0+1x60"
+        ),
     }
     moves, admission = "hybridgpu-moves.json", "hybridgpu-admission.json"
-    serving = "hybridgpu-serving.json"
+    serving, workloads = "hybridgpu-serving.json", "hybridgpu-workloads.json"
     cases: list[tuple[str, list[tuple[str, float]]]] = [
         ("Cost per hour by tier", [('{tier="core"}', 10), ('{tier="spot"}', 5)]),
         ("Spend rate now", [("{}", 15)]),
@@ -1432,6 +1448,11 @@ def test_dashboard_panels_compute_what_their_titles_say(tmp_path: Path) -> None:
         ),
         (serving, "Replicas rebalanced to owned GPUs", [("{}", 60)]),  # not the started ones
         (serving, "Rebalances rolled back or aborted", [("{}", 15)]),
+        (workloads, "Workloads moved", [("{}", 90)]),
+        (workloads, "Moves by kind", [('{kind="JobSet"}', 5), ('{kind="Job"}', 2.5)]),
+        (workloads, "Gangs admitted", [("{}", 30)]),  # placed and coming, not blocked
+        (workloads, "Gangs blocked now", [("{}", 3)]),
+        (workloads, "Why gangs were blocked over the range", [('{cause="max_nodes"}', 60)]),
     ]
     exprs = [(panel_expr(title), samples) for title, samples in cases]
     exprs += [(panel_expr(title, file), samples) for file, title, samples in other_cases]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -15,13 +15,21 @@ from hybridgpu.cloud.fake import FakeProvider
 from hybridgpu.core.cost import node_hour_dollars
 from hybridgpu.core.decide import decide
 from hybridgpu.metrics.exported import PREFIX, CostMeter, ExportedMetrics, serve
-from hybridgpu.models.actions import MoveJob, Plan, ReleaseNode, ScaleUp
+from hybridgpu.models.actions import (
+    GangPlacement,
+    GangState,
+    MoveJob,
+    Plan,
+    ReleaseNode,
+    ScaleUp,
+)
 from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import GPUPoolSpec
 from hybridgpu.models.snapshot import (
     ClusterSnapshot,
     Criticality,
     GPUPod,
+    JobState,
     MetricsHealth,
     NodeState,
     PoolState,
@@ -471,3 +479,70 @@ def test_pods_admitted_without_the_webhook_are_counted_until_they_finish() -> No
     m.record_unadmitted("zz", None)  # never counted: nothing changes
     assert m.registry.get_sample_value(gauge, {"criticality": "preemptible"}) == 1
     assert m.registry.get_sample_value(gauge, {"criticality": "critical"}) == 1
+
+
+def test_workload_moves_gangs_and_workload_states_by_kind() -> None:
+    """A JobSet's move counts once under its kind; gangs are gauged by state each tick and a
+    gang's decision counts when its state changes (blocked, blocked, coming: two)."""
+    m = ExportedMetrics()
+    sweep = JobState(
+        "ml", "sweep", Criticality.PREEMPTIBLE, 8, parallelism=2, gang=True, kind="JobSet"
+    )
+    train = JobState(
+        "ml",
+        "train",
+        Criticality.CRITICAL,
+        8,
+        parallelism=4,
+        gang=True,
+        kind="JobSet",
+        suspended=True,
+    )
+    queued = JobState("ml", "tune", Criticality.STANDARD, 4, kind="RayJob", queued=True)
+    snap = replace(snapshot_with(), jobs=(sweep, train, queued))
+    move = MoveJob("ml", "sweep", "elastic", None, 16, "preempt")
+    blocked = GangPlacement(GangState.BLOCKED, cause="max_nodes")
+    request = "provisioningrequest:ml/req"
+    plans = [
+        Plan(T0, actions=(move,), gangs={"ml/train": blocked}),
+        Plan(T0 + 1, actions=(move,), gangs={"ml/train": blocked, request: blocked}),
+        Plan(T0 + 2, gangs={"ml/train": GangPlacement(GangState.COMING, pools=("elastic",))}),
+    ]
+    for plan in plans:
+        m.record_plan(plan, snap, plan.decided_at, policy="p")
+
+    moves = {"kind": "JobSet", "from_tier": "elastic", "to_tier": "requeue", "reason": "preempt"}
+    assert sample(m, "workload_moves_total", **moves) == 1
+    assert sample(m, "workload_moves_total", **{**moves, "kind": "Job"}) == 0
+    decisions = {"kind": "JobSet", "state": "blocked", "cause": "max_nodes"}
+    assert sample(m, "gang_decisions_total", **decisions) == 1
+    assert sample(m, "gang_decisions_total", kind="JobSet", state="coming", cause="none") == 1
+    assert (
+        sample(
+            m,
+            "gang_decisions_total",
+            kind="ProvisioningRequest",
+            state="blocked",
+            cause="max_nodes",
+        )
+        == 1
+    )
+    assert sample(m, "gangs", policy="p", kind="JobSet", state="coming") == 1
+    # No longer blocked: its series is 0, not gone (a panel shows the drop).
+    assert (
+        m.registry.get_sample_value(
+            PREFIX + "gangs", {"policy": "p", "kind": "JobSet", "state": "blocked"}
+        )
+        == 0
+    )
+    assert sample(m, "workloads", policy="p", kind="JobSet", state="running") == 1
+    assert sample(m, "workloads", policy="p", kind="JobSet", state="suspended") == 1
+    assert sample(m, "workloads", policy="p", kind="RayJob", state="queued") == 1
+
+    m.forget_policy("p")
+    assert (
+        m.registry.get_sample_value(
+            PREFIX + "workloads", {"policy": "p", "kind": "JobSet", "state": "running"}
+        )
+        is None
+    )

@@ -1,7 +1,8 @@
 """Grafana dashboards and Prometheus alerting rules as code.
 
-Each dashboard is one module (``cost``, ``moves``, ``admission``, ``serving``) that builds it with
-grafana-foundation-sdk's typed builders from the metric names of ``metrics.exported``;
+Each dashboard is one module (``cost``, ``moves``, ``admission``, ``serving``, ``workloads``)
+that builds it with grafana-foundation-sdk's typed builders from the metric names of
+``metrics.exported``;
 ``alerts`` writes the chart's PrometheusRule template. ``make dashboards`` (``python -m
 hybridgpu.dashboards``) writes them into the chart; the chart tests fail when the checked-in
 files drift from what this package generates.
@@ -17,10 +18,10 @@ from functools import partial
 from pathlib import Path
 from types import ModuleType
 
-from hybridgpu.dashboards import admission, alerts, cost, moves, serving
+from hybridgpu.dashboards import admission, alerts, cost, moves, serving, workloads
 from hybridgpu.dashboards.panels import to_json
 
-DASHBOARD_MODULES: tuple[ModuleType, ...] = (cost, moves, admission, serving)
+DASHBOARD_MODULES: tuple[ModuleType, ...] = (cost, moves, admission, serving, workloads)
 DASHBOARDS_DIR = Path("helm/hybridgpu-operator/dashboards")
 RULES_TEMPLATE = Path("helm/hybridgpu-operator/templates/prometheusrule.yaml")
 """Where the generated files go, relative to the repository root."""

@@ -29,9 +29,11 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from hybridgpu.core.cost import pool_hour_dollars
+from hybridgpu.core.provisioning import gang_of
 from hybridgpu.models.actions import (
     Action,
     ActionKind,
+    GangState,
     HandleInterruption,
     MoveJob,
     Plan,
@@ -40,7 +42,7 @@ from hybridgpu.models.actions import (
     ReleaseNode,
     ScaleUp,
 )
-from hybridgpu.models.snapshot import ClusterSnapshot, Criticality
+from hybridgpu.models.snapshot import ClusterSnapshot, Criticality, JobState
 
 PREFIX = "hybridgpu_"
 SECONDS_PER_HOUR = 3600.0
@@ -223,6 +225,11 @@ class ExportedMetrics:
         self.meter = CostMeter()
         self._ongoing_by_policy: dict[str, set[tuple[str, ...]]] = {}
         """Actions being carried out, by ScalingPolicy: counted when they first appear."""
+        self._gangs_by_policy: dict[str, dict[str, str]] = {}
+        """gang -> state of each policy's last tick: a gang's decision counts when it changes."""
+        self._series_by_policy: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        """(kind, state) series of ``workloads`` and ``gangs`` each policy has set, by (metric,
+        policy): dropped with the policy."""
         self._pools_by_policy: dict[str, dict[str, str]] = {}
         """pool -> tier of each policy's last tick: whose series to drop when a pool goes."""
         r = self.registry
@@ -288,6 +295,38 @@ class ExportedMetrics:
             p + "preemptions",
             "Jobs moved between tiers (reason: preempt, consolidate, deadline).",
             ["from_tier", "to_tier", "reason"],
+            registry=r,
+        )
+        self.workload_moves = Counter(
+            p + "workload_moves",
+            "Workloads the operator decided to move between pools (suspend, repoint every pod "
+            "template, resume), by kind (Job, JobSet, RayJob, PyTorchJob), route and reason "
+            "(preempt, consolidate, deadline); a gang moves whole and counts once.",
+            ["kind", "from_tier", "to_tier", "reason"],
+            registry=r,
+        )
+        self.workloads = Gauge(
+            p + "workloads",
+            "GPU workloads of each suspendable batch kind in a policy's last tick, by state: "
+            "running, suspended, moving (a move of the operator in flight), queued (Kueue's).",
+            ["policy", "kind", "state"],
+            registry=r,
+        )
+        self.gangs = Gauge(
+            p + "gangs",
+            "Gangs (workloads whose pods must all run at once, and Kueue ProvisioningRequests) "
+            "past their grace period in a policy's last tick, by kind and by what the tick "
+            "found: placed (fits on nodes that exist), coming (on nodes on their way or bought "
+            "for it), blocked (not all of it fits and no capacity could be bought: none was).",
+            ["policy", "kind", "state"],
+            registry=r,
+        )
+        self.gang_decisions = Counter(
+            p + "gang_decisions",
+            "Gangs that became placed, coming or blocked (counted when a gang's state "
+            "changes), by kind, and by cause when blocked (max_nodes, max_per_tick, "
+            "budget_hourly, budget_monthly, no_pool, no_capacity).",
+            ["kind", "state", "cause"],
             registry=r,
         )
         self.rebalances = Counter(
@@ -407,6 +446,7 @@ class ExportedMetrics:
         self._record_cost(snapshot, now)
         self._record_pools(snapshot, policy)
         self._record_actions(plan, snapshot, policy)
+        self._record_workloads(plan, snapshot, policy)
         for level in Criticality:
             gpus = plan.pending_gpus.get(level.value, 0)
             self.pending_gpu_requests.labels(criticality=level.value).set(gpus)
@@ -446,6 +486,10 @@ class ExportedMetrics:
         _remove(self.last_tick_timestamp_seconds, policy)
         for kind in self._conditions_by_policy.pop(policy, set()):
             _remove(self.policy_condition, policy, kind)
+        for name, gauge in (("workloads", self.workloads), ("gangs", self.gangs)):
+            for kind, state in self._series_by_policy.pop((name, policy), set()):
+                _remove(gauge, policy, kind, state)
+        self._gangs_by_policy.pop(policy, None)
 
     def record_admission(self, webhook: str, criticality: str, outcome: AdmissionOutcome) -> None:
         """Count one pod an admission webhook reviewed."""
@@ -572,6 +616,7 @@ class ExportedMetrics:
 
     def _record_actions(self, plan: Plan, snapshot: ClusterSnapshot, policy: str) -> None:
         tiers = {p.name: str(p.tier) for p in snapshot.pools}
+        kinds = {j.key: j.kind for j in snapshot.jobs}
         before = self._ongoing_by_policy.get(policy, set())
         ongoing: set[tuple[str, ...]] = set()
         for action in plan.actions:
@@ -595,7 +640,59 @@ class ExportedMetrics:
                     ActionKind.DEADLINE: "deadline",
                 }.get(action.kind, "preempt")
                 self.preemptions.labels(from_tier=from_tier, to_tier=to_tier, reason=reason).inc()
+                self.workload_moves.labels(
+                    kind=kinds.get(action.job_key, "Job"),
+                    from_tier=from_tier,
+                    to_tier=to_tier,
+                    reason=reason,
+                ).inc()
         self._ongoing_by_policy[policy] = ongoing
+
+    def _record_workloads(self, plan: Plan, snapshot: ClusterSnapshot, policy: str) -> None:
+        """``workloads`` and ``gangs`` of this tick (a kind and state seen before and not now
+        is set to 0, not dropped, so a panel shows the drop), and ``gang_decisions`` for each
+        gang whose state changed since the policy's last tick."""
+        kinds = {j.key: j.kind for j in snapshot.jobs}
+        workloads: dict[tuple[str, str], int] = {}
+        for job in snapshot.jobs:
+            key = (job.kind, _workload_state(job))
+            workloads[key] = workloads.get(key, 0) + 1
+        gangs: dict[tuple[str, str], int] = {}
+        before = self._gangs_by_policy.get(policy, {})
+        states: dict[str, str] = {}
+        for gang, placement in plan.gangs.items():
+            kind, state = _gang_kind(gang, kinds), placement.state.value
+            gangs[(kind, state)] = gangs.get((kind, state), 0) + 1
+            states[gang] = state
+            if before.get(gang) != state:
+                cause = placement.cause if placement.state is GangState.BLOCKED else ""
+                self.gang_decisions.labels(kind=kind, state=state, cause=cause or "none").inc()
+        self._gangs_by_policy[policy] = states
+        for name, gauge, counts in (
+            ("workloads", self.workloads, workloads),
+            ("gangs", self.gangs, gangs),
+        ):
+            seen = self._series_by_policy.setdefault((name, policy), set())
+            seen |= set(counts)
+            for kind, state in seen:
+                gauge.labels(policy=policy, kind=kind, state=state).set(
+                    counts.get((kind, state), 0)
+                )
+
+
+def _workload_state(job: JobState) -> str:
+    if job.queued:
+        return "queued"
+    if job.move is not None:
+        return "moving"
+    return "suspended" if job.suspended else "running"
+
+
+def _gang_kind(gang: str, kinds: Mapping[str, str]) -> str:
+    """The kind of the workload a gang is (a ProvisioningRequest's gang is its request)."""
+    if gang.startswith(gang_of("")):
+        return "ProvisioningRequest"
+    return kinds.get(gang, "Job")
 
 
 def _remove(gauge: Gauge, *labels: str) -> None:
