@@ -194,3 +194,14 @@ def test_requests_of_other_classes_are_left_alone() -> None:
     plan = tick(cluster, [], [])
     assert plan.actions == ()
     assert ("patch_provisioning_request", "team/other") not in cluster.writes
+
+
+def test_requests_come_from_the_watch_cache_when_given_and_templates_from_the_apiserver() -> None:
+    """The tick passes the watch cache's requests: a request the apiserver's LIST would give
+    but the cache does not hold (yet) is not answered, and the cache's one is, with its
+    PodTemplate read live."""
+    cluster = fake(request("listed", 1), request("cached", 1))
+    cached = [r for r in cluster.list_provisioning_requests() if r["metadata"]["name"] == "cached"]
+    found = read_requests(cast(KubeCluster, cluster), [], cached)
+    assert [r.name for r in found] == ["cached"]
+    assert [p.gpus for p in found[0].pods] == [4]  # its PodTemplate asks for 4

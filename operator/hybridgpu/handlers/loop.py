@@ -34,7 +34,7 @@ from hybridgpu.kube.convert import (
 from hybridgpu.kube.errors import KubeError
 from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
-from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, SCALINGPOLICIES
+from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, PROVREQ_PLURAL, SCALINGPOLICIES
 from hybridgpu.kube.provisioning import read_requests
 from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
 from hybridgpu.kube.snapshot import Measurements, build_snapshot
@@ -116,6 +116,8 @@ class Reads(Protocol):
 
     def get_policy(self, name: str) -> dict[str, Any]: ...
 
+    def list_provisioning_requests(self) -> list[dict[str, Any]]: ...
+
 
 class Reconciler:
     """Everything a tick needs, built once at startup (kept in kopf's memo)."""
@@ -176,11 +178,14 @@ class Reconciler:
         self, kind: str, event: str, old: dict[str, Any] | None, new: dict[str, Any] | None
     ) -> None:
         """A watch cache changed: wake the loops for a GPU pod the scheduler cannot place,
-        a node that came or went, or a store listed again (called on the watch's thread)."""
+        a node that came or went, a new ProvisioningRequest, or a store listed again (called
+        on the watch's thread)."""
         if (
             (kind == "pods" and new is not None and unschedulable_since(new) is not None)
             or (kind == "nodes" and event in ("ADDED", "DELETED"))
             or (event == "RELISTED" and kind in ("pods", "nodes"))
+            # Kueue waits on a new request's answer to admit its workload.
+            or (kind == PROVREQ_PLURAL and event == "ADDED")
         ):
             self.trigger_all()
 
@@ -256,7 +261,9 @@ class Reconciler:
         # ProvisioningRequests (Kueue's admission check): each is a gang, placed whole or not.
         try:
             requests = requests_of_policy(
-                read_requests(self.cluster, objects.pods), pools, owns_unpinned
+                read_requests(self.cluster, objects.pods, self.reads.list_provisioning_requests()),
+                pools,
+                owns_unpinned,
             )
         except KubeError as err:  # the rest of the tick works without them
             result.errors.append(f"ProvisioningRequests not read: {err}")

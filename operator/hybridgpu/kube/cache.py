@@ -1,12 +1,12 @@
 """Watch caches: what a tick reads, kept current by one watch stream per kind.
 
 Each kind (Nodes, GPU pods, GPU Jobs, GPUPools, ScalingPolicies, and JobSets, RayJobs,
-PyTorchJobs when their CRD is installed) has a :class:`Reflector`: a
-thread that LISTs once (in pages), then WATCHes from the list's resourceVersion with
-bookmarks. A watch that ends (the server's timeout, a dropped connection) is resumed from the
-last resourceVersion seen, without a LIST; only ``410 Gone`` (that version was compacted
-away) makes it LIST again. The tick builds its snapshot from the stores, without a round trip
-to the apiserver (:meth:`WatchCache.read_objects`).
+PyTorchJobs and Kueue's ProvisioningRequests when their CRD is installed) has a
+:class:`Reflector`: a thread that LISTs once (in pages), then WATCHes from the list's
+resourceVersion with bookmarks. A watch that ends (the server's timeout, a dropped
+connection) is resumed from the last resourceVersion seen, without a LIST; only ``410 Gone``
+(that version was compacted away) makes it LIST again. The tick builds its snapshot from the
+stores, without a round trip to the apiserver (:meth:`WatchCache.read_objects`).
 
 Pods: the apiserver has no selector on resource requests, so the pod stream is every pod
 not yet finished (a field selector on ``status.phase``) and only pods that request GPUs are
@@ -42,7 +42,15 @@ from kubernetes.watch.watch import iter_resp_lines
 from hybridgpu.kube.cluster import ClusterObjects
 from hybridgpu.kube.convert import pod_spec_gpus
 from hybridgpu.kube.errors import KubeError, NotFound, from_api_exception
-from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
+from hybridgpu.kube.names import (
+    GPUPOOLS,
+    GROUP,
+    PROVREQ_GROUP,
+    PROVREQ_PLURAL,
+    PROVREQ_VERSION,
+    SCALINGPOLICIES,
+    VERSION,
+)
 from hybridgpu.kube.workloads import CUSTOM_KINDS
 
 log = logging.getLogger(__name__)
@@ -427,8 +435,9 @@ class WatchCache:
     ) -> WatchCache:
         """The operator's kinds on ``api``; ``listener`` gets (kind, event, old, new).
 
-        The suspendable batch kinds beyond batch/v1 Job (JobSet, RayJob, PyTorchJob) are
-        optional streams: empty while their CRD is not installed, filled once it is."""
+        The suspendable batch kinds beyond batch/v1 Job (JobSet, RayJob, PyTorchJob) and
+        ProvisioningRequests are optional streams: empty while their CRD is not installed,
+        filled once it is."""
         core = client.CoreV1Api(api)
         batch = client.BatchV1Api(api)
         custom = client.CustomObjectsApi(api)
@@ -446,6 +455,12 @@ class WatchCache:
                 SCALINGPOLICIES,
                 custom.list_cluster_custom_object,
                 (GROUP, VERSION, SCALINGPOLICIES),
+            ),
+            Kind(
+                PROVREQ_PLURAL,
+                custom.list_cluster_custom_object,
+                (PROVREQ_GROUP, PROVREQ_VERSION, PROVREQ_PLURAL),
+                optional=True,
             ),
             *(
                 Kind(
@@ -535,6 +550,13 @@ class WatchCache:
         return ClusterObjects(
             nodes=nodes.items(), pods=pods.items(), jobs=jobs.items(), workloads=workloads
         )
+
+    def list_provisioning_requests(self) -> list[Obj]:
+        """Every ProvisioningRequest (autoscaling.x-k8s.io/v1); none while its CRD is not
+        installed or the operator may not list it."""
+        if PROVREQ_PLURAL not in self.reflectors:
+            return []
+        return self._synced(PROVREQ_PLURAL)[0].items()
 
     def absent_kinds(self) -> list[str]:
         """Optional kinds not served now (their CRD is not installed, or RBAC forbids)."""

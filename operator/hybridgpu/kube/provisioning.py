@@ -195,12 +195,16 @@ def status_patch(
     return {"status": new_status}
 
 
-def read_requests(cluster: KubeCluster, pods: Iterable[Obj]) -> list[Request]:
+def read_requests(
+    cluster: KubeCluster, pods: Iterable[Obj], listed: Iterable[Obj] | None = None
+) -> list[Request]:
     """Every ProvisioningRequest of a class hybridgpu serves, with its gang; none without the
-    CRD. ``pods``: the cluster's GPU pods (to find the requests they consume)."""
+    CRD. ``pods``: the cluster's GPU pods (to find the requests they consume); ``listed``:
+    the requests as the watch cache holds them (None: listed from the apiserver). Their
+    PodTemplates are read from the apiserver."""
     consumed = consumed_requests(pods)
     out: list[Request] = []
-    for raw in cluster.list_provisioning_requests():
+    for raw in cluster.list_provisioning_requests() if listed is None else listed:
         if not served(raw):
             continue
         meta = _meta(raw)
