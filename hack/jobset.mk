@@ -1,14 +1,18 @@
-# The CRDs of the suspendable batch kinds hybridgpu moves beyond batch/v1 Job (KubeRay's
-# RayJob, Kubeflow's PyTorchJob), from their Go modules, cached by version, for the adapter
-# tests (tests/adapters/test_apiserver_workload_kinds.py).
+# The JobSet controller built from its Go module (sigs.k8s.io/jobset) for the JobSet e2e tests,
+# and the CRDs of the other suspendable batch kinds hybridgpu moves (KubeRay's RayJob,
+# Kubeflow's PyTorchJob) for the adapter tests, all cached by version.
 # Included by the main Makefile (`-include hack/*.mk`). See docs/workloads.md#batch-kinds.
 
 JOBSET := hack/jobset.sh
 
-.PHONY: workload-crds
+.PHONY: jobset workload-crds
 
-## make workload-crds: download (or reuse) the RayJob and PyTorchJob CRDs the tests install
+## make jobset: build (or reuse) the JobSet controller and fetch the workload CRDs
+jobset:
+	$(JOBSET) build
+
+## make workload-crds: download (or reuse) only the RayJob and PyTorchJob CRDs
 workload-crds:
 	$(JOBSET) crds
 
-TEST_PREREQS += workload-crds
+TEST_PREREQS += jobset

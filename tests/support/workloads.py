@@ -44,7 +44,11 @@ def jobset(
     run_duration: str | None = None,
     namespace: str = "team",
 ) -> dict[str, Any]:
-    """A JobSet of one replicated Job: ``replicas`` Jobs of ``parallelism`` pods each."""
+    """A JobSet of one replicated Job: ``replicas`` Jobs of ``parallelism`` pods each.
+
+    It carries the defaults the JobSet webhook would set (success, startup and network
+    policies, Indexed completion): the tests run the JobSet controller without registering
+    its webhook, and the controller dereferences them."""
     labels = {"hybridgpu.io/criticality": criticality} if criticality else {}
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
@@ -52,6 +56,9 @@ def jobset(
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "suspend": suspend,
+            "successPolicy": {"operator": "All"},
+            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "replicatedJobs": [
                 {
                     "name": "workers",
@@ -60,6 +67,7 @@ def jobset(
                         "spec": {
                             "parallelism": parallelism,
                             "completions": parallelism,
+                            "completionMode": "Indexed",
                             "backoffLimit": 0,
                             "template": pod_template(gpus, pool=pool, run_duration=run_duration),
                         }

@@ -1,0 +1,170 @@
+"""JobSets with the real JobSet controller (built from sigs.k8s.io/jobset, hack/jobset.sh) and the
+operator as a subprocess: gang demand gets all its nodes in one scale-up or none, and a
+preempted JobSet is moved whole (suspended, every template repointed, resumed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from conftest import SPOT_TAINT, Cluster, Operators, wait_for
+from support.controlplane import ControlPlane, KubeTest, gpu_job
+from support.jobset import jobset_controller
+from support.workloads import jobset
+
+pytestmark = pytest.mark.e2e
+
+GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+
+
+@pytest.fixture(scope="module")
+def jobset_running(
+    kube_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    with jobset_controller(kube_cluster, tmp_path_factory.mktemp("jobset")):
+        yield
+
+
+@pytest.fixture
+def jobsets(kube: KubeTest, jobset_running: None) -> Iterator[list[str]]:
+    """Names of the JobSets the test created: deleted (with their Jobs and pods) after it."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        try:
+            kube.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, kube.namespace, PLURAL, name, propagation_policy="Foreground"
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    wait_for(
+        lambda: (
+            not kube.custom.list_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL)[
+                "items"
+            ]
+        ),
+        60,
+        "JobSets gone",
+    )
+
+
+def create_jobset(kube: KubeTest, names: list[str], body: dict[str, Any]) -> None:
+    body["metadata"]["namespace"] = kube.namespace
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, body)
+    names.append(body["metadata"]["name"])
+
+
+def jobset_object(kube: KubeTest, name: str) -> dict[str, Any]:
+    return dict(
+        kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, name)
+    )
+
+
+def jobset_completed(kube: KubeTest, name: str) -> bool:
+    conditions = (jobset_object(kube, name).get("status") or {}).get("conditions") or []
+    for cond in conditions:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            raise AssertionError(f"JobSet {name} failed: {cond.get('message')}")
+    return any(c.get("type") == "Completed" and c.get("status") == "True" for c in conditions)
+
+
+def jobset_pods(kube: KubeTest, name: str) -> list[Any]:
+    return kube.core.list_namespaced_pod(
+        kube.namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}"
+    ).items
+
+
+def scale_up_messages(cluster: Cluster, pool: str) -> list[str]:
+    return [e.message for e in cluster.events("ScaleUp") if e.involved_object.name == pool]
+
+
+def test_a_four_pod_jobset_of_8_gpus_each_gets_four_nodes_in_one_scale_up_or_none(
+    cluster: Cluster, operators: Operators, jobsets: list[str]
+) -> None:
+    policy = cluster.policy()
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, per_node=8, max_nodes=3)
+    operators.start()
+    cluster.wait_ticking(policy)
+
+    create_jobset(cluster.kube, jobsets, jobset("train", replicas=4, gpus=8, run_duration="3s"))
+    wait_for(lambda: len(jobset_pods(cluster.kube, "train")) == 4, 60, "the JobSet's 4 pods")
+    # maxNodes=3 cannot hold the gang: no node is bought for part of it.
+    wait_for(
+        lambda: cluster.events("ScalingBlocked") or cluster.events("BudgetExceeded"),
+        60,
+        "the gang reported blocked",
+    )
+    cluster.wait_ticks(policy, 2)
+    assert cluster.pool_nodes(elastic) == []
+    assert scale_up_messages(cluster, elastic) == []
+    assert all(p.spec.node_name is None for p in jobset_pods(cluster.kube, "train"))
+
+    # Room for all four: four nodes in one scale-up, and the JobSet runs to completion.
+    cluster.kube.custom.patch_cluster_custom_object(
+        "hybridgpu.io", "v1alpha1", "gpupools", elastic, {"spec": {"maxNodes": 4}}
+    )
+    wait_for(lambda: jobset_completed(cluster.kube, "train"), 120, "the JobSet Completed")
+    messages = scale_up_messages(cluster, elastic)
+    assert messages and all("add 4 " in m for m in messages), messages
+    assert len({n.metadata.name for n in cluster.pool_nodes(elastic)}) <= 4
+
+
+def test_a_preempted_jobset_moves_whole_to_spot(
+    cluster: Cluster, operators: Operators, jobsets: list[str], tmp_path: Path
+) -> None:
+    policy = cluster.policy()
+    core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
+    spot = cluster.pool(
+        "spot", tier="spot", policy=policy, per_node=8, max_nodes=2, taints=[SPOT_TAINT]
+    )
+    cluster.core_nodes(core, 2, gpus=8)
+    # A preemptible two-pod JobSet fills both core nodes.
+    create_jobset(
+        cluster.kube,
+        jobsets,
+        jobset("sweep", replicas=2, gpus=8, criticality="preemptible", run_duration="600s"),
+    )
+    wait_for(
+        lambda: (
+            sum(1 for p in jobset_pods(cluster.kube, "sweep") if p.status.phase == "Running") == 2
+        ),
+        60,
+        "the JobSet running on core",
+    )
+    operators.start()
+    cluster.wait_ticking(policy)
+    cluster.kube.create_job(
+        gpu_job(
+            "urgent",
+            gpus=8,
+            run_duration="600s",
+            labels={"hybridgpu.io/criticality": "critical"},
+        )
+    )
+
+    def whole_jobset_on_spot() -> bool:
+        pods = [p for p in jobset_pods(cluster.kube, "sweep") if p.status.phase == "Running"]
+        nodes = {n.metadata.name for n in cluster.pool_nodes(spot)}
+        return len(pods) == 2 and all(p.spec.node_name in nodes for p in pods)
+
+    wait_for(whole_jobset_on_spot, 120, "both JobSet pods running on spot")
+    body = jobset_object(cluster.kube, "sweep")
+    assert body["spec"]["suspend"] is False
+    notes = body["metadata"].get("annotations") or {}
+    assert "hybridgpu.io/move" not in notes
+    assert notes.get("hybridgpu.io/pinned-to") == spot
+    template = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert template["nodeSelector"] == {"hybridgpu.io/pool": spot}
+    # The critical Job got an owned node.
+    wait_for(
+        lambda: any(p.status.phase == "Running" for p in cluster.job_pods("urgent")),
+        60,
+        "the critical Job running",
+    )
+    moves = [e.message for e in cluster.events("Preempt")]
+    assert any("sweep" in m for m in moves), moves
