@@ -394,6 +394,9 @@ def test_the_kwok_provider_reading_a_node_cache_that_trails_launches_nothing_twi
             lambda: kube.core.list_node(label_selector=f"{POOL_LABEL}={pool}").items,
             "the first node created",
         )
+        # The timer thread drops its boot entry just after create_node returns: under load the
+        # Node can be listed first, so wait for the entry to go before asking again.
+        eventually(lambda: not provider._booting, "the first boot done")
         assert provider.target(pool, spec) == 1  # not in the source, still counted
         provider.set_target(pool, spec, 1)
         assert not provider._booting  # nothing launched again
