@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # The JobSet controller (sigs.k8s.io/jobset) and the CRDs of the other suspendable batch kinds
-# hybridgpu moves (KubeRay's RayJob, Kubeflow's PyTorchJob), for tests.
+# hybridgpu moves (KubeRay's RayJob, Kubeflow's PyTorchJob and trainer v2's TrainJob), for tests.
 #
 #   hack/jobset.sh build   build (or reuse) the JobSet controller and fetch the CRDs; print
 #                          JOBSET_BIN=..., JOBSET_CRDS=..., WORKLOAD_CRDS=... lines
-#   hack/jobset.sh crds    fetch (or reuse) only the RayJob and PyTorchJob CRDs; print the paths
+#   hack/jobset.sh crds    fetch (or reuse) only the RayJob, PyTorchJob and TrainJob CRDs
 #   hack/jobset.sh paths   print them without building
 #
 # Everything comes from Go modules through the Go module proxy and is cached under
 # $HYBRIDGPU_CACHE_DIR/jobset/<version>/ and $HYBRIDGPU_CACHE_DIR/workload-crds/<versions>/,
-# keyed by version like the control plane. RayJob and PyTorchJob are tested against their CRDs
-# alone (no controller): see docs/workloads.md.
+# keyed by version like the control plane. RayJob, PyTorchJob and TrainJob are tested against
+# their CRDs alone (no controller): see docs/workloads.md.
 set -euo pipefail
 
 JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
+TRAINER_VERSION=${TRAINER_VERSION:-v2.0.0}
 
 CACHE_DIR=${HYBRIDGPU_CACHE_DIR:-$HOME/.cache/hybridgpu}
 JOBSET_DIR="$CACHE_DIR/jobset/$JOBSET_VERSION"
 JOBSET_BIN="$JOBSET_DIR/bin/jobset-controller"
 JOBSET_CRDS="$JOBSET_DIR/crds"
-WORKLOAD_CRDS="$CACHE_DIR/workload-crds/kuberay-${KUBERAY_VERSION}_training-operator-${TRAINING_OPERATOR_VERSION}"
+WORKLOAD_CRDS="$CACHE_DIR/workload-crds/kuberay-${KUBERAY_VERSION}_training-operator-${TRAINING_OPERATOR_VERSION}_trainer-${TRAINER_VERSION}"
 
 log() { printf '[jobset] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -67,12 +68,14 @@ fetch_workload_crds() {
   install -m 0644 "$dir/config/crd/bases/ray.io_rayjobs.yaml" "$tmp/"
   dir=$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")
   install -m 0644 "$dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$tmp/"
-  printf 'kuberay %s training-operator %s\n' "$KUBERAY_VERSION" "$TRAINING_OPERATOR_VERSION" \
-    >"$tmp/.complete"
+  dir=$(module_dir github.com/kubeflow/trainer/v2 "$TRAINER_VERSION")
+  install -m 0644 "$dir/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" "$tmp/"
+  printf 'kuberay %s training-operator %s trainer %s\n' "$KUBERAY_VERSION" \
+    "$TRAINING_OPERATOR_VERSION" "$TRAINER_VERSION" >"$tmp/.complete"
   chmod 0755 "$tmp"
   mkdir -p "$(dirname "$WORKLOAD_CRDS")"
   rm -rf "$WORKLOAD_CRDS" && mv "$tmp" "$WORKLOAD_CRDS"
-  log "RayJob and PyTorchJob CRDs cached in $WORKLOAD_CRDS"
+  log "RayJob, PyTorchJob and TrainJob CRDs cached in $WORKLOAD_CRDS"
 }
 
 cmd_paths() {

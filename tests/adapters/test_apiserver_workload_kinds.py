@@ -1,7 +1,7 @@
-"""RayJob and PyTorchJob against the real apiserver with their CRDs alone (built from the served
-Go modules, hack/jobset.sh; no KubeRay or training-operator controller runs): the operator lists
-them and its watch cache streams them, and its move (suspend, wait for the pods, repoint every
-pod template, resume) is accepted by their schemas."""
+"""RayJob, PyTorchJob and TrainJob against the real apiserver with their CRDs alone (built from
+the served Go modules, hack/jobset.sh; no KubeRay, training-operator or trainer controller
+runs): the operator lists them and its watch cache streams them, and its move (suspend, wait
+for the pods, repoint every pod template, resume) is accepted by their schemas."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hybridgpu.kube.workloads import KINDS
 from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import ControlPlane, KubeTest, wait_until
 from support.jobset import install_workload_crds
-from support.workloads import pod_of, pytorchjob, rayjob
+from support.workloads import pod_of, pytorchjob, rayjob, trainjob
 
 pytestmark = pytest.mark.adapters
 
@@ -66,12 +66,20 @@ def operator_side(kube: KubeTest, workload_crds: None) -> tuple[KubeCluster, Pla
 
 
 @pytest.mark.parametrize(
-    ("body", "group", "version", "plural"),
+    ("body", "group", "version", "plural", "templates"),
     [
-        (rayjob("tune", workers=2, gpus=4, pool="core"), "ray.io", "v1", "rayjobs"),
-        (pytorchjob("ddp", workers=3, gpus=8, pool="core"), "kubeflow.org", "v1", "pytorchjobs"),
+        (rayjob("tune", workers=2, gpus=4, pool="core"), "ray.io", "v1", "rayjobs", 2),
+        (
+            pytorchjob("ddp", workers=3, gpus=8, pool="core"),
+            "kubeflow.org",
+            "v1",
+            "pytorchjobs",
+            2,
+        ),
+        # Its one "template" is its trainer's override in spec.podSpecOverrides.
+        (trainjob("llm", nodes=2, gpus=8), "trainer.kubeflow.org", "v1alpha1", "trainjobs", 1),
     ],
-    ids=["RayJob", "PyTorchJob"],
+    ids=["RayJob", "PyTorchJob", "TrainJob"],
 )
 def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
     kube: KubeTest,
@@ -80,6 +88,7 @@ def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
     group: str,
     version: str,
     plural: str,
+    templates: int,
 ) -> None:
     cluster, executor = operator_side
     kind = KINDS[body["kind"]]
@@ -114,6 +123,7 @@ def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
     labels = {
         "RayJob": {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": name},
         "PyTorchJob": {"training.kubeflow.org/job-name": name},
+        "TrainJob": {"jobset.sigs.k8s.io/jobset-name": name},  # its JobSet's pods
     }[body["kind"]]
     (node,) = kube.create_gpu_nodes("core", 1, tier="core", gpus=8)
     pod = pod_of(f"{name}-worker-0", 4, labels=labels, node=node, namespace=kube.namespace)
@@ -138,8 +148,7 @@ def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
     notes = moved["metadata"]["annotations"]
     assert "hybridgpu.io/move" not in notes
     assert notes["hybridgpu.io/pinned-to"] == "spot"
-    templates = kind.templates(moved)
-    assert len(templates) == 2
-    for template in templates:
+    assert len(kind.templates(moved)) == templates
+    for template in kind.templates(moved):
         assert template.pod_spec["nodeSelector"] == {"hybridgpu.io/pool": "spot"}, template.path
         assert {**SPOT_TAINT, "operator": "Equal"} in template.pod_spec["tolerations"]

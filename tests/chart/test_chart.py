@@ -670,6 +670,7 @@ PROVIDER_ACCESS: list[tuple[str, str, dict[str, bool]]] = [
             ("jobset.x-k8s.io", "jobsets"),
             ("ray.io", "rayjobs"),
             ("kubeflow.org", "pytorchjobs"),
+            ("trainer.kubeflow.org", "trainjobs"),
         )
     ],
 ]

@@ -145,6 +145,38 @@ def pytorchjob(
     }
 
 
+def trainjob(
+    name: str,
+    *,
+    nodes: int = 4,
+    gpus: int = 8,
+    pool: str | None = None,
+    criticality: str | None = None,
+    namespace: str = "team",
+) -> dict[str, Any]:
+    """A Kubeflow trainer v2 TrainJob of ``nodes`` trainer nodes of ``gpus`` each, on the
+    torch-distributed runtime; pinned to ``pool`` through its trainer's podSpecOverride."""
+    labels = {"hybridgpu.io/criticality": criticality} if criticality else {}
+    spec: dict[str, Any] = {
+        "runtimeRef": {"name": "torch-distributed"},
+        "trainer": {
+            "image": "registry.example/train:latest",
+            "numNodes": nodes,
+            "resourcesPerNode": {"limits": {"nvidia.com/gpu": str(gpus)}},
+        },
+    }
+    if pool:
+        spec["podSpecOverrides"] = [
+            {"targetJobs": [{"name": "node"}], "nodeSelector": {POOL_LABEL: pool}}
+        ]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
 def pod_of(
     name: str,
     gpus: int,

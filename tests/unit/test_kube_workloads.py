@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from tests.support.builders import policy, pool
-from tests.support.workloads import jobset, pod_of, pytorchjob, rayjob
+from tests.support.workloads import jobset, pod_of, pytorchjob, rayjob, trainjob
 
 from hybridgpu.core.decide import decide
 from hybridgpu.kube.cluster import ClusterObjects
@@ -73,6 +73,11 @@ def batch_job(name: str, *, parallelism: int, gpus: int, gang: str | None = None
             "a PyTorchJob's master and workers run together",
             pytorchjob("ddp", workers=3, gpus=8),
             ("PyTorchJob", 8, 4, True, "standard", False),
+        ),
+        (
+            "a TrainJob of 4 trainer nodes of 8 GPUs is a gang of 4",
+            trainjob("llm", nodes=4, gpus=8, criticality="critical"),
+            ("TrainJob", 8, 4, True, "critical", False),
         ),
         (
             "a JobSet of one pod is no gang",
@@ -189,7 +194,12 @@ def apply_json_patch(obj: dict, ops: list[dict[str, Any]]) -> dict:
 
 @pytest.mark.parametrize(
     "obj",
-    [jobset("train", pool="core"), rayjob("tune", pool="core"), pytorchjob("ddp", pool="core")],
+    [
+        jobset("train", pool="core"),
+        rayjob("tune", pool="core"),
+        pytorchjob("ddp", pool="core"),
+        trainjob("llm", pool="core"),
+    ],
 )
 def test_a_move_repoints_every_pod_template_of_the_workload(obj: dict) -> None:
     kind = KINDS[obj["kind"]]
@@ -301,3 +311,56 @@ def test_a_jobset_kueue_manages_is_queued_with_its_pods_and_a_move_on_it_is_drop
     snap = build_snapshot(objects, pools(), Measurements(), IdleTracker(), now=NOW)
     assert [(j.key, j.queued, j.move) for j in snap.jobs] == [("team/train", True, None)]
     assert {(p.job, p.queued) for p in snap.pods} == {("team/train", True)}
+
+
+def test_a_trainjob_is_repointed_through_its_trainers_pod_spec_override() -> None:
+    """A TrainJob has no pod template of its own: a move adds (or rewrites) the override of
+    its trainer job (``node``), keeping the other overrides and the override's other fields."""
+    kind = KINDS["TrainJob"]
+    bare = trainjob("llm")
+    bare["spec"]["podSpecOverrides"] = [
+        {"targetJobs": [{"name": "dataset-initializer"}], "serviceAccountName": "data"}
+    ]
+    move = Move("spot", from_pool(kind, bare), STEP_SUSPEND, 1.0)
+    assert move.from_pool is None
+    bare = merge(bare, start_patch(kind, move))
+    moved = apply_json_patch(bare, repin_patch(kind, bare, move, pools()))
+    initializer, trainer = moved["spec"]["podSpecOverrides"]
+    assert initializer == bare["spec"]["podSpecOverrides"][0]
+    assert trainer["targetJobs"] == [{"name": "node"}]
+    assert trainer["nodeSelector"] == {"hybridgpu.io/pool": "spot"}
+    assert from_pool(kind, moved) == "spot"
+
+    pinned = trainjob("llm", pool="core")
+    pinned["spec"]["podSpecOverrides"][0]["serviceAccountName"] = "train"
+    move = Move("spot", from_pool(kind, pinned), STEP_SUSPEND, 1.0)
+    assert move.from_pool == "core"
+    pinned = merge(pinned, start_patch(kind, move))
+    moved = apply_json_patch(pinned, repin_patch(kind, pinned, move, pools()))
+    (trainer,) = moved["spec"]["podSpecOverrides"]
+    assert trainer["serviceAccountName"] == "train"
+    assert trainer["nodeSelector"] == {"hybridgpu.io/pool": "spot"}
+
+    done = trainjob("llm")
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    assert workload_state(kind, done) is None
+
+
+def test_a_trainjobs_jobset_and_pods_are_the_trainjobs_gang_in_the_snapshot() -> None:
+    """The TrainJob's JobSet (same name, owned by it) is never a workload of its own: its
+    pods are the TrainJob's, with its criticality and gang size."""
+    objects = jobset_objects(1, 2)
+    js = objects.workloads[0]
+    js["metadata"]["ownerReferences"] = [
+        {"kind": "TrainJob", "name": "train", "apiVersion": "trainer.kubeflow.org/v1alpha1"}
+    ]
+    train = trainjob("train", nodes=4, gpus=8, criticality="preemptible")
+    train["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    objects.workloads.append(train)
+    snap = build_snapshot(objects, pools(), Measurements(), IdleTracker(), now=NOW)
+    assert [(j.kind, j.key, j.parallelism, j.gang) for j in snap.jobs] == [
+        ("TrainJob", "team/train", 4, True)
+    ]
+    assert {(p.job, p.gang, p.gang_size, str(p.criticality)) for p in snap.pods} == {
+        ("team/train", "team/train", 4, "preemptible")
+    }

@@ -1,5 +1,5 @@
 """The workload adapters dashboard: what the operator did with each suspendable batch kind
-(batch/v1 Job, JobSet, RayJob, PyTorchJob), which it moves through one adapter interface
+(batch/v1 Job, JobSet, RayJob, PyTorchJob, TrainJob), which it moves through one adapter interface
 (kube/workloads), and how gang demand (workloads whose pods must all run at once, and Kueue's
 ProvisioningRequests) fared: placed, coming or blocked, and why."""
 
@@ -42,7 +42,7 @@ def build() -> Any:
             UID,
             "hybridgpu: workloads",
             "Workloads the hybridgpu operator moved, by kind (Job, JobSet, RayJob, "
-            "PyTorchJob), and gang demand placed all at once or blocked.",
+            "PyTorchJob, TrainJob), and gang demand placed all at once or blocked.",
             ["gpu", "workloads", "gangs"],
         )
         .with_variable(label_variable("kind", "Kind", n.WORKLOADS))

@@ -116,9 +116,10 @@ class Kind:
     keep: Callable[[Obj], bool] | None = None
     """Objects to store (None: all); the others are dropped as they arrive."""
     optional: bool = False
-    """A kind whose CRD may not be installed (JobSet, RayJob, PyTorchJob): while the apiserver
-    answers 404 (no such resource) or 403 (the operator may not list it), its store is empty
-    and counts as synced, and the LIST is tried again every ``absent_recheck_seconds``."""
+    """A kind whose CRD may not be installed (JobSet, RayJob, PyTorchJob, TrainJob,
+    ProvisioningRequest): while the apiserver answers 404 (no such resource) or 403 (the
+    operator may not list it), its store is empty and counts as synced, and the LIST is tried
+    again every ``absent_recheck_seconds``."""
 
 
 @dataclass
@@ -435,7 +436,7 @@ class WatchCache:
     ) -> WatchCache:
         """The operator's kinds on ``api``; ``listener`` gets (kind, event, old, new).
 
-        The suspendable batch kinds beyond batch/v1 Job (JobSet, RayJob, PyTorchJob) and
+        The suspendable batch kinds beyond batch/v1 Job (JobSet, RayJob, PyTorchJob, TrainJob) and
         ProvisioningRequests are optional streams: empty while their CRD is not installed,
         filled once it is."""
         core = client.CoreV1Api(api)

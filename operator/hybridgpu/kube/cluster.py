@@ -192,8 +192,8 @@ class KubeCluster:
         )
 
     def list_workloads(self, kind: WorkloadKind) -> list[Obj]:
-        """Every object of a suspendable batch kind (JobSet, RayJob, PyTorchJob), each with
-        its ``kind``; none when its CRD is not installed or the operator may not list it
+        """Every object of a suspendable batch kind (JobSet, RayJob, PyTorchJob, TrainJob), each
+        with its ``kind``; none when its CRD is not installed or the operator may not list it
         (docs/workloads.md says which RBAC each kind needs)."""
         try:
             body = self._json(

@@ -41,6 +41,7 @@ from hybridgpu.kube.serving import COMPLETED, Outcome, ServingMover, read_intent
 from hybridgpu.kube.workloads import (
     JOB,
     WorkloadKind,
+    WorkloadRef,
     api_version_of,
     finish_patch,
     from_pool,
@@ -49,6 +50,7 @@ from hybridgpu.kube.workloads import (
     owner_workload,
     repin_patch,
     start_patch,
+    workload_owner,
 )
 from hybridgpu.models.actions import (
     Action,
@@ -428,7 +430,7 @@ class PlanExecutor:
                 left += 0 if unreachable else 1
                 continue
             left += 1
-            workload = owner_workload(pod)
+            workload = self._mover_of(owner_workload(pod))
             if self._is_queued_pod(pod, queued_jobs):
                 # The node goes away anyway; Kueue owns the workload's suspend flag, so its pod
                 # is evicted (PDBs hold) and its controller recreates it elsewhere.
@@ -505,7 +507,7 @@ class PlanExecutor:
         ``queued_jobs``)."""
         if is_queued(pod):
             return True
-        workload = owner_workload(pod)
+        workload = self._mover_of(owner_workload(pod))
         if workload is None:
             return False
         key = f"{workload.kind}:{workload.key}"
@@ -518,6 +520,17 @@ class PlanExecutor:
             except NotFound:
                 queued_jobs[key] = False
         return queued_jobs[key]
+
+    def _mover_of(self, ref: WorkloadRef | None) -> WorkloadRef | None:
+        """The workload that is moved for a pod's owner: its owner when another kind owns it
+        (a TrainJob's JobSet), else itself."""
+        if ref is None or ref.kind != "JobSet":
+            return ref
+        try:
+            raw = self.cluster.get_workload(kind_named(ref.kind), ref.namespace, ref.name)
+        except NotFound:
+            return ref
+        return workload_owner(raw) or ref
 
     def _keep_for_pod(self, node: str, pod: dict[str, Any], result: Execution) -> None:
         """End the release of ``node``: drop the releasing mark, and the cordon when it was
@@ -574,8 +587,8 @@ class PlanExecutor:
         self.advance_move(job, pools)
 
     def advance_moves(self, jobs: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]) -> int:
-        """Advance every move recorded on ``jobs`` (Jobs, and JobSets, RayJobs, PyTorchJobs
-        with their ``kind``); returns how many are still in flight."""
+        """Advance every move recorded on ``jobs`` (Jobs, and JobSets, RayJobs, PyTorchJobs,
+        TrainJobs with their ``kind``); returns how many are still in flight."""
         in_flight = 0
         for job in jobs:
             if MOVE_ANNOTATION not in annotations_of(job):

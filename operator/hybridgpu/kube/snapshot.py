@@ -86,9 +86,9 @@ def build_snapshot(
         meta = raw.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         kind = kind_of(raw)
+        if owned_by_workload(raw):
+            continue  # a JobSet's child Job, a TrainJob's JobSet: moved through their owner
         if kind.kind == "Job":
-            if owned_by_workload(raw):
-                continue  # a JobSet's child Job: moved through its JobSet, never by itself
             criticality[key] = job_criticality(raw)
             state = job_state(raw)
         else:

@@ -300,8 +300,8 @@ class ExportedMetrics:
         self.workload_moves = Counter(
             p + "workload_moves",
             "Workloads the operator decided to move between pools (suspend, repoint every pod "
-            "template, resume), by kind (Job, JobSet, RayJob, PyTorchJob), route and reason "
-            "(preempt, consolidate, deadline); a gang moves whole and counts once.",
+            "template, resume), by kind (Job, JobSet, RayJob, PyTorchJob, TrainJob), route "
+            "and reason (preempt, consolidate, deadline); a gang moves whole and counts once.",
             ["kind", "from_tier", "to_tier", "reason"],
             registry=r,
         )

@@ -182,7 +182,7 @@ class JobState:
     """Its ``parallelism`` pods must all run at once (a JobSet, a PyTorchJob): it is moved
     whole, and capacity is found for all its pods or for none."""
     kind: str = "Job"
-    """Its Kubernetes kind (Job, JobSet, RayJob, PyTorchJob): which adapter moves it."""
+    """Its Kubernetes kind (Job, JobSet, RayJob, PyTorchJob, TrainJob): which adapter moves it."""
     input_error: str | None = None
     """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
     queued: bool = False

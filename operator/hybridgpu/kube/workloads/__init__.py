@@ -1,5 +1,6 @@
-"""Suspendable batch workloads (batch/v1 Job, JobSet, RayJob, PyTorchJob) behind one adapter
-interface (``base.WorkloadKind``), so the snapshot and the move protocol treat them alike.
+"""Suspendable batch workloads (batch/v1 Job, JobSet, RayJob, PyTorchJob, TrainJob) behind one
+adapter interface (``base.WorkloadKind``), so the snapshot and the move protocol treat them
+alike.
 
 See docs/workloads.md for what each kind needs (RBAC, labels, annotations)."""
 
@@ -17,10 +18,10 @@ from hybridgpu.kube.workloads.base import (
     start_patch,
     workload_state,
 )
-from hybridgpu.kube.workloads.kinds import BatchJob, JobSet, PyTorchJob, RayJob
+from hybridgpu.kube.workloads.kinds import BatchJob, JobSet, PyTorchJob, RayJob, TrainJob
 
 JOB: WorkloadKind = BatchJob()
-CUSTOM_KINDS: tuple[WorkloadKind, ...] = (JobSet(), RayJob(), PyTorchJob())
+CUSTOM_KINDS: tuple[WorkloadKind, ...] = (JobSet(), RayJob(), PyTorchJob(), TrainJob())
 """The kinds beyond batch/v1 Job, listed through their CRDs when those are installed."""
 KINDS: dict[str, WorkloadKind] = {k.kind: k for k in (JOB, *CUSTOM_KINDS)}
 
@@ -47,11 +48,21 @@ def owner_workload(pod: Obj) -> WorkloadRef | None:
 
 
 def owned_by_workload(obj: Obj) -> bool:
-    """Whether a batch/v1 Job is run for one of the other kinds (a JobSet's child Job, a
-    RayJob's submitter): it is moved through its owner, never by itself."""
-    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    """Whether a workload is run for one of the other kinds (a JobSet's child Job, a
+    RayJob's submitter, a TrainJob's JobSet): it is moved through its owner, never by
+    itself."""
+    return workload_owner(obj) is not None
+
+
+def workload_owner(obj: Obj) -> WorkloadRef | None:
+    """The workload of one of the other kinds that owns ``obj`` (a TrainJob for its JobSet),
+    if one."""
+    meta = obj.get("metadata") or {}
     custom = {k.kind for k in CUSTOM_KINDS}
-    return any(r.get("kind") in custom for r in owners)
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") in custom and ref.get("name"):
+            return WorkloadRef(str(ref["kind"]), str(meta.get("namespace")), str(ref["name"]))
+    return None
 
 
 __all__ = [
@@ -70,5 +81,6 @@ __all__ = [
     "owner_workload",
     "repin_patch",
     "start_patch",
+    "workload_owner",
     "workload_state",
 ]

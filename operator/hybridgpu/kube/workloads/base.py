@@ -48,6 +48,12 @@ class PodTemplate:
     template: Obj
     pods: int
     """Pods that run from it at once (replicas times parallelism)."""
+    spec_path: str | None = None
+    """JSON pointer to where a move writes its ``nodeSelector`` and ``tolerations`` (None:
+    ``path + /spec``); a TrainJob's is its trainer's entry of ``spec.podSpecOverrides``."""
+    create: tuple[dict[str, Any], ...] = ()
+    """JSON-patch operations that make ``spec_path`` exist first (a TrainJob without an
+    override for its trainer yet)."""
 
     @property
     def pod_spec(self) -> Obj:
@@ -55,7 +61,7 @@ class PodTemplate:
 
 
 class WorkloadKind(Protocol):
-    """One suspendable batch kind (batch/v1 Job, JobSet, RayJob, PyTorchJob)."""
+    """One suspendable batch kind (batch/v1 Job, JobSet, RayJob, PyTorchJob, TrainJob)."""
 
     kind: str
     group: str
@@ -208,7 +214,8 @@ def repin_patch(
     ops: list[dict[str, Any]] = []
     for template in kind.templates(obj):
         selector, tolerations = repin_template(template.pod_spec, to_pool, pools)
-        spec_path = f"{template.path}/spec"
+        ops.extend(template.create)
+        spec_path = template.spec_path or f"{template.path}/spec"
         ops.append({"op": "add", "path": f"{spec_path}/nodeSelector", "value": selector})
         ops.append({"op": "add", "path": f"{spec_path}/tolerations", "value": tolerations})
     done = Move(move.to_pool, move.from_pool, STEP_REPINNED, move.since)

@@ -8,6 +8,10 @@
   with it); the head template plus each worker group's (``replicas`` pods); suspending deletes
   its RayCluster.
 - PyTorchJob (kubeflow.org/v1): ``spec.runPolicy.suspend``; a template per replica type.
+- TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow trainer v2): ``spec.suspend``; no pod
+  template of its own (its runtime has them): its demand is ``spec.trainer.numNodes`` pods of
+  ``spec.trainer.resourcesPerNode``, and a move repoints its trainer job (``node``) through
+  ``spec.podSpecOverrides``. Its pods run in a JobSet of the same name that it owns.
 """
 
 from __future__ import annotations
@@ -200,3 +204,69 @@ class PyTorchJob:
 
     def pod_selector(self, name: str) -> str:
         return f"{KUBEFLOW_JOB_NAME_LABEL}={name}"
+
+
+TRAINER_JOB = "node"
+"""The trainer's replicated job in Kubeflow trainer v2's runtimes (its constants.Node)."""
+
+
+def _targets_trainer_only(override: Obj) -> bool:
+    targets = [str((t or {}).get("name")) for t in override.get("targetJobs") or []]
+    return targets == [TRAINER_JOB]
+
+
+class TrainJob:
+    kind = "TrainJob"
+    group = "trainer.kubeflow.org"
+    version = "v1alpha1"
+    plural = "trainjobs"
+    gang_by_default = True
+    clears_start_time = False
+
+    def suspended(self, obj: Obj) -> bool:
+        return bool((obj.get("spec") or {}).get("suspend"))
+
+    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+    def finished(self, obj: Obj) -> bool:
+        return _conditions_true(obj, ("Complete", "Failed"))
+
+    def templates(self, obj: Obj) -> list[PodTemplate]:
+        """One template: the trainer's nodes, with the scheduling fields of its override."""
+        spec = obj.get("spec") or {}
+        trainer = spec.get("trainer") or {}
+        overrides = spec.get("podSpecOverrides") or []
+        index = next((i for i, o in enumerate(overrides) if _targets_trainer_only(o)), None)
+        create: tuple[dict[str, Any], ...] = ()
+        if index is None:
+            index = len(overrides)
+            entry = {"targetJobs": [{"name": TRAINER_JOB}]}
+            create = (
+                {"op": "add", "path": "/spec/podSpecOverrides", "value": [*overrides, entry]},
+            )
+        override = overrides[index] if index < len(overrides) else {}
+        pod_spec = {
+            "containers": [
+                {"name": TRAINER_JOB, "resources": trainer.get("resourcesPerNode") or {}}
+            ],
+            "nodeSelector": override.get("nodeSelector") or {},
+            "tolerations": override.get("tolerations") or [],
+        }
+        return [
+            PodTemplate(
+                "/spec/trainer",
+                {"metadata": {}, "spec": pod_spec},
+                int_field(trainer.get("numNodes"), 1),
+                spec_path=f"/spec/podSpecOverrides/{index}",
+                create=create,
+            )
+        ]
+
+    def owner_of(self, pod: Obj) -> str | None:
+        # Its pods carry only their JobSet's labels: the JobSet of the same name, which the
+        # TrainJob owns, stands for it (owned_by_workload, kube/workloads).
+        return None
+
+    def pod_selector(self, name: str) -> str:
+        return f"{JOBSET_NAME_LABEL}={name}"
