@@ -137,6 +137,8 @@ class _Node:
     """Launched and not Ready yet (until its "ready" event)."""
     counted: tuple[int, int, int, int, int] | None = None
     """What the node adds to the simulation's per-pool tallies (``_Tally``) right now."""
+    moves: tuple[int, int, int] = (0, 0, 0)
+    """What the node adds to the simulation's ``_moves`` tallies right now."""
     placeable: tuple[int, str] | None = None
     """Its key (free GPUs, name) in its pool's ``_placeable`` while pods can land on it."""
     view: NodeState | None = None
@@ -368,8 +370,15 @@ class Simulation:
         self.check_quiet = check_quiet
         self._noticed: set[str] = set()
         """Nodes under an interruption notice."""
-        self._movable_on_cloud = 0
-        """Running jobs that consolidation or return to core could move off a cloud node."""
+        self._moves = [0, 0, 0]
+        """Cloud nodes consolidation or return to core may empty (``_node_moves``): nodes of
+        on-demand pools and of spot pools that run only preemptible work, and nodes whose
+        every job may return to owned GPUs."""
+        self._consolidates = policy.consolidation.enabled and policy.preemption.max_per_tick > 0
+        """Whether decide() consolidates or returns work to core at all."""
+        self._free_core: dict[str, _Node] = {}
+        """Owned nodes, not cordoned, with every GPU free (consolidation's targets once idle
+        for their idleFor)."""
         self.recheck_at: float | None = None
         """When the last plan said it goes stale by itself (a wait for owned GPUs ends)."""
         self.work_by_tier: dict[str, float] = {t.value: 0.0 for t in Tier}
@@ -627,8 +636,6 @@ class Simulation:
         self._refresh_idle(node)
         self._node_changed(node)
         self._jobs_changed = True
-        if self._may_move(job, node):
-            self._movable_on_cloud += 1
         if job.trace.service is not None and is_cloud(node.tier):
             self._serving_on_cloud += 1
         job.node = node.name
@@ -645,8 +652,6 @@ class Simulation:
         checkpoint, loses the rest, and spends the restart overhead again when it restarts."""
         node = self.nodes[job.node] if job.node else None
         if node is not None:
-            if self._may_move(job, node):
-                self._movable_on_cloud -= 1
             if job.trace.service is not None and is_cloud(node.tier):
                 self._serving_on_cloud -= 1
             node.free += job.trace.gpus
@@ -707,12 +712,39 @@ class Simulation:
         elif node.idle_since is None:
             node.idle_since = max(self.now, node.ready_at)
 
-    def _may_move(self, job: _Job, node: _Node) -> bool:
-        """Whether consolidation or return to core could move ``job`` off ``node``."""
-        if not is_cloud(node.tier):
-            return False
-        return job.trace.criticality == Criticality.PREEMPTIBLE or (
-            self.reads_annotations and job.trace.return_to_core
+    def _node_moves(self, node: _Node) -> tuple[int, int, int]:
+        """Whether decide()'s consolidation may move every job off ``node`` to spot or owned
+        GPUs (a node of an on-demand pool, one of a spot pool) and whether return to core may
+        (``_Decider._consolidate``, ``_return_to_core``, ``_may_return``): a necessary
+        condition, read from what does not change with time alone."""
+        if (
+            not node.jobs
+            or node.cordoned
+            or node.booting
+            or node.removed_at is not None
+            or not is_cloud(node.tier)
+        ):
+            return (0, 0, 0)
+        traces = [self.jobs[i].trace for i in node.jobs]
+        preemptible = [t.criticality == Criticality.PREEMPTIBLE for t in traces]
+        consolidates = all(preemptible) and node.pool not in self._committed_pools
+        # Return to core: standard Jobs that opt in, preemptible ones that state a checkpoint
+        # interval and leave at least half of the node empty; nothing critical.
+        returns = not any(preemptible) or 2 * (node.gpus - node.free) <= node.gpus
+        for trace, pre in zip(traces, preemptible, strict=True):
+            if pre:
+                every = trace.checkpoint_seconds
+                if every is None:
+                    every = self.settings.checkpoint_interval_seconds
+                returns = returns and bool(every)
+            elif trace.criticality == Criticality.STANDARD:
+                returns = returns and self.reads_annotations and trace.return_to_core
+            else:
+                returns = False
+        return (
+            int(consolidates and node.tier != Tier.SPOT),
+            int(consolidates and node.tier == Tier.SPOT),
+            int(returns),
         )
 
     def _node_changed(self, node: _Node) -> None:
@@ -735,6 +767,15 @@ class Simulation:
             if placeable is not None:
                 self._placeable[node.pool].add(placeable)
             node.placeable = placeable
+        moves = self._node_moves(node)
+        if moves != node.moves:
+            for i in range(3):
+                self._moves[i] += moves[i] - node.moves[i]
+            node.moves = moves
+        if not cloud and node.removed_at is None and not node.cordoned and node.free == node.gpus:
+            self._free_core[node.name] = node
+        else:
+            self._free_core.pop(node.name, None)
         if node.removed_at is not None:
             node.counted = None
             self._noticed.discard(node.name)
@@ -916,12 +957,25 @@ class Simulation:
         to core, a serving rebalance, a deadline or idle reclaim could move. Then it plans
         nothing and asks for no recheck (``check_quiet`` proves it in tests), so the tick is
         skipped and costs no snapshot."""
-        if self._noticed or self._movable_on_cloud:
+        if self._noticed:
             return False
+        if self._consolidates:
+            # Consolidation moves preemptible work off on-demand nodes to spot or to owned
+            # nodes idle for their idleFor, off spot nodes to such owned nodes; return to
+            # core moves work to owned GPUs free now.
+            off_on_demand, off_spot, returns = self._moves
+            if off_on_demand:
+                return False
+            if off_spot and self._settled_core():
+                return False
+            if returns and serving_sim.owned_gpus_free(self):
+                return False
         if self._rebalances and self._serving_on_cloud and serving_sim.owned_gpus_free(self):
             return False  # a rebalance may move a replica
         for index in self._annotated:
-            if index in self.running or index in self.pending:
+            if index in self.pending:
+                return False
+            if index in self.running and self._rule_may_fire(self.jobs[index]):
                 return False
         for index in self.pending:
             if self.jobs[index].pending_since + self.grace <= self.now:
@@ -931,6 +985,31 @@ class Simulation:
             if node.idle_since + self.idle_for[node.pool] <= self.now:
                 return False
         return True
+
+    def _rule_may_fire(self, job: _Job) -> bool:
+        """Whether idle reclaim may take the running ``job`` now (as ``_Decider._reclaim_one``
+        tests it), or a deadline may move it off spot (any preemptible Job with a deadline
+        on a spot node: its slack is left to decide())."""
+        pod, state = self._job_view(job)
+        timeout = pod.idle_timeout_seconds
+        if (
+            timeout is not None
+            and pod.idle_since is not None
+            and not self.now - pod.idle_since < timeout
+        ):
+            return True
+        if state.deadline_at is not None and state.criticality == Criticality.PREEMPTIBLE:
+            host = self.nodes.get(job.node) if job.node else None
+            return host is None or host.tier == Tier.SPOT
+        return False
+
+    def _settled_core(self) -> bool:
+        """Whether an owned node has had every GPU free for its pool's idleFor."""
+        for node in self._free_core.values():
+            since = node.idle_since
+            if since is not None and since <= self.now - self.idle_for[node.pool]:
+                return True
+        return False
 
     def _tick(self) -> Plan:
         self.ticks += 1
