@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedDict, SortedList
 
 from hybridgpu.core.cost import always_on_nodes, is_cloud, node_hour_dollars
 from hybridgpu.core.deadline import (
@@ -409,10 +409,13 @@ class Simulation:
         self._committed_pools = {p.name for p in pools if p.spec.committed is not None}
         self._demand_gpus = 0
         """GPUs of the jobs running or pending."""
-        self._jobs_changed = True
+        self._changed_jobs: set[int] = set()
+        """Jobs whose view changed (arrived, started, stopped, moved) since the snapshot."""
+        self._live_views: SortedDict[int, tuple[GPUPod, JobState]] = SortedDict()
+        """The views of the running and pending jobs, by index (the snapshot's order)."""
         self._job_views: tuple[tuple[GPUPod, ...], tuple[JobState, ...]] = ((), ())
         # The jobs a deadline or idle-reclaim rule may fire for (``_rules_due``).
-        self._annotated = [
+        self._annotated = {
             i
             for i, j in enumerate(self.trace)
             if reads_annotations
@@ -420,7 +423,10 @@ class Simulation:
                 j.idle_timeout_seconds is not None
                 or (j.deadline_at is not None and j.criticality == Criticality.PREEMPTIBLE)
             )
-        ]
+        }
+        self._live_annotated: set[int] = set()
+        """Of those, the ones running or pending."""
+        self._ranks = sorted(set(CRITICALITY_RANK.values()))
         self.heartbeat = max(self.interval, HEARTBEAT_SECONDS)
         # Owned pools only and no preemption: the operator has nothing it could do.
         self.operator_can_act = (
@@ -635,7 +641,7 @@ class Simulation:
         node.used_gpu_percent += job.trace.gpus * self._utilization(job)
         self._refresh_idle(node)
         self._node_changed(node)
-        self._jobs_changed = True
+        self._job_changed(job.index)
         if job.trace.service is not None and is_cloud(node.tier):
             self._serving_on_cloud += 1
         job.node = node.name
@@ -682,7 +688,6 @@ class Simulation:
                     lost * job.trace.gpus * self._node_price[node.pool] / node.gpus / 3600
                 )
         self.running.discard(job.index)
-        self._jobs_changed = True
         job.node = None
         job.run_started = None
         job.run_id += 1
@@ -698,6 +703,7 @@ class Simulation:
             self._demand_gpus -= job.trace.gpus
             job.done = True
             job.finished_at = self.now
+        self._job_changed(job.index)
 
     def _utilization(self, job: _Job) -> float:
         value = job.trace.utilization_percent
@@ -855,13 +861,19 @@ class Simulation:
                     interruption_deadline=node.interruption_deadline,
                 )
             nodes.append(node.view)
-        if self._jobs_changed:
-            views = [self._job_view(self.jobs[i]) for i in sorted(self.running | self.pending)]
+        if self._changed_jobs:
+            live = self._live_views
+            for index in self._changed_jobs:
+                if index in self.running or index in self.pending:
+                    live[index] = self._job_view(self.jobs[index])
+                else:
+                    live.pop(index, None)
+            self._changed_jobs.clear()
+            views = live.values()
             self._job_views = (
                 tuple(v[0] for v in views),
                 tuple(v[1] for v in views if v[0].serving is None),  # replicas are no Jobs
             )
-            self._jobs_changed = False
         pods, jobs = self._job_views
         serving: tuple[ServingState, ...] = ()
         if self._has_serving:
@@ -885,6 +897,43 @@ class Simulation:
             jobs=jobs,
             serving=serving,
         )
+
+    def _job_changed(self, index: int) -> None:
+        """The job arrived, started, stopped or moved: its view is rebuilt for the next
+        snapshot, and the annotated jobs that run or wait are brought up to date."""
+        self._changed_jobs.add(index)
+        if index in self._annotated:
+            if index in self.running or index in self.pending:
+                self._live_annotated.add(index)
+            else:
+                self._live_annotated.discard(index)
+
+    def _pending_since_first(self) -> float:
+        """The earliest moment a pending job has waited since (inf: none waits). The queue
+        is sorted by criticality rank, then that moment."""
+        first = math.inf
+        queue = self._queue
+        for rank in self._ranks:
+            at = queue.bisect_left((rank, -math.inf, -1))
+            if at < len(queue) and queue[at][0] == rank:
+                first = min(first, queue[at][1])
+        return first
+
+    def _pending_ready_next(self) -> float:
+        """The first moment after now at which a pending job's grace period runs out (inf:
+        none). Pending since earlier than a second before the grace period reaches back ran
+        out already, whatever the rounding."""
+        out = math.inf
+        for rank in self._ranks:
+            start = (rank, self.now - self.grace - 1.0, -1)
+            for key_rank, since, _ in self._queue.irange(start):
+                if key_rank != rank:
+                    break
+                ready = since + self.grace
+                if ready > self.now:
+                    out = min(out, ready)
+                    break
+        return out
 
     def _job_view(self, job: _Job) -> tuple[GPUPod, JobState]:
         """The job as the operator sees it; rebuilt only when it changed (run_id moves on
@@ -972,14 +1021,13 @@ class Simulation:
                 return False
         if self._rebalances and self._serving_on_cloud and serving_sim.owned_gpus_free(self):
             return False  # a rebalance may move a replica
-        for index in self._annotated:
+        for index in self._live_annotated:
             if index in self.pending:
                 return False
-            if index in self.running and self._rule_may_fire(self.jobs[index]):
+            if self._rule_may_fire(self.jobs[index]):
                 return False
-        for index in self.pending:
-            if self.jobs[index].pending_since + self.grace <= self.now:
-                return False
+        if self._pending_since_first() + self.grace <= self.now:
+            return False
         for node in self._idle_cloud.values():
             assert node.idle_since is not None
             if node.idle_since + self.idle_for[node.pool] <= self.now:
@@ -1063,7 +1111,7 @@ class Simulation:
                     self._stop(job, requeue=True, pool=action.to_pool)
                 else:
                     job.pool = action.to_pool
-                    self._jobs_changed = True
+                    self._job_changed(job.index)
             elif isinstance(action, RebalanceReplica):
                 serving_sim.start(self, action)
             elif isinstance(action, HandleInterruption):
@@ -1204,19 +1252,14 @@ class Simulation:
             wake = min(wake, (math.floor(self.now / gap) + 1) * gap)
         if self.recheck_at is not None and self.recheck_at > self.now:
             wake = min(wake, self.recheck_at)
-        for index in self.pending:
-            ready = self.jobs[index].pending_since + self.grace
-            if ready > self.now:
-                wake = min(wake, ready)
+        wake = min(wake, self._pending_ready_next())
         return min(wake, self._rules_due())
 
     def _rules_due(self) -> float:
         """The first moment a deadline or idle-reclaim rule may fire for a job as things
         stand (the real operator looks every interval; the simulation only then)."""
         due = math.inf
-        for index in self._annotated:
-            if index not in self.running and index not in self.pending:
-                continue
+        for index in self._live_annotated:
             job = self.jobs[index]
             pod, state = self._job_view(job)
             if pod.idle_timeout_seconds is not None and pod.idle_since is not None:
@@ -1309,7 +1352,7 @@ class Simulation:
             self.pending.add(payload)
             self._queue.add(self._queue_key(self.jobs[payload]))
             self._demand_gpus += self.jobs[payload].trace.gpus
-            self._jobs_changed = True
+            self._job_changed(payload)
             return 0
         if kind == "finish":
             assert isinstance(payload, tuple)

@@ -176,7 +176,7 @@ def _move_running(sim: Simulation, job: _Job, cloud: _Node, core: _Node) -> None
     sim._serving_on_cloud -= 1
     sim._node_changed(cloud)
     sim._node_changed(core)
-    sim._jobs_changed = True
+    sim._job_changed(job.index)
 
 
 def owned_gpus_free(sim: Simulation) -> bool:
