@@ -276,100 +276,170 @@ def wait_pods_running(plane: ControlPlane, namespace: str, want: int, what: str)
     )
 
 
-def operator_run(plane: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
-    """The cluster of ``--nodes`` and ``--pods`` (``--gpu-pods`` of them GPU pods), then the
-    operator on it: its RSS, its ticks, the apiserver's LIST calls during steady-state ticks,
-    and its reaction to pending GPU pods."""
-    from conftest import SPOT_TAINT, Cluster, Operators  # tests/e2e
+def build_cluster(
+    plane: ControlPlane, args: argparse.Namespace, state: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The cluster of ``--nodes`` and ``--pods`` (``--gpu-pods`` of them GPU pods) with its
+    pools and policy; returns what a later run needs to find them (``--state``). ``state``
+    from an interrupted build (its ``phase``: ``nodes`` once the nodes are created, ``pods``
+    once the pods are) carries on from where it stopped."""
+    from conftest import SPOT_TAINT, Cluster  # tests/e2e
     from hybridgpu.cloud.kwok import kwok_node
     from hybridgpu.models.pool import GPUPoolSpec
 
-    plane.api.configuration.connection_pool_maxsize = 32
+    def save(phase: str) -> None:
+        assert state is not None
+        state["phase"] = phase
+        if args.state is not None:
+            args.state.write_text(json.dumps(state, indent=2))
+
+    if state is None:
+        state = {
+            "kubeconfig": str(plane.kubeconfig),
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "gpu_pods": args.gpu_pods,
+            "gpus_per_node": args.gpus_per_node,
+            "samples": args.samples,
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        }
+        kube = KubeTest(plane=plane, namespace=create_test_namespace(plane, "kwok-scale"))
+        cluster = Cluster(kube)
+        policy = cluster.policy(interval=args.interval)
+        n_core = round(args.nodes * TIER_SHARES[0][1])
+        n_elastic = round(args.nodes * TIER_SHARES[1][1])
+        n_spot = args.nodes - n_core - n_elastic
+        gpus = args.gpus_per_node
+        core = cluster.pool(
+            "core", tier="core", policy=policy, per_node=gpus, max_nodes=n_core, idle_for="24h"
+        )
+        elastic = cluster.pool(
+            "elastic",
+            tier="elastic",
+            policy=policy,
+            per_node=gpus,
+            max_nodes=n_elastic + args.samples,
+            price=10.0,
+            idle_for="24h",
+        )
+        spot = cluster.pool(
+            "spot",
+            tier="spot",
+            policy=policy,
+            per_node=gpus,
+            max_nodes=n_spot,
+            price=3.0,
+            taints=[SPOT_TAINT],
+            idle_for="24h",
+        )
+        state.update(
+            namespace=kube.namespace,
+            policy=policy,
+            core=core,
+            elastic=elastic,
+            spot=spot,
+            n_core=n_core,
+            n_elastic=n_elastic,
+            n_spot=n_spot,
+        )
+        elastic_spec = GPUPoolSpec.model_validate(cluster.pool_object(elastic)["spec"])
+        spot_spec = GPUPoolSpec.model_validate(cluster.pool_object(spot)["spec"])
+        bodies = [gpu_node(f"{core}-{i}", pool=core, tier="core", gpus=gpus) for i in range(n_core)]
+        bodies += [kwok_node(f"{elastic}-{i}", elastic, elastic_spec) for i in range(n_elastic)]
+        bodies += [kwok_node(f"{spot}-{i}", spot, spot_spec) for i in range(n_spot)]
+        t0 = time.monotonic()
+        parallel(lambda body: create(plane, "/api/v1/nodes", body), bodies, args.workers)
+        state["nodes_created_seconds"] = round(time.monotonic() - t0, 1)
+        save("nodes")
+        if args.wait_nodes_ready:
+            wait_until(
+                lambda: (
+                    not_ready_nodes(plane) == 0
+                    and count(plane, "/api/v1/nodes", {"labelSelector": "type=kwok"}) >= args.nodes
+                ),
+                timeout_seconds=3600,
+                interval_seconds=5,
+                what=f"{args.nodes} nodes Ready",
+            )
+            state["nodes_ready_seconds"] = round(time.monotonic() - t0, 1)
+
+    names = [f"{state['core']}-{i}" for i in range(state["n_core"])]
+    names += [f"{state['elastic']}-{i}" for i in range(state["n_elastic"])]
+    names += [f"{state['spot']}-{i}" for i in range(state["n_spot"])]
+    ns = state["namespace"]
+    pods_path = f"/api/v1/namespaces/{ns}/pods"
+    if state.get("phase") == "nodes":
+        t0 = time.monotonic()
+        elastic_nodes = names[state["n_core"] : state["n_core"] + state["n_elastic"]]
+
+        def gpu_pod_at(i: int) -> None:
+            body = gpu_pod(f"gpu-{i}")
+            if i < len(elastic_nodes):  # one GPU taken on every elastic node: 8 fit on none
+                body["spec"]["nodeName"] = elastic_nodes[i]
+            create(plane, pods_path, body)
+
+        parallel(gpu_pod_at, list(range(state["gpu_pods"])), args.workers)
+        state["gpu_pods_created_seconds"] = round(time.monotonic() - t0, 1)
+        others = state["pods"] - state["gpu_pods"]
+        parallel(
+            lambda i: create(plane, pods_path, plain_pod(f"cpu-{i}", names[i % len(names)])),
+            list(range(others)),
+            args.workers,
+        )
+        state["pods_created_seconds"] = round(time.monotonic() - t0, 1)
+        save("pods")
+        state["pods_t0"] = time.time() - (time.monotonic() - t0)
+    wait_pods_running(plane, ns, state["pods"], f"{state['pods']} pods Running")
+    if "pods_t0" in state:
+        state["pods_running_seconds"] = round(time.time() - state.pop("pods_t0"), 1)
+    state["load_average_built"] = [round(x, 2) for x in os.getloadavg()]
+    save("done")
+    return state
+
+
+def create(plane: ControlPlane, path: str, body: dict[str, Any]) -> None:
+    """POST ``body`` without decoding the answer into client models (the client's CPU was
+    most of the time spent creating objects)."""
+    for attempt in range(5):
+        try:
+            plane.api.call_api(
+                path,
+                "POST",
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
+            return
+        except Exception as err:  # throttled or timed out on a loaded machine: once more
+            status = getattr(err, "status", None)
+            if status == 409:  # created by the attempt that timed out
+                return
+            if attempt == 4:
+                raise
+            time.sleep(1 + attempt)
+
+
+def operator_run(
+    plane: ControlPlane, args: argparse.Namespace, state: dict[str, Any]
+) -> dict[str, Any]:
+    """The operator on the cluster ``state`` describes: its RSS, its ticks, the apiserver's
+    LIST calls during steady-state ticks, and its reaction to pending GPU pods."""
+    from conftest import Cluster, Operators  # tests/e2e
+
     result: dict[str, Any] = {
-        "nodes": args.nodes,
-        "pods": args.pods,
-        "gpu_pods": args.gpu_pods,
-        "gpus_per_node": args.gpus_per_node,
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        **state,
+        "load_average_operator_start": [round(x, 2) for x in os.getloadavg()],
     }
-    kube = KubeTest(plane=plane, namespace=create_test_namespace(plane, "kwok-scale"))
+    kube = KubeTest(plane=plane, namespace=state["namespace"])
     cluster = Cluster(kube)
-    policy = cluster.policy(interval=args.interval)
-    n_core = round(args.nodes * TIER_SHARES[0][1])
-    n_elastic = round(args.nodes * TIER_SHARES[1][1])
-    n_spot = args.nodes - n_core - n_elastic
-    gpus = args.gpus_per_node
-    core = cluster.pool(
-        "core", tier="core", policy=policy, per_node=gpus, max_nodes=n_core, idle_for="24h"
-    )
-    elastic = cluster.pool(
-        "elastic",
-        tier="elastic",
-        policy=policy,
-        per_node=gpus,
-        max_nodes=n_elastic + args.samples,
-        price=10.0,
-        idle_for="24h",
-    )
-    spot = cluster.pool(
-        "spot",
-        tier="spot",
-        policy=policy,
-        per_node=gpus,
-        max_nodes=n_spot,
-        price=3.0,
-        taints=[SPOT_TAINT],
-        idle_for="24h",
-    )
-    elastic_spec = GPUPoolSpec.model_validate(cluster.pool_object(elastic)["spec"])
-    spot_spec = GPUPoolSpec.model_validate(cluster.pool_object(spot)["spec"])
-    bodies = [gpu_node(f"{core}-{i}", pool=core, tier="core", gpus=gpus) for i in range(n_core)]
-    bodies += [kwok_node(f"{elastic}-{i}", elastic, elastic_spec) for i in range(n_elastic)]
-    bodies += [kwok_node(f"{spot}-{i}", spot, spot_spec) for i in range(n_spot)]
-    names = [b["metadata"]["name"] for b in bodies]
-
-    t0 = time.monotonic()
-    parallel(plane.core.create_node, bodies, WORKERS)
-    wait_until(
-        lambda: (
-            not_ready_nodes(plane) == 0
-            and count(plane, "/api/v1/nodes", {"labelSelector": "type=kwok"}) >= args.nodes
-        ),
-        timeout_seconds=1800,
-        interval_seconds=2,
-        what=f"{args.nodes} nodes Ready",
-    )
-    result["nodes_ready_seconds"] = round(time.monotonic() - t0, 1)
-
-    ns = kube.namespace
-    t0 = time.monotonic()
-    elastic_nodes = [n for n in names if n.startswith(f"{elastic}-")]
-
-    def gpu_pod_at(i: int) -> None:
-        body = gpu_pod(f"gpu-{i}")
-        if i < len(elastic_nodes):  # one GPU taken on every elastic node: 8 GPUs fit on none
-            body["spec"]["nodeName"] = elastic_nodes[i]
-        plane.core.create_namespaced_pod(ns, body)
-
-    parallel(gpu_pod_at, list(range(args.gpu_pods)), WORKERS)
-    others = args.pods - args.gpu_pods
-    parallel(
-        lambda i: plane.core.create_namespaced_pod(
-            ns, plain_pod(f"cpu-{i}", names[i % len(names)])
-        ),
-        list(range(others)),
-        WORKERS,
-    )
-    result["pods_created_seconds"] = round(time.monotonic() - t0, 1)
-    wait_pods_running(plane, ns, args.pods, f"{args.pods} pods Running")
-    result["pods_running_seconds"] = round(time.monotonic() - t0, 1)
-
+    policy, elastic = state["policy"], state["elastic"]
     operators = Operators(kube=kube, log_dir=Path(tempfile.mkdtemp(prefix="kwok-scale-")))
     try:
         t0 = time.monotonic()
-        op = operators.start(kwok_delay_seconds=0.0)
+        op = operators.start(kwok_delay_seconds=0.0, extra_env=profile_env(args))
         result["operator_log"] = str(op.log_path)
-        cluster.wait_ticking(policy, timeout_seconds=600)
+        cluster.wait_ticking(policy, timeout_seconds=1800)
         result["operator_first_tick_seconds"] = round(time.monotonic() - t0, 1)
         result["operator_memory_after_first_tick"] = process_memory(op.process.pid)
         cluster.wait_ticks(policy, ticks=2, timeout_seconds=600)
@@ -377,6 +447,8 @@ def operator_run(plane: ControlPlane, args: argparse.Namespace) -> dict[str, Any
         # Steady state: N ticks; each tick's duration from the histogram's sum between ticks,
         # LIST calls from the apiserver's own counters (nothing here LISTs meanwhile).
         lists_before = apiserver_lists(plane)
+        cpu_before = process_memory(op.process.pid)["cpu_seconds"]
+        t0 = time.monotonic()
         last_sum, last_count = operator_reconcile(op)
         ticks: list[float] = []
         while len(ticks) < args.ticks:
@@ -387,6 +459,11 @@ def operator_run(plane: ControlPlane, args: argparse.Namespace) -> dict[str, Any
             last_sum, last_count = total, count_
         lists_after = apiserver_lists(plane)
         result["steady_ticks"] = len(ticks)
+        result["steady_wall_seconds"] = round(time.monotonic() - t0, 1)
+        result["steady_operator_cpu_seconds"] = round(
+            process_memory(op.process.pid)["cpu_seconds"] - cpu_before, 1
+        )
+        result["tick_seconds"] = [round(t, 3) for t in ticks]
         result["tick_seconds_p50"] = percentile(ticks, 0.5)
         result["tick_seconds_p95"] = percentile(ticks, 0.95)
         result["tick_seconds_max"] = round(max(ticks), 3)
@@ -396,6 +473,7 @@ def operator_run(plane: ControlPlane, args: argparse.Namespace) -> dict[str, Any
             if lists_after[k] != lists_before.get(k, 0.0)
         }
         result["operator_memory_steady"] = process_memory(op.process.pid)
+        result["load_average_steady"] = [round(x, 2) for x in os.getloadavg()]
 
         result["reaction_seconds"] = reaction_samples(plane, cluster, elastic, args.samples)
         result["reaction_seconds_p50"] = percentile(result["reaction_seconds"], 0.5)
@@ -405,6 +483,10 @@ def operator_run(plane: ControlPlane, args: argparse.Namespace) -> dict[str, Any
     finally:
         operators.stop_all()
     return result
+
+
+def profile_env(args: argparse.Namespace) -> dict[str, str]:
+    return {"HYBRIDGPU_PROFILE_TICKS": str(args.profile)} if args.profile else {}
 
 
 def reaction_samples(plane: ControlPlane, cluster: Any, elastic: str, samples: int) -> list[float]:
@@ -485,7 +567,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", default="10s", help="the ScalingPolicy's interval")
     parser.add_argument("--ticks", type=int, default=20, help="steady-state ticks measured")
     parser.add_argument("--samples", type=int, default=10, help="reaction samples")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="client threads creating")
+    parser.add_argument(
+        "--state",
+        type=Path,
+        help="with --operator: a JSON file; when it exists, the cluster it names (on the "
+        "control plane of $HYBRIDGPU_KUBECONFIG) is measured again instead of built; when it "
+        "does not, the cluster built is written there (keep the control plane with "
+        "$HYBRIDGPU_KUBECONFIG, e.g. from hack/control-plane.sh up)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="with --operator: the operator writes a cProfile of its ticks to this file",
+    )
+    parser.add_argument(
+        "--no-wait-nodes-ready",
+        dest="wait_nodes_ready",
+        action="store_false",
+        help="create the pods without waiting for every node to be Ready (kwok is slow to "
+        "initialise thousands of nodes on a loaded machine; the wait for Running pods stays)",
+    )
+    parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="with --operator and --state: build the cluster, write the state, run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.build_only and args.state is None:
+        parser.error("--build-only needs --state")
     if args.operator and args.gpu_pods is None:
         args.gpu_pods = args.pods
     if args.operator and not 0 < args.gpu_pods <= args.pods:
@@ -501,8 +611,21 @@ def main(argv: list[str] | None = None) -> int:
     startup_seconds = round(time.monotonic() - up_start, 1)
     try:
         if args.operator:
-            install_crds(plane)
-            result = operator_run(plane, args)
+            plane.api.configuration.connection_pool_maxsize = 32
+            state = None
+            if args.state is not None and args.state.exists():
+                state = json.loads(args.state.read_text())
+            if state is None or state.get("phase") != "done":
+                if state is None:
+                    install_crds(plane)
+                state = build_cluster(plane, args, state)
+            if args.build_only:
+                print(json.dumps(state, indent=2))
+                return 0
+            result = operator_run(plane, args, state)
+            if run_dir is None and reuse and args.name:
+                found = script_paths(args.name).get("RUN_DIR")
+                run_dir = found if found is not None and (found / "etcd.pid").exists() else None
             if run_dir is not None:
                 result["control_plane_memory"] = rss_mib(run_dir)
         else:

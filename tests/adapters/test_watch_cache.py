@@ -1,6 +1,7 @@
 """The watch caches against the real apiserver: they see adds, updates and deletes, resume a
 dropped watch from the last resourceVersion without listing, list again after 410 Gone, keep
-only GPU pods and GPU Jobs, and give the same snapshot as a fresh LIST of the cluster."""
+only GPU pods and GPU Jobs, give the same snapshot and serving workloads as a fresh LIST of
+the cluster, take a kind that is not installed as empty, and a steady tick makes no LIST."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from hybridgpu.kube.cache import Kind, Reflector, WatchCache
+from hybridgpu.kube.cache import DEPLOYMENTS, HPAS, REPLICASETS, Kind, Reflector, WatchCache
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import IdleTracker
 from hybridgpu.kube.errors import KubeError
-from hybridgpu.kube.names import GPUPOOLS, GROUP, VERSION
+from hybridgpu.kube.names import GPUPOOLS, GROUP, PROVREQ_PLURAL, SCALINGPOLICIES, VERSION
+from hybridgpu.kube.serving import ServingObjects, read_serving
 from hybridgpu.kube.snapshot import Measurements, build_snapshot
 from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import GPU_RESOURCE, POOL_LABEL, KubeTest, gpu_job, wait_until
@@ -75,6 +77,48 @@ def pod(name: str, gpus: int, pool: str | None = None) -> dict[str, Any]:
     if pool is not None:
         spec["nodeSelector"] = {POOL_LABEL: pool}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def deployment(name: str, gpus: int, pool: str | None = None) -> dict[str, Any]:
+    body = pod(name, gpus, pool)
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": body["spec"]},
+        },
+    }
+
+
+def hpa(name: str, target: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": 1,
+            "maxReplicas": 2,
+        },
+    }
+
+
+def serving_in(objects: ServingObjects, ns: str) -> tuple[Any, ...]:
+    """What read_serving found in namespace ``ns``: Deployments with their resourceVersions,
+    the ReplicaSet -> Deployment links, the autoscaled Deployments."""
+    return (
+        sorted(
+            (d["metadata"]["name"], d["metadata"]["resourceVersion"])
+            for d in objects.deployments
+            if d["metadata"]["namespace"] == ns
+        ),
+        sorted((k, v) for k, v in objects.owner_of_replicaset.items() if k.startswith(f"{ns}/")),
+        sorted(k for k in objects.autoscaled if k.startswith(f"{ns}/")),
+    )
 
 
 def keys(reflector: Reflector) -> set[str]:
@@ -258,6 +302,39 @@ def test_a_ticks_snapshot_equals_one_built_from_a_fresh_list(
     assert {j.key for j in cached.jobs} >= {f"{ns}/runs", f"{ns}/waits"}
 
 
+def test_serving_workloads_from_the_cache_equal_a_fresh_list(
+    kube: KubeTest, cache: WatchCache
+) -> None:
+    """GPU Deployments, their ReplicaSets and the HPAs that scale them, as the serving
+    rebalance read them with three LISTs; Deployments and ReplicaSets without GPUs are not
+    kept."""
+    ns = kube.namespace
+    apps = client.AppsV1Api(kube.plane.api)
+    apps.create_namespaced_deployment(ns, deployment("serve", 1, pool="nowhere"))
+    apps.create_namespaced_deployment(ns, deployment("web", 0))
+    client.AutoscalingV2Api(kube.plane.api).create_namespaced_horizontal_pod_autoscaler(
+        ns, hpa("serve", "serve")
+    )
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    listed = KubeCluster(api)
+    try:
+
+        def agree() -> Any:
+            fresh = serving_in(read_serving(listed), ns)
+            cached = serving_in(read_serving(cache), ns)
+            return cached if fresh == cached and fresh[1] and fresh[2] else None
+
+        deployments, links, autoscaled = eventually(agree, "the cached serving objects")
+    finally:
+        api.close()
+    assert [name for name, _ in deployments] == ["serve"]
+    assert [owner for _, owner in links] == [f"{ns}/serve"]
+    assert autoscaled == [f"{ns}/serve"]
+    assert not any(k.startswith(f"{ns}/web") for k in keys(cache.reflectors[REPLICASETS]))
+    assert f"{ns}/web" not in keys(cache.reflectors[DEPLOYMENTS])
+    assert f"{ns}/serve" in keys(cache.reflectors[HPAS])
+
+
 def test_reads_wait_for_the_first_list_and_say_what_is_missing() -> None:
     """Nothing is decided from an empty cache: reads fail (retryable) and readiness says why
     until every kind has been listed."""
@@ -331,6 +408,13 @@ def test_ticks_read_the_cache_make_no_list_call_and_pending_gpu_pods_wake_the_lo
         GROUP, VERSION, GPUPOOLS, pool, {"spec": {"policy": policy}}
     )
     kube.create_gpu_nodes(pool, 1, tier="core", gpus=8)
+    # A serving workload with an HPA: the tick reads Deployments, ReplicaSets and HPAs too.
+    client.AppsV1Api(kube.plane.api).create_namespaced_deployment(
+        ns, deployment("serve", 1, pool=pool)
+    )
+    client.AutoscalingV2Api(kube.plane.api).create_namespaced_horizontal_pod_autoscaler(
+        ns, hpa("serve", "serve")
+    )
 
     api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
     reconciler_box: list[Reconciler] = []
@@ -350,13 +434,29 @@ def test_ticks_read_the_cache_make_no_list_call_and_pending_gpu_pods_wake_the_lo
     watch_cache.start()
     try:
         assert watch_cache.wait_synced(60), watch_cache.problems()
+        eventually(
+            lambda: read_serving(watch_cache).autoscaled >= {f"{ns}/serve"}, "the serving HPA"
+        )
         reconciler.tick(policy)  # the first tick: the lease, the start-up checks
         before = apiserver_lists(kube)
         for _ in range(3):
             result = reconciler.tick(policy)
             assert result.leader and not result.errors, result
         after = apiserver_lists(kube)
-        read = ("nodes", "pods", "jobs", GPUPOOLS, "scalingpolicies")
+        read = (
+            "nodes",
+            "pods",
+            "jobs",
+            GPUPOOLS,
+            SCALINGPOLICIES,
+            DEPLOYMENTS,
+            REPLICASETS,
+            HPAS,
+            PROVREQ_PLURAL,
+            "podtemplates",
+            "leases",
+            "events",
+        )
         assert {r: after.get(r, 0) - before.get(r, 0) for r in read} == dict.fromkeys(read, 0)
 
         wake = reconciler.wake_event(policy)

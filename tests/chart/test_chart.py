@@ -561,9 +561,15 @@ NEEDED: list[tuple[str, str, tuple[str, ...]]] = [
     ],
     *[(verb, "nodes", ()) for verb in ("get", "list", "watch", "patch", "delete")],
     *[(verb, "pods", ("--all-namespaces",)) for verb in ("get", "list", "watch", "patch")],
-    *[(verb, "deployments.apps", ("--all-namespaces",)) for verb in ("get", "list", "patch")],
-    ("list", "replicasets.apps", ("--all-namespaces",)),
-    ("list", "horizontalpodautoscalers.autoscaling", ("--all-namespaces",)),
+    *[
+        (verb, "deployments.apps", ("--all-namespaces",))
+        for verb in ("get", "list", "watch", "patch")
+    ],
+    *[(verb, "replicasets.apps", ("--all-namespaces",)) for verb in ("list", "watch")],
+    *[
+        (verb, "horizontalpodautoscalers.autoscaling", ("--all-namespaces",))
+        for verb in ("list", "watch")
+    ],
     ("create", "pods", ("--subresource=eviction", "-n", "team-a")),
     *[(verb, "jobs.batch", ("--all-namespaces",)) for verb in ("get", "list", "watch", "patch")],
     ("patch", "jobs.batch", ("--subresource=status", "-n", "team-a")),

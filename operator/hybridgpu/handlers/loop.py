@@ -6,6 +6,7 @@ Runs in a worker thread (the kubernetes client is blocking); kopf only schedules
 from __future__ import annotations
 
 import calendar
+import cProfile
 import logging
 import threading
 import time
@@ -116,6 +117,12 @@ class Reads(Protocol):
 
     def get_policy(self, name: str) -> dict[str, Any]: ...
 
+    def list_deployments(self) -> list[dict[str, Any]]: ...
+
+    def list_replicasets(self) -> list[dict[str, Any]]: ...
+
+    def list_hpas(self) -> list[dict[str, Any]]: ...
+
     def list_provisioning_requests(self) -> list[dict[str, Any]]: ...
 
 
@@ -141,7 +148,7 @@ class Reconciler:
         self.options = options
         self.clock = clock
         self.providers = Providers(options.fake_provider, clock, cluster_name=options.cluster_name)
-        self.executor = PlanExecutor(cluster, self.providers, clock)
+        self.executor = PlanExecutor(cluster, self.providers, clock, serving_reads=self.reads)
         self.preflight = Preflight(_PreflightReads(cluster, self.reads), self.providers, options)
         """Whether the operator can work at all; started by the start-up handler."""
         self.idle_by_policy: dict[str, IdleTracker] = {}
@@ -157,6 +164,10 @@ class Reconciler:
         self.last_tick_at: float = 0.0
         self.tick_started_at: float | None = None
         """Monotonic start of the tick running now; None between ticks (liveness reads it)."""
+        self.profile: cProfile.Profile | None = (
+            cProfile.Profile() if options.profile_ticks else None
+        )
+        """Every tick's profile added up (options.profile_ticks), for benchmarks."""
 
     # --------------------------------------------------------------- triggers
     def wake_event(self, policy: str) -> threading.Event:
@@ -195,9 +206,14 @@ class Reconciler:
             started = time.monotonic()
             self.tick_started_at = started
             try:
-                result = self._tick(policy_name)
+                if self.profile is not None:
+                    result = self.profile.runcall(self._tick, policy_name)
+                else:
+                    result = self._tick(policy_name)
             finally:
                 self.tick_started_at = None
+                if self.profile is not None and self.options.profile_ticks:
+                    self.profile.dump_stats(self.options.profile_ticks)
             result.seconds = time.monotonic() - started
             if result.leader:
                 self.metrics.observe_reconcile(result.seconds)
@@ -239,7 +255,7 @@ class Reconciler:
         if ended or rebalancing:
             objects = self.reads.read_objects()  # a replica moved: see where it is now
         try:
-            serving = read_serving(self.cluster)
+            serving = read_serving(self.reads)
         except KubeError as err:  # e.g. no RBAC for Deployments: no rebalance, the rest works
             result.errors.append(f"serving workloads not read: {err}")
             serving = ServingObjects(deployments=[])

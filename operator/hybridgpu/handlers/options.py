@@ -37,6 +37,10 @@ class OperatorOptions:
     webhook_cert_dir: str | None = None
     """tls.crt, tls.key and ca.crt of the webhook (the chart's Secret); None: a self-signed
     CA is made at start and kopf creates the webhook configurations itself (local runs)."""
+    profile_ticks: str | None = None
+    """A file where the ticks' cProfile statistics are written after each tick (every tick
+    since start, added up; read with ``python -m pstats``); None: not profiled. For
+    benchmarks (bench/kwok_scale.py --profile), from $HYBRIDGPU_PROFILE_TICKS."""
 
     @classmethod
     def from_env(cls) -> OperatorOptions:
@@ -61,6 +65,7 @@ class OperatorOptions:
             webhook_address=env.get("HYBRIDGPU_WEBHOOK_ADDRESS", "127.0.0.1"),
             webhook_host=env.get("HYBRIDGPU_WEBHOOK_HOST") or None,
             webhook_cert_dir=env.get("HYBRIDGPU_WEBHOOK_CERT_DIR") or None,
+            profile_ticks=env.get("HYBRIDGPU_PROFILE_TICKS") or None,
         )
 
 

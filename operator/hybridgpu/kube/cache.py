@@ -48,6 +48,7 @@ from hybridgpu.kube.names import (
     PROVREQ_GROUP,
     PROVREQ_PLURAL,
     PROVREQ_VERSION,
+    REBALANCE_ANNOTATION,
     SCALINGPOLICIES,
     VERSION,
 )
@@ -69,6 +70,9 @@ READ_SLACK_SECONDS = 30.0
 MAX_BACKOFF_SECONDS = 30.0
 ABSENT_RECHECK_SECONDS = 60.0
 """How often an optional kind whose CRD is missing (or not allowed) is listed again."""
+DEPLOYMENTS = "deployments"
+REPLICASETS = "replicasets"
+HPAS = "horizontalpodautoscalers"
 RELISTED = "RELISTED"
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -97,6 +101,17 @@ def key_of(obj: Obj) -> str:
 
 def is_gpu_pod(obj: Obj) -> bool:
     return pod_spec_gpus(obj.get("spec") or {}) > 0
+
+
+def is_serving_deployment(obj: Obj) -> bool:
+    """A GPU Deployment, or one carrying a rebalance (it must be finished even if its
+    template lost its GPUs meanwhile)."""
+    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    return is_gpu_job(obj) or REBALANCE_ANNOTATION in notes
+
+
+def scales_a_deployment(obj: Obj) -> bool:
+    return ((obj.get("spec") or {}).get("scaleTargetRef") or {}).get("kind") == "Deployment"
 
 
 def is_gpu_job(obj: Obj) -> bool:
@@ -441,6 +456,8 @@ class WatchCache:
         filled once it is."""
         core = client.CoreV1Api(api)
         batch = client.BatchV1Api(api)
+        apps = client.AppsV1Api(api)
+        autoscaling = client.AutoscalingV2Api(api)
         custom = client.CustomObjectsApi(api)
         kinds = [
             Kind("nodes", core.list_node),
@@ -461,6 +478,25 @@ class WatchCache:
                 PROVREQ_PLURAL,
                 custom.list_cluster_custom_object,
                 (PROVREQ_GROUP, PROVREQ_VERSION, PROVREQ_PLURAL),
+                optional=True,
+            ),
+            # The serving rebalance's reads (optional: without RBAC for them, no rebalance).
+            Kind(
+                DEPLOYMENTS,
+                apps.list_deployment_for_all_namespaces,
+                keep=is_serving_deployment,
+                optional=True,
+            ),
+            Kind(
+                REPLICASETS,
+                apps.list_replica_set_for_all_namespaces,
+                keep=is_gpu_job,
+                optional=True,
+            ),
+            Kind(
+                HPAS,
+                autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
+                keep=scales_a_deployment,
                 optional=True,
             ),
             *(
@@ -558,6 +594,26 @@ class WatchCache:
         if PROVREQ_PLURAL not in self.reflectors:
             return []
         return self._synced(PROVREQ_PLURAL)[0].items()
+
+    def _serving(self, name: str, what: str) -> list[Obj]:
+        """A serving kind's objects; not allowed (403) is the tick's error, as when it listed
+        them, so it reports ``serving workloads not read``."""
+        reflector = self._synced(name)[0]
+        if reflector.absent_since is not None and reflector.absent_reason != "not installed":
+            raise KubeError(f"{what}: {reflector.absent_reason}", status=403)
+        return reflector.items()
+
+    def list_deployments(self) -> list[Obj]:
+        """GPU Deployments (and any carrying a rebalance); other Deployments are not kept."""
+        return self._serving(DEPLOYMENTS, "list deployments")
+
+    def list_replicasets(self) -> list[Obj]:
+        """ReplicaSets whose pods request GPUs."""
+        return self._serving(REPLICASETS, "list replicasets")
+
+    def list_hpas(self) -> list[Obj]:
+        """HorizontalPodAutoscalers that scale a Deployment."""
+        return self._serving(HPAS, "list horizontalpodautoscalers")
 
     def absent_kinds(self) -> list[str]:
         """Optional kinds not served now (their CRD is not installed, or RBAC forbids)."""

@@ -37,7 +37,7 @@ from hybridgpu.kube.names import (
     TIER_LABEL,
     VERSION,
 )
-from hybridgpu.kube.serving import COMPLETED, Outcome, ServingMover, read_intent
+from hybridgpu.kube.serving import COMPLETED, Outcome, ServingMover, ServingReads, read_intent
 from hybridgpu.kube.workloads import (
     JOB,
     WorkloadKind,
@@ -158,6 +158,7 @@ class PlanExecutor:
         cluster: KubeCluster,
         capacity: PoolCapacity,
         clock: Callable[[], float],
+        serving_reads: ServingReads | None = None,
     ) -> None:
         self.cluster = cluster
         self.capacity = capacity
@@ -165,7 +166,7 @@ class PlanExecutor:
         self._posted: dict[tuple[str, str, str, str], float] = {}
         self._progress: Mapping[str, float] = {}
         """The plan being executed's saved progress by Job, recorded on Jobs it stops."""
-        self.serving = ServingMover(cluster, clock)
+        self.serving = ServingMover(cluster, clock, serving_reads)
         self._kinds: dict[str, str] = {}
         """The kind of each workload of the plan's snapshot that is not a batch/v1 Job."""
 

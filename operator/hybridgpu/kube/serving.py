@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from hybridgpu.core.rebalance import CORDONED_FOR_REBALANCE
 from hybridgpu.kube.cluster import KubeCluster
@@ -80,8 +80,19 @@ def _key(obj: Obj) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def read_serving(cluster: KubeCluster) -> ServingObjects:
-    """GPU Deployments, their ReplicaSets and HPAs, cluster-wide (three list calls)."""
+class ServingReads(Protocol):
+    """Where Deployments, ReplicaSets and HPAs are read: the operator's watch cache
+    (kube.cache.WatchCache, no request), or the apiserver (KubeCluster, one LIST each)."""
+
+    def list_deployments(self) -> list[Obj]: ...
+
+    def list_replicasets(self) -> list[Obj]: ...
+
+    def list_hpas(self) -> list[Obj]: ...
+
+
+def read_serving(cluster: ServingReads) -> ServingObjects:
+    """GPU Deployments, their ReplicaSets and HPAs, cluster-wide."""
     deployments = [
         d
         for d in cluster.list_deployments()
@@ -243,14 +254,23 @@ class Outcome:
 class ServingMover:
     """Starts and advances surge rebalances (see the module docstring)."""
 
-    def __init__(self, cluster: KubeCluster, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        cluster: KubeCluster,
+        clock: Callable[[], float],
+        reads: ServingReads | None = None,
+    ) -> None:
         self.cluster = cluster
         self.clock = clock
+        self.reads: ServingReads = reads if reads is not None else cluster
+        """Where Deployments with an intent are found: the watch cache in the operator. Each
+        step's patch is conditional on the resourceVersion read, so a cache that trails
+        only costs a 409 and a retry next tick."""
 
     # -------------------------------------------------------------- api calls
     def list_with_intent(self) -> list[Obj]:
         return [
-            d for d in self.cluster.list_deployments() if REBALANCE_ANNOTATION in annotations_of(d)
+            d for d in self.reads.list_deployments() if REBALANCE_ANNOTATION in annotations_of(d)
         ]
 
     def _patch(self, deployment: Obj, patch: Obj) -> Obj:
