@@ -459,6 +459,24 @@ def test_ticks_read_the_cache_make_no_list_call_and_pending_gpu_pods_wake_the_lo
         )
         assert {r: after.get(r, 0) - before.get(r, 0) for r in read} == dict.fromkeys(read, 0)
 
+        # A steady tick writes the policy's status (lastTick) but not a pool status that
+        # would not change (once the cache shows what the last tick wrote).
+        def versions() -> tuple[str, str]:
+            got = [
+                kube.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
+                for plural, name in ((GPUPOOLS, pool), (SCALINGPOLICIES, policy))
+            ]
+            return got[0]["metadata"]["resourceVersion"], got[1]["metadata"]["resourceVersion"]
+
+        def quiet_tick() -> bool:
+            pool_before, policy_before = versions()
+            assert not reconciler.tick(policy).errors
+            pool_after, policy_after = versions()
+            assert policy_after != policy_before
+            return pool_after == pool_before
+
+        eventually(quiet_tick, "a tick that leaves the unchanged pool status alone", timeout=60)
+
         wake = reconciler.wake_event(policy)
         wake.clear()
         kube.core.create_namespaced_pod(ns, pod("waits", 16, pool=pool))

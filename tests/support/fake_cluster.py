@@ -13,7 +13,7 @@ from typing import Any
 
 from hybridgpu.kube.cluster import ClusterObjects, ObjectRef
 from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
-from hybridgpu.kube.errors import NotFound
+from hybridgpu.kube.errors import Conflict, NotFound
 from hybridgpu.kube.names import CORDONED_BY_ANNOTATION, JOB_NAME_LABEL, POOL_LABEL
 from hybridgpu.kube.workloads import WorkloadKind
 from hybridgpu.models.crd import all_crds
@@ -385,13 +385,27 @@ class FakeCluster:
         lease = self.leases.get((namespace, name))
         return copy.deepcopy(lease) if lease is not None else None
 
-    def create_lease(self, namespace: str, body: Obj) -> None:
+    def create_lease(self, namespace: str, body: Obj) -> Obj:
+        key = (namespace, body["metadata"]["name"])
+        if key in self.leases:
+            raise Conflict(f"lease {key} exists", status=409)
         body = copy.deepcopy(body)
         body["metadata"]["resourceVersion"] = "1"
-        self.leases[(namespace, body["metadata"]["name"])] = body
+        self.leases[key] = body
+        return copy.deepcopy(body)
 
-    def replace_lease(self, namespace: str, name: str, body: Obj) -> None:
-        self.leases[(namespace, name)] = copy.deepcopy(body)
+    def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
+        """Conditional on the body's resourceVersion, as the apiserver's replace is."""
+        old = self.leases.get((namespace, name))
+        if old is None:
+            raise NotFound(f"lease {namespace}/{name} not found", status=404)
+        version = old["metadata"].get("resourceVersion")
+        if body["metadata"].get("resourceVersion") not in (None, version):
+            raise Conflict(f"lease {namespace}/{name} changed", status=409)
+        body = copy.deepcopy(body)
+        body["metadata"]["resourceVersion"] = str(int(version or "0") + 1)
+        self.leases[(namespace, name)] = body
+        return copy.deepcopy(body)
 
     def _patch_node(self, node: str, patch: Obj) -> None:
         if node not in self.nodes:

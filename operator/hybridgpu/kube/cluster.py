@@ -599,16 +599,26 @@ class KubeCluster:
         except NotFound:
             return None
 
-    def create_lease(self, namespace: str, body: Obj) -> None:
-        self._call(
-            "create lease", lambda: self.coordination.create_namespaced_lease(namespace, body)
+    def create_lease(self, namespace: str, body: Obj) -> Obj:
+        """Create the Lease; the Lease as stored (its resourceVersion)."""
+        result: Obj = self._json(
+            "create lease",
+            lambda: self.coordination.create_namespaced_lease(
+                namespace, body, _preload_content=False
+            ),
         )
+        return result
 
-    def replace_lease(self, namespace: str, name: str, body: Obj) -> None:
-        self._call(
+    def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
+        """Replace the Lease, conditional on the body's resourceVersion (else Conflict); the
+        Lease as stored."""
+        result: Obj = self._json(
             "renew lease",
-            lambda: self.coordination.replace_namespaced_lease(name, namespace, body),
+            lambda: self.coordination.replace_namespaced_lease(
+                name, namespace, body, _preload_content=False
+            ),
         )
+        return result
 
 
 __all__ = [

@@ -7,10 +7,11 @@ discussion 1003), so the reconcile loop asks this lease before every tick instea
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import epoch_of
-from hybridgpu.kube.errors import Conflict
+from hybridgpu.kube.errors import Conflict, NotFound
 
 
 def _micro(epoch_seconds: float) -> str:
@@ -42,9 +43,22 @@ class LeaderLease:
         self.name = name
         self.identity = identity
         self.duration_seconds = duration_seconds
+        self._held: dict[str, Any] | None = None
+        """The Lease as we last wrote it while holding it: renewed from it without reading
+        it first (one request a tick, not two); a Conflict means someone else wrote it."""
 
     def acquire(self, now: float) -> bool:
         """Take or renew the lease at ``now``; False when another live holder has it."""
+        held, self._held = self._held, None
+        if held is not None:
+            spec = (held.get("spec") or {}) | {"renewTime": _micro(now)}
+            try:
+                self._keep(
+                    self.cluster.replace_lease(self.namespace, self.name, held | {"spec": spec})
+                )
+                return True
+            except (Conflict, NotFound):
+                pass  # written by someone else since, or deleted: read it and decide
         lease = self.cluster.read_lease(self.namespace, self.name)
         spec = {
             "holderIdentity": self.identity,
@@ -57,7 +71,7 @@ class LeaderLease:
                 "spec": spec | {"acquireTime": _micro(now)},
             }
             try:
-                self.cluster.create_lease(self.namespace, body)
+                self._keep(self.cluster.create_lease(self.namespace, body))
             except Conflict:
                 return False
             return True
@@ -78,7 +92,22 @@ class LeaderLease:
             "spec": old | spec,
         }
         try:
-            self.cluster.replace_lease(self.namespace, self.name, body)
+            self._keep(self.cluster.replace_lease(self.namespace, self.name, body))
         except Conflict:
             return False
         return True
+
+    def _keep(self, stored: object) -> None:
+        """Remember the Lease the apiserver stored, when it said which version it is."""
+        if not isinstance(stored, dict):
+            return
+        meta = stored.get("metadata")
+        if isinstance(meta, dict) and meta.get("resourceVersion"):
+            self._held = {
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "resourceVersion": meta["resourceVersion"],
+                },
+                "spec": dict(stored.get("spec") or {}),
+            }
