@@ -389,7 +389,8 @@ def build_cluster(
         state["pods_created_seconds"] = round(time.monotonic() - t0, 1)
         save("pods")
         state["pods_t0"] = time.time() - (time.monotonic() - t0)
-    wait_pods_running(plane, ns, state["pods"], f"{state['pods']} pods Running")
+    if args.wait_pods_running:
+        wait_pods_running(plane, ns, state["pods"], f"{state['pods']} pods Running")
     if "pods_t0" in state:
         state["pods_running_seconds"] = round(time.time() - state.pop("pods_t0"), 1)
     state["load_average_built"] = [round(x, 2) for x in os.getloadavg()]
@@ -434,6 +435,11 @@ def operator_run(
     kube = KubeTest(plane=plane, namespace=state["namespace"])
     cluster = Cluster(kube)
     policy, elastic = state["policy"], state["elastic"]
+    pods_path = f"/api/v1/namespaces/{state['namespace']}/pods"
+    result["pods_at_operator_start"] = count(plane, pods_path, {})
+    result["pods_running_at_operator_start"] = count(
+        plane, pods_path, {"fieldSelector": "status.phase=Running"}
+    )
     operators = Operators(kube=kube, log_dir=Path(tempfile.mkdtemp(prefix="kwok-scale-")))
     try:
         t0 = time.monotonic()
@@ -473,6 +479,9 @@ def operator_run(
             if lists_after[k] != lists_before.get(k, 0.0)
         }
         result["operator_memory_steady"] = process_memory(op.process.pid)
+        result["pods_running_after_steady_ticks"] = count(
+            plane, pods_path, {"fieldSelector": "status.phase=Running"}
+        )
         result["load_average_steady"] = [round(x, 2) for x in os.getloadavg()]
 
         result["reaction_seconds"] = reaction_samples(plane, cluster, elastic, args.samples)
@@ -587,6 +596,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="create the pods without waiting for every node to be Ready (kwok is slow to "
         "initialise thousands of nodes on a loaded machine; the wait for Running pods stays)",
+    )
+    parser.add_argument(
+        "--no-wait-pods-running",
+        dest="wait_pods_running",
+        action="store_false",
+        help="measure the operator without waiting for every pod to be Running",
     )
     parser.add_argument(
         "--build-only",
