@@ -5,11 +5,12 @@ may wait for their boot. The cost model counts the electricity of the nodes that
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
 from tests.support.builders import NOW, node, pending, policy, pool, running, snapshot
+from tests.support.fake_cluster import FakeCluster, gpu_node, gpu_pod
 
 from hybridgpu.core.cost import (
     core_node_cost,
@@ -19,9 +20,11 @@ from hybridgpu.core.cost import (
     power_node_hour_dollars,
 )
 from hybridgpu.core.decide import decide
+from hybridgpu.kube.cluster import KubeCluster
+from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.status import pool_status
 from hybridgpu.models import GPUPoolSpec
-from hybridgpu.models.actions import ActionKind, ReleaseNode, ScaleUp
+from hybridgpu.models.actions import ActionKind, Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.snapshot import MetricsHealth, NodeState, PoolState
 
 pytestmark = pytest.mark.unit
@@ -227,3 +230,69 @@ def test_bad_power_specs_are_refused(body, message):
     }
     with pytest.raises(ValidationError, match=message):
         GPUPoolSpec.model_validate({**base, **body})
+
+
+class _Machines:
+    """The PoolCapacity the executor powers machines off through: records what it was asked."""
+
+    def __init__(self) -> None:
+        self.terminated: list[tuple[str, str, str | None]] = []
+
+    def scale_up(self, pool: str, nodes: int) -> None:
+        raise AssertionError("no scale-up expected")
+
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
+        self.terminated.append((pool, node, provider_id))
+        return True
+
+    def known_provider_ids(self, pool: str) -> set[str] | None:
+        return None
+
+
+def _power_off(cluster: FakeCluster, pools: dict[str, GPUPoolSpec]) -> _Machines:
+    machines = _Machines()
+    action = ReleaseNode(pool="core", node="a", reason="power off", kind=ActionKind.POWER_OFF)
+    run = PlanExecutor(cast(KubeCluster, cluster), machines, lambda: NOW).execute(
+        Plan(NOW, actions=(action,)), snapshot([]), pools, policy="default", dry_run=False
+    )
+    assert run.errors == [] or not machines.terminated, run.errors
+    return machines
+
+
+def test_the_executor_powers_off_an_empty_owned_node_through_its_machine():
+    cluster = FakeCluster()
+    cluster.add_node(gpu_node("a", "core", provider_id="capi:///metal/gpu-a"))
+    machines = _power_off(cluster, {"core": owned().spec})
+    assert machines.terminated == [("core", "a", "capi:///metal/gpu-a")]
+    assert "a" not in cluster.nodes
+    assert [e["reason"] for e in cluster.events] == ["PowerOff"]
+
+
+def test_a_pod_on_the_owned_node_cancels_the_power_off_and_nothing_is_drained():
+    cluster = FakeCluster()
+    cluster.add_node(gpu_node("a", "core", provider_id="capi:///metal/gpu-a"))
+    cluster.add_pod(gpu_pod("late", gpus=1, node="a", job="late"))
+    machines = _power_off(cluster, {"core": owned().spec})
+    assert machines.terminated == []
+    assert ("team", "late") in cluster.pods
+    assert not [w for w in cluster.writes if w[0] in ("evict", "patch_job")]
+    node = cluster.nodes["a"]
+    assert not (node.get("spec") or {}).get("unschedulable")
+    assert "PowerOffCancelled" in [e["reason"] for e in cluster.events]
+
+
+def test_an_owned_pool_without_power_is_never_powered_off():
+    cluster = FakeCluster()
+    cluster.add_node(gpu_node("a", "core", provider_id="capi:///metal/gpu-a"))
+    static = GPUPoolSpec.model_validate(
+        {
+            "tier": "core",
+            "gpu": {"model": "A100", "perNode": 8},
+            "maxNodes": 4,
+            "provider": CAPI,
+            "pricing": {"capexPerNode": 200000.0},
+        }
+    )
+    machines = _power_off(cluster, {"core": static})
+    assert machines.terminated == []
+    assert "a" in cluster.nodes
