@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.builders import NOW, STANDARD_POOLS, node, pending, policy, running, snapshot
+from tests.support.builders import (
+    NOW,
+    STANDARD_POOLS,
+    node,
+    pending,
+    policy,
+    pool,
+    running,
+    snapshot,
+)
 
 from hybridgpu.core.decide import decide
 from hybridgpu.models.actions import ActionKind, RebalanceReplica, ReleaseNode
@@ -225,3 +234,57 @@ def test_a_workload_whose_last_rebalance_was_given_up_waits_an_hour() -> None:
     assert not [a for a in plan.actions if a.kind == ActionKind.REBALANCE]
     assert any("given up; tried again in 50 min" in n for n in plan.notes), plan.notes
     assert len(rebalances(one_replica_on_elastic(given_up_at=NOW - 3600))) == 1
+
+
+COMMITTED_POOL = pool(
+    "reserved",
+    "elastic",
+    max_nodes=1,
+    price=24.0,
+    committed={"nodes": 1, "termYears": 3, "perNodeHour": 10.0},
+)
+
+
+def test_a_replica_on_demand_surges_to_free_committed_gpus() -> None:
+    """Owned GPUs full, a committed node half free: the on-demand replica moves to the
+    commitment, paid whether used or not (the DLRM plan-vs-simulation gap of issue 16: the
+    replicas stayed on demand for weeks beside idle committed GPUs)."""
+    snap = snapshot(
+        [*STANDARD_POOLS, COMMITTED_POOL],
+        [node("core-1", "core"), node("r1", "reserved"), node("e1", "elastic")],
+        [
+            running("fill", "core-1", 8),
+            replica("web-a", "r1"),
+            replica("web-b", "e1"),
+        ],
+    )
+    [move] = rebalances(with_serving(snap, deployment()))
+    assert (move.node, move.from_pool, move.to_pool, move.pods) == (
+        "e1",
+        "elastic",
+        "reserved",
+        ("web-b",),
+    )
+    assert move.reason.startswith("committed GPUs of reserved are free")
+
+
+def test_committed_gpus_are_used_before_owned_ones() -> None:
+    """Both free: the committed GPUs cost nothing more to use, owned ones their power."""
+    snap = snapshot(
+        [*STANDARD_POOLS, COMMITTED_POOL],
+        [node("core-1", "core"), node("r1", "reserved"), node("e1", "elastic")],
+        [replica("web-a", "r1"), replica("web-b", "e1")],
+    )
+    [move] = rebalances(with_serving(snap, deployment()))
+    assert move.to_pool == "reserved"
+
+
+def test_a_replica_on_a_committed_node_is_not_moved_to_owned_gpus() -> None:
+    """Moving off capacity paid whether used or not saves nothing: no surge, however free
+    the owned GPUs are."""
+    snap = snapshot(
+        [*STANDARD_POOLS, COMMITTED_POOL],
+        [node("core-1", "core"), node("core-2", "core"), node("r1", "reserved")],
+        [replica("web-a", "core-1"), replica("web-b", "r1")],
+    )
+    assert rebalances(with_serving(snap, deployment())) == []

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.support.builders import pool
 from tests.unit.test_simulate import CLUSTER
 
+from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.snapshot import Criticality
 from hybridgpu.sim.config import ClusterConfig, load_cluster
 from hybridgpu.sim.engine import PolicyResult, SimSettings, Simulation
@@ -75,3 +77,29 @@ def test_a_replica_that_ends_during_its_surge_gives_the_owned_gpus_back(config) 
     assert result.unfinished_jobs == 0
     assert not sim.serving.surges
     assert all(n.free == n.gpus for n in sim.nodes.values())
+
+
+def test_replicas_on_demand_move_to_a_commitment_once_it_frees_up() -> None:
+    """A commitment of one 8-GPU node held by a batch job for an hour: the serving replicas
+    arriving meanwhile start on demand and move onto the committed GPUs once they free up
+    (before, they stayed on demand for their ten hours beside idle committed GPUs, and the
+    simulator skipped the ticks that could move them as quiet)."""
+    pools = [
+        pool(
+            "reserved",
+            "elastic",
+            max_nodes=1,
+            price=32.0,
+            committed={"nodes": 1, "termYears": 1, "perNodeHour": 20.0},
+        ),
+        pool("elastic", "elastic", price=32.0),
+    ]
+    policy = ScalingPolicySpec()
+    assert policy.rebalance.enabled
+    result = Simulation("h", pools, policy, _trace(), SimSettings(), check_quiet=True).run()
+    assert result.rebalances == 2 and result.serving_disruptions == 0
+    assert result.unfinished_jobs == 0 and result.gpu_hours["lost"] == 0.0
+    # The commitment for the 10 h the trace runs ($20/h) and the on-demand node for about
+    # the batch job's hour plus the surge, not for the replicas' ten hours.
+    committed = 20.0 * result.end_seconds / HOUR
+    assert result.cost_by_tier_dollars["elastic"] - committed < 1.5 * 32

@@ -1364,9 +1364,10 @@ class _Decider:
         candidates: list[tuple[float, str, list[GPUPod]]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
-            if ledger is None or ledger.tier == CORE or node_name in self.reserved:
+            # Owned and committed nodes are paid whether used or not: moving off saves nothing.
+            if ledger is None or paid_whether_used(ledger.state.spec):
                 continue
-            if not self._schedulable(self.nodes[node_name]):
+            if node_name in self.reserved or not self._schedulable(self.nodes[node_name]):
                 continue
             preemptible = any(p.criticality == PREEMPTIBLE for p in pods)
             if preemptible and 2 * sum(p.gpus for p in pods) > ledger.per_node:
@@ -1470,11 +1471,14 @@ class _Decider:
         return max(job.started_at - job.created_at - job.progress_seconds, 0.0)
 
     def _take_owned(self, pods: list[GPUPod]) -> list[tuple[str, int]] | None:
-        """Owned GPUs free now (none promised to waiting pods) for every pod, largest first,
-        taken; None (and nothing taken) when they do not all fit."""
+        """GPUs paid for whether used or not (owned, committed) free now (none promised to
+        waiting pods) for every pod, largest first, the cheapest to use first (committed
+        ones, then owned by their power), taken; None (and nothing taken) when they do not
+        all fit."""
         taken: list[tuple[str, int]] = []
         cores = sorted(
-            (p for p in self.pools.values() if p.tier == CORE), key=lambda p: (p.gpu_price, p.name)
+            (p for p in self.pools.values() if paid_whether_used(p.state.spec)),
+            key=lambda p: (p.gpu_price, p.name),
         )
         for pod in sorted(pods, key=lambda p: -p.gpus):
             where = None

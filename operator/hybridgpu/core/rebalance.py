@@ -1,10 +1,12 @@
-"""Rule 3c of ``decide``: serving replicas move from cloud nodes to owned GPUs by surge.
+"""Rule 3c of ``decide``: serving replicas move from on-demand and spot nodes to GPUs paid for
+whether used or not (owned, or committed cloud capacity) by surge.
 
 Serving workloads (Deployments) are never disrupted, and they run for weeks: a replica that
-landed on an on-demand node while core was full stays there, billed by the hour, long after
-owned GPUs freed up. When the owned GPUs free now (after pending work took its share and
-none promised to a waiting pod) hold every GPU pod of a cloud node, and every one of those
-pods is a Ready replica of a stable Deployment, the node is emptied by surge: for each
+landed on an on-demand node while core and the commitment were full stays there, billed by
+the hour, long after owned or committed GPUs freed up. When the owned and committed GPUs free
+now (after pending work took its share and none promised to a waiting pod) hold every GPU pod
+of an on-demand or spot node, and every one of those pods is a Ready replica of a stable
+Deployment, the node is emptied by surge: for each
 workload with replicas there, the executor (kube/serving.py) cordons the node, adds as many
 replicas, waits until they are Ready, then removes the cloud ones. The node is then
 released.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hybridgpu.core.cost import paid_whether_used
 from hybridgpu.models.actions import RebalanceReplica
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.snapshot import GPUPod, ServingState
@@ -43,16 +46,18 @@ def rebalance_serving(d: _Decider) -> None:
     if room <= 0:
         return
     skipped: dict[str, str] = {}
-    core_pools = {name for name, ledger in d.pools.items() if ledger.tier == "core"}
+    # Owned and committed GPUs: paid whether used or not, the targets; never a source (moving
+    # off them saves nothing).
+    paid = {name for name, ledger in d.pools.items() if paid_whether_used(ledger.state.spec)}
     candidates: list[tuple[float, str, list[GPUPod]]] = []
     for node_name, pods in d.pods_on.items():
         ledger = d.pools.get(d.node_pool.get(node_name, ""))
-        if ledger is None or ledger.tier == "core" or node_name in d.reserved:
+        if ledger is None or ledger.name in paid or node_name in d.reserved:
             continue
         node = d.nodes.get(node_name)
         if node is None or not d._schedulable(node) or node_name in d.unhealthy:
             continue
-        if _movable(pods, serving, core_pools, skipped, d.now):
+        if _movable(pods, serving, paid, skipped, d.now):
             candidates.append((-ledger.node_price, node_name, pods))
     for key, why in sorted(skipped.items()):
         d.notes.append(
@@ -94,7 +99,8 @@ def rebalance_serving(d: _Decider) -> None:
                     gpus=sum(p.gpus for p in replicas),
                     replicas=workload.replicas,
                     timeout_seconds=timeout,
-                    reason=f"owned GPUs of {target.name} are free for the {gpus} GPU(s) of "
+                    reason=f"{'committed' if target.tier != 'core' else 'owned'} GPUs of "
+                    f"{target.name} are free for the {gpus} GPU(s) of "
                     f"serving replicas on {source.tier} node {node_name}: surge "
                     f"{workload.kind} {workload.key} to {surge} replicas, remove "
                     f"{', '.join(names)} once the new ones are Ready, then release the node, "
@@ -107,26 +113,26 @@ def rebalance_serving(d: _Decider) -> None:
 def _movable(
     pods: list[GPUPod],
     serving: dict[str, ServingState],
-    core_pools: set[str],
+    paid: set[str],
     skipped: dict[str, str],
     now: float,
 ) -> bool:
-    """Whether every GPU pod of a cloud node is a Ready replica that may surge to owned GPUs
-    now (one surge per workload at a time)."""
+    """Whether every GPU pod of a cloud node is a Ready replica that may surge to owned or
+    committed GPUs now (one surge per workload at a time)."""
     for pod in pods:
         workload = serving.get(pod.serving) if pod.serving is not None else None
         if workload is None or pod.terminating or pod.started_at is None:
             return False
         if workload.rebalance is not None:
             return False
-        why = _why_not(workload, pod, core_pools, now)
+        why = _why_not(workload, pod, paid, now)
         if why is not None:
             skipped[workload.key] = why
             return False
     return True
 
 
-def _why_not(workload: ServingState, pod: GPUPod, core_pools: set[str], now: float) -> str | None:
+def _why_not(workload: ServingState, pod: GPUPod, paid: set[str], now: float) -> str | None:
     if pod.queued:
         return "Kueue manages it (label kueue.x-k8s.io/queue-name): its placement is Kueue's"
     if workload.autoscaled:
@@ -136,6 +142,6 @@ def _why_not(workload: ServingState, pod: GPUPod, core_pools: set[str], now: flo
     if workload.given_up_at is not None and now - workload.given_up_at < BACKOFF_SECONDS:
         left = (workload.given_up_at + BACKOFF_SECONDS - now) / 60
         return f"its last rebalance was given up; tried again in {left:.0f} min"
-    if pod.pool is not None and pod.pool not in core_pools:
+    if pod.pool is not None and pod.pool not in paid:
         return f"its pods are pinned to pool {pod.pool}"
     return None

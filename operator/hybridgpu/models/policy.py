@@ -84,12 +84,14 @@ class ConsolidationSpec(SpecModel):
 
 
 class RebalanceSpec(SpecModel):
-    """Serving replicas (Deployments) on cloud nodes move to owned GPUs that are free, by
+    """Serving replicas (Deployments) on on-demand or spot nodes move to owned or committed
+    GPUs that are free (paid whether used or not), by
     surge: the new replica is Ready before the cloud one goes, so none is ever unavailable."""
 
     enabled: bool = Field(
         default=True,
-        description="Rebalance serving replicas from cloud nodes to free owned GPUs when it "
+        description="Rebalance serving replicas from on-demand and spot nodes to free owned or "
+        "committed GPUs when it "
         "empties a cloud node and saves at least consolidation.minSavingsPerHour.",
     )
     max_per_tick: int = Field(
@@ -191,7 +193,8 @@ class ScalingPolicySpec(SpecModel):
     )
     rebalance: RebalanceSpec = Field(
         default_factory=RebalanceSpec,
-        description="Serving replicas moved from cloud nodes to free owned GPUs by surge.",
+        description="Serving replicas moved from on-demand and spot nodes to free owned or "
+        "committed GPUs by surge.",
     )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cloud spend limits.")
     wait_budget: WaitBudgetSpec = Field(

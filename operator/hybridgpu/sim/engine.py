@@ -642,7 +642,7 @@ class Simulation:
         self._refresh_idle(node)
         self._node_changed(node)
         self._job_changed(job.index)
-        if job.trace.service is not None and is_cloud(node.tier):
+        if job.trace.service is not None and self._rebalance_source(node):
             self._serving_on_cloud += 1
         job.node = node.name
         job.run_started = self.now
@@ -653,12 +653,17 @@ class Simulation:
         left = job.run_overhead + job.trace.duration_seconds - job.progress
         self._push(self.now + left, "finish", (job.index, job.run_id))
 
+    def _rebalance_source(self, node: _Node) -> bool:
+        """A node a serving rebalance may move replicas off: on demand or spot (owned and
+        committed nodes are paid whether used or not)."""
+        return is_cloud(node.tier) and node.pool not in self._committed_pools
+
     def _stop(self, job: _Job, *, requeue: bool, pool: str | None = None) -> None:
         """Take a running job off its node. A requeued job keeps the progress of its last
         checkpoint, loses the rest, and spends the restart overhead again when it restarts."""
         node = self.nodes[job.node] if job.node else None
         if node is not None:
-            if job.trace.service is not None and is_cloud(node.tier):
+            if job.trace.service is not None and self._rebalance_source(node):
                 self._serving_on_cloud -= 1
             node.free += job.trace.gpus
             node.jobs.discard(job.index)

@@ -173,16 +173,17 @@ def _move_running(sim: Simulation, job: _Job, cloud: _Node, core: _Node) -> None
     job.run_overhead = max(job.run_overhead - ran, 0.0)
     job.run_started = sim.now
     job.node = core.name
-    sim._serving_on_cloud -= 1
+    sim._serving_on_cloud += sim._rebalance_source(core) - sim._rebalance_source(cloud)
     sim._node_changed(cloud)
     sim._node_changed(core)
     sim._job_changed(job.index)
 
 
 def owned_gpus_free(sim: Simulation) -> bool:
-    """Whether any owned node has a free GPU a rebalance could use (the per-pool tallies)."""
+    """Whether any owned or committed node has a free GPU a rebalance could use (the
+    per-pool tallies; an empty committed node counts as empty, not as free GPUs)."""
     return any(
-        tally.busy_free_gpus > 0
+        tally.busy_free_gpus > 0 or (tally.empty > 0 and name in sim._committed_pools)
         for name, tally in sim._tally.items()
-        if not is_cloud(sim.pools[name].spec.tier)
+        if not is_cloud(sim.pools[name].spec.tier) or name in sim._committed_pools
     )
