@@ -90,28 +90,50 @@ def direct_total(
     plan: PlanInputs, deal: CommittedOffer | None, nodes: tuple[int, ...], schedule: tuple[int, ...]
 ) -> float:
     """The cost of a fleet and committed schedule walking every month and every sample: firm
-    work on committed GPUs first, then owned; preemptible work on what owned GPUs leave."""
-    cloud = plan.cloud
-    spot = min(cloud.spot_per_gpu_hour, cloud.on_demand_per_gpu_hour)
+    work on committed GPUs first, then owned; preemptible work on what owned GPUs leave. A
+    term that runs past the horizon costs, for its months there, what the last window's
+    level costs more than committing nothing at the last window's demand (never less than
+    nothing)."""
     owned = sum(n * t.gpus_per_node for n, t in zip(nodes, plan.node_types, strict=True))
     per_hour = sum(n * t.node_hour_dollars for n, t in zip(nodes, plan.node_types, strict=True))
-    history_hours = sum(s.hours for s in plan.history)
     total = per_hour * plan.horizon_months * HOURS_PER_MONTH
     window = deal.adjustment_months if deal is not None else 3
     for month in range(plan.horizon_months):
-        units = schedule[month // window]
-        committed = units * (deal.gpus_per_unit if deal else 0)
-        if deal is not None:
-            total += committed * deal.effective_per_gpu_hour * HOURS_PER_MONTH
-        factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
-        for s in plan.history:
-            hours = s.hours * HOURS_PER_MONTH / history_hours
-            firm, preemptible = s.firm_gpus * factor, s.preemptible_gpus * factor
-            firm_left = max(firm - committed, 0.0)
-            firm_owned = min(firm_left, owned)
-            on_demand = firm_left - firm_owned
-            out = preemptible - min(preemptible, owned - firm_owned)
-            total += hours * (on_demand * cloud.on_demand_per_gpu_hour + out * spot)
+        total += month_dollars(plan, deal, owned, schedule[month // window], month)
+    if deal is not None and schedule[-1] > 0:
+        term = 12 * deal.term_years
+        last_start = (len(schedule) - 1) * window
+        tail = (last_start // term + 1) * term - plan.horizon_months
+        last = range(last_start, plan.horizon_months)
+        extra = sum(
+            month_dollars(plan, deal, owned, schedule[-1], m)
+            - month_dollars(plan, deal, owned, 0, m)
+            for m in last
+        )
+        total += max(extra * tail / len(last), 0.0) if tail > 0 else 0.0
+    return total
+
+
+def month_dollars(
+    plan: PlanInputs, deal: CommittedOffer | None, owned: int, units: int, month: int
+) -> float:
+    """Committed payments and cloud spend of one month with ``owned`` GPUs."""
+    cloud = plan.cloud
+    spot = min(cloud.spot_per_gpu_hour, cloud.on_demand_per_gpu_hour)
+    history_hours = sum(s.hours for s in plan.history)
+    committed = units * (deal.gpus_per_unit if deal else 0)
+    total = 0.0
+    if deal is not None:
+        total += committed * deal.effective_per_gpu_hour * HOURS_PER_MONTH
+    factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
+    for s in plan.history:
+        hours = s.hours * HOURS_PER_MONTH / history_hours
+        firm, preemptible = s.firm_gpus * factor, s.preemptible_gpus * factor
+        firm_left = max(firm - committed, 0.0)
+        firm_owned = min(firm_left, owned)
+        on_demand = firm_left - firm_owned
+        out = preemptible - min(preemptible, owned - firm_owned)
+        total += hours * (on_demand * cloud.on_demand_per_gpu_hour + out * spot)
     return total
 
 
@@ -267,7 +289,8 @@ def test_the_mix_is_the_brute_force_optimum(samples, types, offers, growth):
 @FAST
 @given(samples=samples_st, types=types_st, deal=offer_st, growth=st.sampled_from([0.0, 0.8, -0.7]))
 def test_the_mix_agrees_with_a_milp(samples, types, deal, growth):
-    plan = plan_inputs(samples, types, months=12, growth=growth)
+    # A horizon of whole terms: the MILP has no months past it to charge.
+    plan = plan_inputs(samples, types, months=12 * deal.term_years, growth=growth)
     got = optimal_procurement(plan, [deal])
     want = min(milp_total(plan, None), milp_total(plan, deal))
     assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
@@ -395,3 +418,25 @@ def test_bad_offers_are_refused(kwargs, message):
     base = {"name": "x", "term_years": 1, "per_gpu_hour": 1.0}
     with pytest.raises(ValueError, match=message):
         CommittedOffer(**(base | kwargs))
+
+
+def test_a_term_past_the_horizon_is_paid_for_its_months_there():
+    """A 12-month plan and a 3-year lease on demand that falls 90% a year: charged only the
+    12 months of the horizon the lease pays (1 node of 4 GPUs at $1.40 against $3.00 on
+    demand), but signed it binds 24 months more at a tenth of today's demand. The plan pays
+    for those months (payments less the on-demand spend they save) and signs nothing."""
+    deal = offer(price=1.4, unit=4, term=3)
+    plan = plan_inputs([(1.0, 8.0, 0.0)], [node_type(gpus=4, gpu_hour=5.0)], months=12, growth=-0.9)
+    got = optimal_procurement(plan, [deal])
+    assert got.schedule == (0, 0, 0, 0)
+    assert got.total_dollars == pytest.approx(brute_force(plan, [deal]), rel=1e-9)
+    # Committing anyway: the last window carries the 24 months past the horizon.
+    model = ProcurementModel(plan, deal)
+    assert model.after_horizon_months == 24
+    last = model.period_cost(model.periods[-1], (0,), 1)
+    assert last.after_horizon_months == 24
+    assert last.after_horizon_paid_dollars == pytest.approx(4 * 1.4 * 24 * HOURS_PER_MONTH)
+    assert 0 < last.after_horizon_dollars < last.after_horizon_paid_dollars
+    # Whole terms in the horizon: nothing past it.
+    whole = plan_inputs([(1.0, 8.0, 0.0)], [node_type()], months=36)
+    assert ProcurementModel(whole, deal).after_horizon_months == 0

@@ -93,6 +93,12 @@ def test_json_carries_the_mix_cash_flow_npv_and_generations(capsys, files):
         for q in flows
     ]
     assert procurement["npv"] == pytest.approx(npv(rebuilt, 0.08, 12), abs=1.0)
+    # A 3-year term in a 12-month plan is owed 24 months more; what it does not earn back
+    # then is in the total, never more than what is owed.
+    offer = procurement["committedOffer"]
+    after = procurement["committedAfterHorizon"]
+    assert after["months"] == (24 if offer is not None and offer["termYears"] == 3 else 0)
+    assert 0 <= after["chargedDollars"] <= after["paidDollars"]
     # 1M tokens per GPU-hour: the cost per million tokens is dollars per demand GPU-hour.
     assert procurement["costPerMillionTokens"] > 0
     generations = report["generations"]

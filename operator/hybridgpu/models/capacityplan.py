@@ -343,6 +343,11 @@ class ProcurementStatus(SpecModel):
     )
     mix: list[SupplyShare] = Field(default_factory=list, description="Shares per supply.")
     total: float = Field(default=0.0, description="Cost over the horizon, $ (equivalent annual).")
+    committed_after_horizon: float = Field(
+        default=0.0,
+        description="Committed payments due after the horizon (a term signed within it that "
+        "ends later), $; the total includes what they do not earn back.",
+    )
     npv: float = Field(
         default=0.0,
         description="Present value of the quarterly cash flow at the cost of capital, $.",

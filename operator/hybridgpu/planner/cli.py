@@ -415,6 +415,11 @@ def _procurement_json(result: Any) -> dict[str, Any] | None:
             if plan.offer is not None or shares.base_owned_share > 0
             else 0.0,
         },
+        "committedAfterHorizon": {
+            "months": plan.periods[-1].after_horizon_months,
+            "paidDollars": round(plan.periods[-1].after_horizon_paid_dollars, 2),
+            "chargedDollars": round(plan.periods[-1].after_horizon_dollars, 2),
+        },
         "totalDollars": round(plan.total_dollars, 2),
         "monthlyCost": round(result.monthly(plan.total_dollars), 2),
         "savingVsOwnedOnlyPlanPercent": round(
@@ -505,6 +510,14 @@ def _procurement_lines(result: Any) -> list[str]:
             f"GPUs by window start month: {schedule}"
         )
         lines.append(f"  next adjustment window: {next_adjustment_text(plan)}")
+        last = plan.periods[-1]
+        if last.after_horizon_paid_dollars > 0:
+            lines.append(
+                f"  the term runs {last.after_horizon_months} month(s) past the horizon: "
+                f"{_money(last.after_horizon_paid_dollars)} more to pay, "
+                f"{_money(last.after_horizon_dollars)} of it not earned back at the last "
+                "window's demand (in the total)"
+            )
     lines.append(
         "  mix of GPU-hours: "
         + ", ".join(f"{SUPPLY_NAMES[k]} {v:.0%}" for k, v in shares.gpu_hours.items())

@@ -350,6 +350,7 @@ def procurement_status(result: CapacityPlanResult) -> ProcurementStatus | None:
             for k in shares.gpu_hours
         ],
         total=round(plan.total_dollars, 2),
+        committed_after_horizon=round(plan.periods[-1].after_horizon_paid_dollars, 2),
         npv=round(result.npv_dollars, 2),
         cost_per_million_tokens=(
             None

@@ -16,6 +16,14 @@ window):
 - **spot** for preemptible demand above what owned nodes leave (with reruns), or on demand
   when reruns make spot dearer.
 
+A commitment signed within the horizon is paid to the end of its term, which may lie past
+the horizon (a 3-year lease renewed in month 36 of a 48-month plan runs to month 72). The
+plan charges that tail: the committed level of the last period is kept for the tail's months
+at the last period's demand, and what it costs more than committing nothing then (payments
+less the on-demand and spot spend it saves; never a gain) is added to the last period. So a
+tranche near the end of the horizon is signed only when it pays for itself over the months a
+buyer is bound to it.
+
 Fluid (a demand history): firm demand fills committed capacity first (it can serve nothing
 else), then owned GPUs; preemptible demand fills what owned GPUs leave. This order is optimal
 for any fleet: an owned GPU saves at least as much on firm work as on preemptible work, and a
@@ -132,11 +140,22 @@ class PeriodCost:
     committed_used_gpu_hours: float
     elastic_gpu_hours: float
     spot_gpu_hours: float
+    after_horizon_months: int = 0
+    """Months the commitment of this (last) period runs past the horizon."""
+    after_horizon_paid_dollars: float = 0.0
+    """Committed payments due in those months."""
+    after_horizon_dollars: float = 0.0
+    """What those months cost more than committing nothing then, at this period's demand
+    (0 or more): charged to the plan."""
 
     @property
     def total_dollars(self) -> float:
         return (
-            self.owned_dollars + self.committed_dollars + self.elastic_dollars + self.spot_dollars
+            self.owned_dollars
+            + self.committed_dollars
+            + self.elastic_dollars
+            + self.spot_dollars
+            + self.after_horizon_dollars
         )
 
 
@@ -157,6 +176,7 @@ class ProcurementModel:
             inputs.horizon_months, offer.adjustment_months if offer is not None else 3
         )
         self.unit_gpus = offer.gpus_per_unit if offer is not None else 1
+        self.after_horizon_months = _after_horizon_months(offer, self.periods)
         self._levels = _history_levels(inputs)
         self._window_hours = _window_hours(inputs)
         self._curves: dict[tuple[tuple[float, ...], int], tuple[DurationCurve, DurationCurve]] = {}
@@ -164,7 +184,7 @@ class ProcurementModel:
         self._replays: dict[tuple[tuple[int, ...], int], Usage] = {}
         self._factors = {p.index: _period_factors(inputs, p) for p in self.periods}
         self._period_costs: dict[
-            tuple[tuple[float, ...], int, tuple[int, ...], int], PeriodCost
+            tuple[tuple[float, ...], int, tuple[int, ...], int, bool], PeriodCost
         ] = {}
         firm_peak = max((f for f, _, _ in self._levels), default=0.0)
         grown = max((max(fs) for fs in self._factors.values()), default=1.0)
@@ -242,13 +262,31 @@ class ProcurementModel:
     def period_cost(self, period: Period, nodes: Sequence[int], units: int) -> PeriodCost:
         """The full breakdown of one period (periods of the same months and demand factors
         cost the same: without growth, every full window)."""
-        key = (self._factors[period.index], period.months, tuple(nodes), units)
+        last = period.index == len(self.periods) - 1 and self.after_horizon_months > 0
+        key = (self._factors[period.index], period.months, tuple(nodes), units, last)
         known = self._period_costs.get(key)
         if known is not None:
             return replace(known, period=period)
         cost = self._period_cost(period, nodes, units)
+        if last and units > 0:
+            cost = self._with_tail(cost, nodes)
         self._period_costs[key] = cost
         return cost
+
+    def _with_tail(self, cost: PeriodCost, nodes: Sequence[int]) -> PeriodCost:
+        """``cost`` of the last period with the commitment's months past the horizon."""
+        period = cost.period
+        months = self.after_horizon_months
+        none = self.period_cost(period, nodes, 0)
+        scale = months / period.months
+        # Owned nodes cost the same either way: only cloud spend and payments differ.
+        extra = (cost.total_dollars - none.total_dollars) * scale
+        return replace(
+            cost,
+            after_horizon_months=months,
+            after_horizon_paid_dollars=cost.committed_dollars * scale,
+            after_horizon_dollars=max(extra, 0.0),
+        )
 
     def _period_cost(self, period: Period, nodes: Sequence[int], units: int) -> PeriodCost:
         cloud = self.inputs.cloud
@@ -310,6 +348,17 @@ def _period_factors(inputs: PlanInputs, period: Period) -> tuple[float, ...]:
         1.0 if growth == 0 else (1.0 + growth) ** ((month + 0.5) / 12)
         for month in range(period.start_month, period.start_month + period.months)
     )
+
+
+def _after_horizon_months(offer: CommittedOffer | None, parts: Sequence[Period]) -> int:
+    """Months the term running in the last period goes on past the horizon (terms start at
+    month 0 and every term length after)."""
+    if offer is None or not parts:
+        return 0
+    term = 12 * offer.term_years
+    last = parts[-1]
+    end = (last.start_month // term + 1) * term
+    return max(end - (last.start_month + last.months), 0)
 
 
 def _window_hours(inputs: PlanInputs) -> float:
