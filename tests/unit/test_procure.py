@@ -98,12 +98,17 @@ def direct_total(
     per_hour = sum(n * t.node_hour_dollars for n, t in zip(nodes, plan.node_types, strict=True))
     total = per_hour * plan.horizon_months * HOURS_PER_MONTH
     window = deal.adjustment_months if deal is not None else 3
+    ago = deal.started_months_ago if deal is not None else 0
+    # The window of each month, on the calendar of today's term (started ``ago`` months ago).
+    index = [0] * plan.horizon_months
+    for month in range(1, plan.horizon_months):
+        index[month] = index[month - 1] + ((month + ago) % window == 0)
     for month in range(plan.horizon_months):
-        total += month_dollars(plan, deal, owned, schedule[month // window], month)
+        total += month_dollars(plan, deal, owned, schedule[index[month]], month)
     if deal is not None and schedule[-1] > 0:
         term = 12 * deal.term_years
-        last_start = (len(schedule) - 1) * window
-        tail = (last_start // term + 1) * term - plan.horizon_months
+        last_start = index.index(index[-1])
+        tail = ((last_start + ago) // term + 1) * term - ago - plan.horizon_months
         last = range(last_start, plan.horizon_months)
         extra = sum(
             month_dollars(plan, deal, owned, schedule[-1], m)
@@ -149,7 +154,8 @@ def brute_force(plan: PlanInputs, offers: list[CommittedOffer]) -> float:
     peak = max(s.total_gpus for s in plan.history) * max(1.0, 1 + plan.demand_growth_per_year)
     ranges = [range(math.ceil(peak / t.gpus_per_node) + 2) for t in plan.node_types]
     best = math.inf
-    for deal in (None, *offers):
+    held = [o for o in offers if o.current_units]  # held today: paid, so the only choice
+    for deal in held or (None, *offers):
         model = ProcurementModel(plan, deal)
         for nodes in itertools.product(*ranges):
             for schedule in schedules(model):
@@ -412,6 +418,8 @@ def test_upfront_is_spread_over_the_term():
         ({"term_years": 2}, "termYears must be 1 or 3"),
         ({"adjustment_months": 0}, "adjustmentMonths"),
         ({"max_decrease": 1.5}, "decrease"),
+        ({"current_units": -1}, "currentNodes"),
+        ({"started_months_ago": 12}, "termStartedMonthsAgo"),
     ],
 )
 def test_bad_offers_are_refused(kwargs, message):
@@ -440,3 +448,83 @@ def test_a_term_past_the_horizon_is_paid_for_its_months_there():
     # Whole terms in the horizon: nothing past it.
     whole = plan_inputs([(1.0, 8.0, 0.0)], [node_type()], months=36)
     assert ProcurementModel(whole, deal).after_horizon_months == 0
+
+
+held_offer_st = st.builds(
+    lambda deal, current, ago: CommittedOffer(
+        name=deal.name,
+        term_years=deal.term_years,
+        per_gpu_hour=deal.per_gpu_hour,
+        gpus_per_unit=deal.gpus_per_unit,
+        adjustment_months=deal.adjustment_months,
+        max_decrease=deal.max_decrease,
+        current_units=current,
+        started_months_ago=ago,
+    ),
+    deal=offer_st,
+    current=st.integers(0, 3),
+    ago=st.sampled_from([0, 1, 3, 5, 11]),
+)
+
+
+@FAST
+@given(samples=samples_st, types=types_st, deal=held_offer_st, growth=st.sampled_from([0.0, -0.6]))
+def test_a_replan_from_todays_commitment_is_the_brute_force_optimum(samples, types, deal, growth):
+    """A re-plan with a commitment held today: windows and renewals on its term's calendar,
+    the first window's level bound by what is held (and fixed between windows), the term's
+    months past the horizon on that calendar; the plan is still the optimum."""
+    plan = plan_inputs(samples, types, months=12, growth=growth)
+    got = optimal_procurement(plan, [deal])
+    model = ProcurementModel(plan, deal)
+    assert model.feasible(got.schedule) or got.offer is None
+    if deal.current_units:
+        assert got.offer == deal  # held: it is paid until its term ends
+    assert got.total_dollars == pytest.approx(brute_force(plan, [deal]), rel=1e-9, abs=1e-6)
+    assert got.total_dollars == pytest.approx(
+        direct_total(plan, got.offer, got.nodes, got.schedule), rel=1e-9, abs=1e-6
+    )
+
+
+def test_a_replan_keeps_the_held_level_until_a_window_may_change_it():
+    """4 nodes held on a 1-year term started 7 months ago (quarterly windows at months 2, 5
+    of the term's calendar, no decrease within the term); demand fell to 1 node's worth. The
+    first window (1 month: 8 to 9 of the term) and the next (9 to 12) keep 4, the renewal in
+    month 5 of the plan lowers it, and the re-plan says so."""
+    from hybridgpu.planner.finance import next_adjustment_text
+
+    deal = CommittedOffer(
+        name="1y",
+        term_years=1,
+        per_gpu_hour=1.5,
+        gpus_per_unit=2,
+        current_units=4,
+        started_months_ago=7,
+    )
+    plan = plan_inputs([(1.0, 2.0, 0.0)], [node_type(gpus=4, gpu_hour=5.0)], months=12)
+    got = optimal_procurement(plan, [deal])
+    model = ProcurementModel(plan, deal)
+    assert [(p.start_month, p.months) for p in model.periods] == [
+        (0, 2),
+        (2, 3),
+        (5, 3),
+        (8, 3),
+        (11, 1),
+    ]
+    assert got.offer == deal
+    assert got.schedule == (4, 4, 1, 1, 1)
+    assert next_adjustment_text(got) == (
+        "lower the commitment from 4 to 1 node(s) at the window starting in month 5"
+    )
+    assert got.total_dollars == pytest.approx(brute_force(plan, [deal]), rel=1e-9)
+    # Held 1 month into a quarter: nothing changes until the quarter ends.
+    mid = CommittedOffer("1y", 1, 1.5, gpus_per_unit=2, current_units=4, started_months_ago=1)
+    assert mid.first_levels == (4, 4)
+    assert ProcurementModel(plan, mid).periods[0].months == 2
+
+
+def test_only_one_offer_may_be_held():
+    plan = plan_inputs([(1.0, 2.0, 0.0)], [node_type()], months=12)
+    a = CommittedOffer("a", 1, 1.5, current_units=1, started_months_ago=2)
+    b = CommittedOffer("b", 3, 1.0, current_units=2, started_months_ago=2)
+    with pytest.raises(ValueError, match="only one can be held today"):
+        optimal_procurement(plan, [a, b])

@@ -157,6 +157,22 @@ BAD = {
         "discountPercent: 37, adjustmentMonths: 18}}",
         ["plan.yaml", "adjustmentMonths must not exceed the term"],
     ),
+    "a term started longer ago than it lasts": (
+        "discountPercent: 37}}",
+        "discountPercent: 37, termStartedMonthsAgo: 12}}",
+        ["plan.yaml", "termStartedMonthsAgo must be less than the term's months"],
+    ),
+    "nodes held under two offers": (
+        "discountPercent: 37}}\n  - {{name: 3y, termYears: 3, discountPercent: 55,",
+        "discountPercent: 37, currentNodes: 1}}\n"
+        "  - {{name: 3y, termYears: 3, discountPercent: 55, currentNodes: 2,",
+        ["plan.yaml", "only one offer may hold currentNodes"],
+    ),
+    "negative nodes held": (
+        "discountPercent: 37}}",
+        "discountPercent: 37, currentNodes: -1}}",
+        ["plan.yaml", "currentNodes"],
+    ),
     "a negative throughput": (
         "gpuModel: B200\n",
         "gpuModel: B200\n    throughput: {{training: -1}}\n",
@@ -183,3 +199,32 @@ def test_bad_input_is_one_line_and_exit_2(capsys, files, name):
     assert len(err.strip().splitlines()) == 1, err
     for part in want:
         assert part in err
+
+
+def test_a_replan_starts_from_the_commitment_held_today(capsys, files):
+    """2 nodes of the 3-year lease held, signed 7 months ago (quarterly windows on its
+    calendar): the first window runs 2 months at 2 nodes at least, and the plan names the
+    windows to use from there."""
+    config, history = files
+    config.write_text(
+        PLAN.replace(
+            "maxDecreasePercent: 10}}",
+            "maxDecreasePercent: 10, currentNodes: 2, termStartedMonthsAgo: 7}}",
+        ).format(rate=8)
+    )
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    procurement = json.loads(out)["procurement"]
+    assert procurement["committedOffer"]["name"] == "3y"
+    windows = procurement["committedNodesByWindow"]
+    assert [w["month"] for w in windows[:3]] == [0, 2, 5]
+    assert windows[0]["nodes"] == 2  # between windows: what is held
+    # Within the term (it ends in month 29), 2 x 0.9 rounds up to 2: never fewer.
+    assert all(w["nodes"] >= 2 for w in windows if w["month"] < 29)
+    changes = procurement["adjustments"]
+    if changes:
+        first = changes[0]
+        assert procurement["nextAdjustment"].startswith(
+            ("raise" if first["toNodes"] > first["fromNodes"] else "lower")
+            + f" the commitment from {first['fromNodes']} to {first['toNodes']}"
+        )

@@ -123,6 +123,12 @@ class CommittedOfferSpec(SpecModel):
             message="adjustmentMonths must not exceed the term",
             check=lambda s: s.adjustment_months <= 12 * s.term_years,
         ),
+        Rule(
+            cel="!has(self.termStartedMonthsAgo) || "
+            "self.termStartedMonthsAgo < 12 * self.termYears",
+            message="termStartedMonthsAgo must be less than the term's months",
+            check=lambda s: s.term_started_months_ago < 12 * s.term_years,
+        ),
     )
 
     name: str = Field(min_length=1, description="Name of the offer, e.g. 3y-lease.")
@@ -157,6 +163,19 @@ class CommittedOfferSpec(SpecModel):
         "within a term); raising it adds a tranche that ends with the term.",
     )
     max_nodes: int | None = Field(default=None, ge=0, description="Commit to at most this many.")
+    current_nodes: int = Field(
+        default=0,
+        ge=0,
+        description="Committed today under this offer (a re-plan): paid until the term ends, "
+        "so the plan keeps at least what the adjustment windows allow and says when a "
+        "window should change it. At most one offer may hold nodes.",
+    )
+    term_started_months_ago: int = Field(
+        default=0,
+        ge=0,
+        description="When today's term started, months ago: its adjustment windows and its "
+        "end fall on that calendar (0: the term starts now).",
+    )
 
 
 class CloudPrices(SpecModel):
@@ -192,6 +211,15 @@ class CloudPrices(SpecModel):
 class CapacityPlanSpec(SpecModel):
     """Desired planning run."""
 
+    rules = (
+        Rule(
+            cel="!has(self.committed) || "
+            "self.committed.filter(o, has(o.currentNodes) && o.currentNodes > 0).size() <= 1",
+            message="committed: only one offer may hold currentNodes (one plan signs one offer)",
+            check=lambda s: sum(1 for o in s.committed if o.current_nodes > 0) <= 1,
+        ),
+    )
+
     history: HistorySource = Field(description="Where past demand comes from.")
     horizon_months: int = Field(default=36, ge=1, le=120, description="Planning horizon, months.")
     demand_growth_percent_per_year: float = Field(
@@ -214,6 +242,7 @@ class CapacityPlanSpec(SpecModel):
     cloud: CloudPrices = Field(description="Prices of rented capacity.")
     committed: list[CommittedOfferSpec] = Field(
         default_factory=list,
+        max_length=20,
         description="Committed cloud capacity on offer (reservations, savings plans, leases); "
         "each name once. The plan picks the best one, if any, and its level per window.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},

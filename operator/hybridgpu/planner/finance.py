@@ -163,8 +163,15 @@ class Adjustment:
 
 
 def adjustments(plan: Procurement) -> list[Adjustment]:
-    """Every window whose level differs from the one before."""
-    return [
+    """Every window whose level differs from the one before (the first window from what is
+    held today, when something is)."""
+    held = plan.offer.current_units if plan.offer is not None else 0
+    first = (
+        [Adjustment(0, held, plan.schedule[0])]
+        if held and plan.schedule and plan.schedule[0] != held
+        else []
+    )
+    return first + [
         Adjustment(plan.periods[i].period.start_month, plan.schedule[i - 1], plan.schedule[i])
         for i in range(1, len(plan.periods))
         if plan.schedule[i] != plan.schedule[i - 1]
@@ -185,10 +192,12 @@ def next_adjustment_text(plan: Procurement) -> str:
         )
     first = changes[0]
     verb = "raise" if first.to_units > first.from_units else "lower"
-    return (
-        f"{verb} the commitment from {first.from_units} to {first.to_units} node(s) at the "
-        f"window starting in month {first.month}"
+    when = (
+        "now (the window open today)"
+        if first.month == 0
+        else f"at the window starting in month {first.month}"
     )
+    return f"{verb} the commitment from {first.from_units} to {first.to_units} node(s) {when}"
 
 
 def cost_per_million_tokens(

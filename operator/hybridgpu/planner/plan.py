@@ -274,6 +274,8 @@ def offers_from_spec(spec: CapacityPlanSpec) -> list[CommittedOffer]:
             adjustment_months=o.adjustment_months,
             max_decrease=o.max_decrease_percent / 100.0,
             max_units=o.max_nodes,
+            current_units=o.current_nodes,
+            started_months_ago=o.term_started_months_ago,
         )
         for o in spec.committed
     ]

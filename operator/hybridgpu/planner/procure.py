@@ -75,6 +75,10 @@ class CommittedOffer:
     """A window may lower the level by at most this share of it (0.1 = 10 %); 0: never
     within a term. Raising it is always allowed (a co-terminous tranche)."""
     max_units: int | None = None
+    current_units: int = 0
+    """Committed today (a re-plan): the level cannot fall below what the rules allow."""
+    started_months_ago: int = 0
+    """When the current term started: the windows and renewals fall on its calendar."""
 
     def __post_init__(self) -> None:
         if self.term_years not in (1, 3):
@@ -85,6 +89,28 @@ class CommittedOffer:
             )
         if not 0 <= self.max_decrease <= 1:
             raise ValueError(f"committed offer {self.name}: the decrease must be 0 to 100%")
+        if self.current_units < 0:
+            raise ValueError(f"committed offer {self.name}: currentNodes must be 0 or more")
+        if not 0 <= self.started_months_ago < 12 * self.term_years:
+            raise ValueError(
+                f"committed offer {self.name}: termStartedMonthsAgo must be 0 to the term's "
+                "months less 1"
+            )
+
+    @property
+    def first_levels(self) -> tuple[int, int | None]:
+        """The lowest and highest level (None: any) of the first window, from today's
+        commitment: any level when nothing is committed; at least the current level when its
+        term starts now; within a term, at a window, what a window may lower it to; between
+        windows, the current level (it changes only when a window starts)."""
+        if self.current_units == 0:
+            return 0, None
+        ago = self.started_months_ago
+        if ago == 0:
+            return self.current_units, None
+        if ago % self.adjustment_months:
+            return self.current_units, self.current_units
+        return self.lowest_after(self.current_units), None
 
     @property
     def effective_per_gpu_hour(self) -> float:
@@ -109,20 +135,23 @@ class Period:
         return self.months * HOURS_PER_MONTH
 
 
-def periods(horizon_months: int, months_per_period: int) -> list[Period]:
-    """The horizon cut into periods of ``months_per_period`` (the last may be shorter)."""
+def periods(horizon_months: int, months_per_period: int, offset: int = 0) -> list[Period]:
+    """The horizon cut into periods of ``months_per_period`` on a calendar that started
+    ``offset`` months ago (the first and last may be shorter)."""
     out: list[Period] = []
     start = 0
     while start < horizon_months:
-        months = min(months_per_period, horizon_months - start)
+        to_boundary = months_per_period - (start + offset) % months_per_period
+        months = min(to_boundary, horizon_months - start)
         out.append(Period(len(out), start, months))
         start += months
     return out
 
 
 def is_renewal(offer: CommittedOffer, period: Period) -> bool:
-    """A term of ``offer`` starts with this period (the first, or every term later)."""
-    return period.start_month % (12 * offer.term_years) == 0
+    """A term of ``offer`` starts with this period (today's term's calendar: the first
+    period without a current term, then every term length)."""
+    return (period.start_month + offer.started_months_ago) % (12 * offer.term_years) == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +202,9 @@ class ProcurementModel:
         self.shared = SharedWork() if shared is None else shared
         self.owned_model = CostModel(inputs, self.shared)
         self.periods = periods(
-            inputs.horizon_months, offer.adjustment_months if offer is not None else 3
+            inputs.horizon_months,
+            offer.adjustment_months if offer is not None else 3,
+            offer.started_months_ago if offer is not None else 0,
         )
         self.unit_gpus = offer.gpus_per_unit if offer is not None else 1
         self.after_horizon_months = _after_horizon_months(offer, self.periods)
@@ -191,6 +222,8 @@ class ProcurementModel:
         units = math.ceil(firm_peak * grown / self.unit_gpus - 1e-9) if offer is not None else 0
         if offer is not None and offer.max_units is not None:
             units = min(units, offer.max_units)
+        if offer is not None:
+            units = max(units, offer.current_units)
         self.max_units = units
         """Committing to more than the firm peak never pays: the level could be lowered to it
         (every window allows that) and serve the same work for less."""
@@ -318,7 +351,11 @@ class ProcurementModel:
             return False
         if self.offer is None:
             return all(u == 0 for u in schedule)
-        if self.offer.max_units is not None and max(schedule) > self.offer.max_units:
+        cap = self.offer.max_units
+        if cap is not None and max(schedule) > max(cap, self.offer.current_units):
+            return False
+        low, high = self.offer.first_levels
+        if schedule[0] < low or (high is not None and schedule[0] > high):
             return False
         for period, before, after in zip(self.periods[1:], schedule, schedule[1:], strict=False):
             if not is_renewal(self.offer, period) and after < self.offer.lowest_after(before):
@@ -357,7 +394,8 @@ def _after_horizon_months(offer: CommittedOffer | None, parts: Sequence[Period])
         return 0
     term = 12 * offer.term_years
     last = parts[-1]
-    end = (last.start_month // term + 1) * term
+    ago = offer.started_months_ago
+    end = ((last.start_month + ago) // term + 1) * term - ago
     return max(end - (last.start_month + last.months), 0)
 
 
@@ -398,7 +436,6 @@ def best_schedule(model: ProcurementModel, nodes: Sequence[int]) -> tuple[tuple[
         return (0,) * len(periods_), total
     after = [0.0] * (model.max_units + 1)  # cheapest from the next period on, by level
     best_from: list[list[int]] = []  # per period: the best level at or above each level
-    best_cost: list[list[float]] = []
     for period in reversed(periods_):
         here = [model.period_dollars(period, nodes, u) + after[u] for u in levels]
         arg = [0] * len(here)
@@ -409,18 +446,21 @@ def best_schedule(model: ProcurementModel, nodes: Sequence[int]) -> tuple[tuple[
                 best = u
             arg[u], low[u] = best, here[best]
         best_from.append(arg)
-        best_cost.append(low)
         if period.index > 0 and not is_renewal(model.offer, period):
             after = [low[model.offer.lowest_after(u)] for u in levels]
         else:
             after = [low[0]] * len(here)
     best_from.reverse()
-    best_cost.reverse()
-    schedule = [best_from[0][0]]
+    lowest, highest = model.offer.first_levels
+    first = best_from[0][lowest]
+    if highest is not None and first > highest:
+        first = highest  # between windows: today's level, nothing else
+    schedule = [first]
     for period in periods_[1:]:
         floor = 0 if is_renewal(model.offer, period) else model.offer.lowest_after(schedule[-1])
         schedule.append(best_from[period.index][floor])
-    return tuple(schedule), best_cost[0][0]
+    total = sum(model.period_dollars(p, nodes, u) for p, u in zip(periods_, schedule, strict=True))
+    return tuple(schedule), total
 
 
 def optimal_procurement(
@@ -429,11 +469,20 @@ def optimal_procurement(
     shared: SharedWork | None = None,
 ) -> Procurement:
     """The cheapest owned fleet, committed offer and committed level per period: every owned
-    size (its cheapest node mix), every offer (and none), the best schedule of each."""
+    size (its cheapest node mix), every offer (and none), the best schedule of each. An offer
+    held today (``current_units``) is the only choice: it is paid until its term ends, and
+    one plan signs one offer."""
     shared = SharedWork() if shared is None else shared
+    held = [o for o in offers if o.current_units > 0]
+    if len(held) > 1:
+        raise ValueError(
+            "committed offers: only one can be held today (currentNodes): "
+            + ", ".join(o.name for o in held)
+        )
+    choices: Sequence[CommittedOffer | None] = held or (None, *offers)
     best: Procurement | None = None
     best_dollars = math.inf
-    for offer in (None, *offers):
+    for offer in choices:
         model = ProcurementModel(inputs, offer, shared)
         for _, nodes in cheapest_mixes(model.owned_model):
             schedule, dollars = best_schedule(model, nodes)
