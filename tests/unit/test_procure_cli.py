@@ -173,6 +173,16 @@ BAD = {
         "discountPercent: 37, currentNodes: -1}}",
         ["plan.yaml", "currentNodes"],
     ),
+    "model FLOPs without a token rate": (
+        "tokensPerGpuHour: 1000000",
+        "modelFlopsPerToken: 1.4e11",
+        ["plan.yaml", "modelFlopsPerToken needs tokensPerGpuHour"],
+    ),
+    "MFU for a GPU without a datasheet peak": (
+        "cloud:\n  gpuModel: H100\n",
+        "modelFlopsPerToken: 1.4e11\ncloud:\n  gpuModel: MI300X\n",
+        ["plan.yaml", "set cloud.peakTflopsPerGpu", "MI300X"],
+    ),
     "a negative throughput": (
         "gpuModel: B200\n",
         "gpuModel: B200\n    throughput: {{training: -1}}\n",
@@ -228,3 +238,37 @@ def test_a_replan_starts_from_the_commitment_held_today(capsys, files):
             ("raise" if first["toNodes"] > first["fromNodes"] else "lower")
             + f" the commitment from {first['fromNodes']} to {first['toNodes']}"
         )
+
+
+def test_mfu_of_a_busy_gpu_and_of_the_capacity_paid_for(capsys, files):
+    """A 70B-parameter model served (2 x 70e9 FLOPs per token) at 1M tokens per H100-hour:
+    278 tokens/s x 1.4e11 FLOPs over the H100's 989 dense BF16 TFLOPS is 3.93%; over every
+    GPU-hour paid for it is less (idle owned or committed GPUs, reruns, boot time)."""
+    config, history = files
+    config.write_text(
+        PLAN.replace(
+            "tokensPerGpuHour: 1000000", "tokensPerGpuHour: 1000000\nmodelFlopsPerToken: 1.4e11"
+        ).format(rate=8)
+    )
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    mfu = json.loads(out)["procurement"]["mfu"]
+    assert mfu["peakTflopsPerGpu"] == 989.0
+    assert mfu["peakSource"].startswith("datasheet")
+    assert mfu["busyGpuPercent"] == pytest.approx(100 * 1e6 / 3600 * 1.4e11 / 989e12, abs=0.01)
+    assert 0 < mfu["paidCapacityPercent"] < mfu["busyGpuPercent"]
+    # A GPU without a datasheet default: its peak is given.
+    config.write_text(
+        PLAN.replace(
+            "tokensPerGpuHour: 1000000", "tokensPerGpuHour: 1000000\nmodelFlopsPerToken: 1.4e11"
+        )
+        .replace(
+            "  gpuModel: H100\n  onDemand",
+            "  gpuModel: MI300X\n  peakTflopsPerGpu: 1307\n  onDemand",
+        )
+        .format(rate=8)
+    )
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    mfu = json.loads(out)["procurement"]["mfu"]
+    assert (mfu["peakTflopsPerGpu"], mfu["peakSource"]) == (1307.0, "spec")

@@ -201,6 +201,13 @@ class CloudPrices(SpecModel):
         description="GPU model of the rented capacity and of the demand's GPUs (the unit of "
         "work candidates' throughput is relative to).",
     )
+    peak_tflops_per_gpu: float | None = Field(
+        default=None,
+        gt=0,
+        le=100000,
+        description="Peak dense TFLOPS of one demand-class GPU at the model's precision, for "
+        "MFU (default: the datasheet's dense BF16 figure for gpuModel).",
+    )
     idle_before_release: Duration = Field(
         default="10m",
         description="Job traces: billed time an idle cloud node waits for work before it is "
@@ -212,6 +219,12 @@ class CapacityPlanSpec(SpecModel):
     """Desired planning run."""
 
     rules = (
+        Rule(
+            cel="!has(self.modelFlopsPerToken) || has(self.tokensPerGpuHour)",
+            message="modelFlopsPerToken needs tokensPerGpuHour (MFU is tokens/s x FLOPs per "
+            "token over the GPUs' peak)",
+            check=lambda s: s.model_flops_per_token is None or s.tokens_per_gpu_hour is not None,
+        ),
         Rule(
             cel="!has(self.committed) || "
             "self.committed.filter(o, has(o.currentNodes) && o.currentNodes > 0).size() <= 1",
@@ -256,6 +269,12 @@ class CapacityPlanSpec(SpecModel):
         gt=0,
         description="Tokens one GPU of the demand's class produces per busy hour (for the cost "
         "per million tokens).",
+    )
+    model_flops_per_token: float | None = Field(
+        default=None,
+        gt=0,
+        description="FLOPs the model spends per token (about 6 x parameters to train, 2 x "
+        "parameters to serve): with tokensPerGpuHour, the plan reports MFU.",
     )
     preemptible_share: float | None = Field(
         default=None,
@@ -383,6 +402,16 @@ class ProcurementStatus(SpecModel):
     )
     cost_per_million_tokens: float | None = Field(
         default=None, description="Total cost over the tokens of the demand, $ (tokensPerGpuHour)."
+    )
+    mfu_percent: float | None = Field(
+        default=None,
+        description="Model FLOPs utilization of a busy demand-class GPU, percent "
+        "(modelFlopsPerToken).",
+    )
+    mfu_of_paid_capacity_percent: float | None = Field(
+        default=None,
+        description="MFU over every GPU-hour the plan pays for (idle owned and committed "
+        "capacity included), percent.",
     )
     adjustments: list[CommitmentChange] = Field(
         default_factory=list, description="When an adjustment window should change the level."

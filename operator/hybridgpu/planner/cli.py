@@ -432,6 +432,14 @@ def _procurement_json(result: Any) -> dict[str, Any] | None:
         "costPerMillionTokens": None
         if result.cost_per_million_tokens is None
         else round(result.cost_per_million_tokens, 4),
+        "mfu": None
+        if result.mfu is None
+        else {
+            "peakTflopsPerGpu": result.mfu.peak_tflops_per_gpu,
+            "peakSource": result.mfu.peak_source,
+            "busyGpuPercent": round(100 * result.mfu.busy, 2),
+            "paidCapacityPercent": round(100 * result.mfu.paid, 2),
+        },
         "adjustments": [
             {"month": a.month, "fromNodes": a.from_units, "toNodes": a.to_units}
             for a in adjustments(plan)
@@ -539,6 +547,12 @@ def _procurement_lines(result: Any) -> list[str]:
     )
     if result.cost_per_million_tokens is not None:
         lines.append(f"  cost per million tokens: ${result.cost_per_million_tokens:,.4f}")
+    if result.mfu is not None:
+        m = result.mfu
+        lines.append(
+            f"  MFU: {m.busy:.1%} of a busy GPU's peak ({m.peak_tflops_per_gpu:,.0f} TFLOPS, "
+            f"{m.peak_source}), {m.paid:.1%} of every GPU-hour paid for"
+        )
     lines.append(
         f"  {'quarter':>7} {'capex':>12} {'owned opex':>12} {'committed':>12} "
         f"{'on demand':>12} {'spot':>12} {'total':>13}"

@@ -207,3 +207,43 @@ def cost_per_million_tokens(
     if tokens_per_gpu_hour is None or demand_gpu_hours <= 0:
         return None
     return total_dollars / (demand_gpu_hours * tokens_per_gpu_hour) * 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFlopsUtilization:
+    """Model FLOPs utilization (MFU): the model's FLOPs done over the GPUs' peak, 0..1."""
+
+    peak_tflops_per_gpu: float
+    peak_source: str
+    busy: float
+    """Of a demand-class GPU while it works (the token rate)."""
+    paid: float
+    """Of every GPU-hour paid for (owned and committed capacity, on-demand and spot billed):
+    the busy figure times demand GPU-hours over paid GPU-hours."""
+
+
+def model_flops_utilization(
+    inputs: PlanInputs,
+    plan: Procurement,
+    demand_gpu_hours: float,
+    tokens_per_gpu_hour: float,
+    flops_per_token: float,
+    peak_tflops_per_gpu: float,
+    peak_source: str,
+) -> ModelFlopsUtilization:
+    """MFU of a busy GPU (tokens/s x FLOPs per token / peak FLOPS) and of the capacity the
+    plan pays for, in demand-class GPUs."""
+    busy = tokens_per_gpu_hour / 3600.0 * flops_per_token / (peak_tflops_per_gpu * 1e12)
+    owned_gpus = sum(
+        n * t.work_gpus_per_node for n, t in zip(plan.nodes, inputs.node_types, strict=True)
+    )
+    paid = sum(
+        owned_gpus * p.period.hours + p.committed_gpu_hours + p.elastic_gpu_hours + p.spot_gpu_hours
+        for p in plan.periods
+    )
+    return ModelFlopsUtilization(
+        peak_tflops_per_gpu=peak_tflops_per_gpu,
+        peak_source=peak_source,
+        busy=busy,
+        paid=busy * demand_gpu_hours / paid if paid > 0 else 0.0,
+    )

@@ -21,6 +21,31 @@ MLPERF_RELATIVE_THROUGHPUT: dict[str, dict[str, float]] = {
 }
 
 
+# Peak dense BF16 tensor throughput of one GPU, TFLOPS, from NVIDIA's datasheets (the
+# figures "with sparsity" halved; docs/tco.md, "MFU"). Keys are upper case without spaces
+# or dashes; the longest key contained in a model name wins.
+PEAK_DENSE_BF16_TFLOPS: dict[str, float] = {
+    "A10": 125.0,  # NVIDIA A10 datasheet: BF16 125 TFLOPS (250 with sparsity)
+    "L4": 121.0,  # NVIDIA L4 datasheet: BF16 242 TFLOPS with sparsity
+    "A100": 312.0,  # NVIDIA A100 datasheet: BF16 312 TFLOPS (624 with sparsity)
+    "H100": 989.0,  # NVIDIA H100 datasheet, SXM: BF16 1,979 TFLOPS with sparsity
+    "H100PCIE": 756.0,  # NVIDIA H100 datasheet, PCIe: BF16 1,513 TFLOPS with sparsity
+    "H200": 989.0,  # NVIDIA H200 datasheet, SXM: BF16 1,979 TFLOPS with sparsity
+    "B200": 2250.0,  # NVIDIA HGX B200: BF16 36 PFLOPS with sparsity for 8 GPUs
+}
+
+
+def default_peak_tflops(gpu_model: str | None) -> float | None:
+    """Datasheet peak dense BF16 TFLOPS of ``gpu_model``, or None when unknown."""
+    if not gpu_model:
+        return None
+    name = gpu_model.upper().replace(" ", "").replace("-", "")
+    for key in sorted(PEAK_DENSE_BF16_TFLOPS, key=len, reverse=True):
+        if key in name:
+            return PEAK_DENSE_BF16_TFLOPS[key]
+    return None
+
+
 def default_throughput(gpu_model: str | None, workload_class: str) -> float | None:
     """MLPerf-based throughput of ``gpu_model`` relative to an H100, or None when unknown."""
     if not gpu_model:

@@ -25,11 +25,13 @@ from hybridgpu.models.capacityplan import (
 )
 from hybridgpu.planner.cost import CostModel, SharedWork
 from hybridgpu.planner.finance import (
+    ModelFlopsUtilization,
     QuarterCash,
     adjustments,
     cash_flow,
     cost_per_million_tokens,
     mix,
+    model_flops_utilization,
     next_adjustment_text,
     npv,
 )
@@ -37,6 +39,7 @@ from hybridgpu.planner.generations import (
     GenerationComparison,
     WorkCost,
     compare,
+    default_peak_tflops,
     relative_throughput,
 )
 from hybridgpu.planner.model import (
@@ -103,6 +106,29 @@ class CapacityPlanResult:
     offers: tuple[CommittedOffer, ...] = ()
     cost_of_capital_per_year: float = 0.0
     tokens_per_gpu_hour: float | None = None
+    flops_per_token: float | None = None
+    peak_tflops_per_gpu: tuple[float, str] | None = None
+    """The demand-class GPU's peak dense TFLOPS and where it came from."""
+
+    @property
+    def mfu(self) -> ModelFlopsUtilization | None:
+        """Model FLOPs utilization, when the token rate, the model's FLOPs per token and the
+        GPU's peak are known."""
+        if (
+            self.procurement is None
+            or self.tokens_per_gpu_hour is None
+            or self.flops_per_token is None
+            or self.peak_tflops_per_gpu is None
+        ):
+            return None
+        return model_flops_utilization(
+            self.inputs,
+            self.procurement,
+            self.demand_gpu_hours,
+            self.tokens_per_gpu_hour,
+            self.flops_per_token,
+            *self.peak_tflops_per_gpu,
+        )
 
     @property
     def cash_flow(self) -> list[QuarterCash]:
@@ -206,6 +232,8 @@ def plan_capacity(
     cost_of_capital_per_year: float | None = None,
     tokens_per_gpu_hour: float | None = None,
     with_procurement: bool = True,
+    flops_per_token: float | None = None,
+    peak_tflops_per_gpu: tuple[float, str] | None = None,
 ) -> CapacityPlanResult:
     """The cheapest owned fleet for ``inputs`` and everything reported about it; with
     ``with_procurement`` the mix to sign as well (owned, the best committed offer, on demand,
@@ -236,7 +264,25 @@ def plan_capacity(
             else min((t.cost_of_capital_per_year for t in inputs.node_types), default=0.0)
         ),
         tokens_per_gpu_hour=tokens_per_gpu_hour,
+        flops_per_token=flops_per_token,
+        peak_tflops_per_gpu=peak_tflops_per_gpu,
     )
+
+
+def peak_of_spec(spec: CapacityPlanSpec) -> tuple[float, str] | None:
+    """The demand-class GPU's peak dense TFLOPS for MFU (cloud.peakTflopsPerGpu, else the
+    datasheet default of cloud.gpuModel); None without modelFlopsPerToken."""
+    if spec.model_flops_per_token is None:
+        return None
+    if spec.cloud.peak_tflops_per_gpu is not None:
+        return spec.cloud.peak_tflops_per_gpu, "spec"
+    peak = default_peak_tflops(spec.cloud.gpu_model)
+    if peak is None:
+        raise ValueError(
+            "modelFlopsPerToken needs the GPUs' peak: set cloud.peakTflopsPerGpu (no datasheet "
+            f"default for cloud.gpuModel {spec.cloud.gpu_model or '(unset)'})"
+        )
+    return peak, "datasheet default (dense BF16)"
 
 
 def plan_from_spec(
@@ -254,6 +300,8 @@ def plan_from_spec(
         offers=offers_from_spec(spec),
         cost_of_capital_per_year=spec.cost_of_capital_percent_per_year / 100.0,
         tokens_per_gpu_hour=spec.tokens_per_gpu_hour,
+        flops_per_token=spec.model_flops_per_token,
+        peak_tflops_per_gpu=peak_of_spec(spec),
     )
 
 
@@ -358,6 +406,10 @@ def procurement_status(result: CapacityPlanResult) -> ProcurementStatus | None:
             None
             if result.cost_per_million_tokens is None
             else round(result.cost_per_million_tokens, 4)
+        ),
+        mfu_percent=None if result.mfu is None else round(100 * result.mfu.busy, 2),
+        mfu_of_paid_capacity_percent=(
+            None if result.mfu is None else round(100 * result.mfu.paid, 2)
         ),
         adjustments=[
             CommitmentChange(month=a.month, from_nodes=a.from_units, to_nodes=a.to_units)
