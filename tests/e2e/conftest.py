@@ -240,6 +240,7 @@ class Cluster:
         idle_for: str = "2s",
         provider: dict[str, Any] | None = None,
         power: dict[str, Any] | None = None,
+        committed: dict[str, Any] | None = None,
     ) -> str:
         name = self.name(short)
         spec: dict[str, Any] = {
@@ -261,6 +262,8 @@ class Cluster:
         else:
             spec["pricing"] = {"perNodeHour": price}
             spec["provider"] = provider or {"type": "kwok"}
+        if committed is not None:
+            spec["committed"] = committed
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "GPUPool",

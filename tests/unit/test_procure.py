@@ -528,3 +528,22 @@ def test_only_one_offer_may_be_held():
     b = CommittedOffer("b", 3, 1.0, current_units=2, started_months_ago=2)
     with pytest.raises(ValueError, match="only one can be held today"):
         optimal_procurement(plan, [a, b])
+
+
+def test_the_base_split_owned_versus_committed():
+    """Steady 8 firm GPUs and 4 preemptible ones: the cheap 3-year commitment ($0.90) takes
+    the firm base (it cannot serve preemptible work), an owned node ($1.30 a GPU-hour, below
+    spot at $2.50) the preemptible base: a third of the base is owned, two thirds committed
+    (the "40/60"-style split of the plan), and the mix of GPU-hours and dollars says so."""
+    from hybridgpu.planner.finance import mix
+
+    deal = offer(price=0.9, unit=4, term=3)
+    plan = plan_inputs([(1.0, 8.0, 4.0)], [node_type(gpus=4, gpu_hour=1.3)], months=36, spot=2.5)
+    got = optimal_procurement(plan, [deal])
+    assert got.nodes == (1,) and set(got.schedule) == {2}
+    shares = mix(plan, got)
+    assert shares.base_owned_share == pytest.approx(1 / 3)
+    assert shares.gpu_hours["owned"] == pytest.approx(1 / 3)
+    assert shares.gpu_hours["committed"] == pytest.approx(2 / 3)
+    assert shares.gpu_hours["onDemand"] == shares.gpu_hours["spot"] == 0.0
+    assert shares.dollars["owned"] == pytest.approx(4 * 1.3 / (4 * 1.3 + 8 * 0.9))
