@@ -232,10 +232,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    # The configuration first: a missing one is reported without importing the kubernetes
+    # client (half a CPU second, many seconds on a loaded machine).
+    kubeconfig = use_cluster_config(args.kubeconfig, args.context)
     from hybridgpu.kube.cluster import KubeCluster, load_api_client
     from hybridgpu.kube.errors import KubeError, NotFound
 
-    kubeconfig = use_cluster_config(args.kubeconfig, args.context)
     try:
         cluster = KubeCluster(load_api_client(kubeconfig))
     except Exception as err:

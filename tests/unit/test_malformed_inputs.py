@@ -532,3 +532,27 @@ def test_long_runs_print_progress_lines_when_stderr_is_not_a_terminal(capsys) ->
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("hybridgpu simulate: hybridgpu 25% of the trace simulated")
     assert lines[1].startswith("hybridgpu simulate: on_demand 50%")
+
+
+def test_bad_input_is_reported_before_the_heavy_imports(files: dict[str, Path]) -> None:
+    """Each case must answer within CASE_TIMEOUT_SECONDS on a loaded machine: the CLI's
+    parser and a missing kubeconfig are answered without pydantic's models or the kubernetes
+    client (together about 0.7 CPU seconds, over 5 s of wall time at load 25 on 2 cores;
+    the parser imported every model through sim.traces, explain the client first)."""
+    probe = (
+        "import sys\n"
+        "from hybridgpu.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "heavy = sorted(m for m in ('pydantic', 'kubernetes', 'kopf') if m in sys.modules)\n"
+        "print(code, ','.join(heavy) or '-')\n"
+    )
+    for argv in (["--version"], ["explain"], ["run"], ["simulate", "--hours", "nan"]):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_subprocess_env(files, {}),
+            check=False,
+        )
+        assert done.stdout.split()[-2:] in (["0", "-"], ["2", "-"]), (argv, done.stdout)

@@ -18,8 +18,8 @@ from hybridgpu.sim.defaults import (
     DEFAULT_CHECKPOINT_SECONDS,
     DEFAULT_FIRM_SLO_SECONDS,
     DEFAULT_PREEMPTIBLE_SLO_SECONDS,
+    TRACE_FORMATS,
 )
-from hybridgpu.sim.traces import TRACE_FORMATS
 
 DEFAULT_PNG = "out/simulation.png"
 

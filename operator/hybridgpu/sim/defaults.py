@@ -11,3 +11,5 @@ DEFAULT_FIRM_SLO_SECONDS = 900.0
 """How late a critical or standard job may finish: room for a node's boot and a tick or two."""
 DEFAULT_PREEMPTIBLE_SLO_SECONDS = 4 * 3600.0
 """How late a preemptible job may finish: hours, as a batch queue promises."""
+TRACE_FORMATS = ("openb", "csv", "alibaba-dlrm")
+"""Trace file formats ``simulate --trace-format`` reads (sim/traces.py parses them)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import decode_text, read_text
 from hybridgpu.models.snapshot import Criticality
+from hybridgpu.sim.defaults import TRACE_FORMATS
 
 DEFAULT_QOS_MAP: dict[str, Criticality] = {
     "LS": Criticality.CRITICAL,
@@ -259,9 +260,6 @@ def load_dlrm(
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
     return TraceLoad(jobs=jobs, skipped=skipped)
-
-
-TRACE_FORMATS = ("openb", "csv", "alibaba-dlrm")
 
 
 def load_trace(
