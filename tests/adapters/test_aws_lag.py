@@ -4,17 +4,21 @@ shows it, or the next tick launches it again."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from hybridgpu.cloud.aws import AWSProvider
+from hybridgpu.handlers.capacity import Providers
 from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import wait_until
 from support.faultproxy import DROP_AFTER, UNAVAILABLE, FaultProxy
 from support.moto import REGION, aws, moto_server
 from support.moto_nodes import (
     aws_client,
+    desired_capacity,
+    make_auto_scaling_group,
     make_launch_template,
     make_queue,
     queue_depth,
@@ -156,3 +160,84 @@ def test_a_notice_whose_zone_lookup_failed_is_read_again_within_seconds(
         timeout_seconds=30,
         what="the notice read again and dropped",
     )
+
+
+# --- terminated instances stay listed ----------------------------------------------------
+@pytest.fixture
+def lingering_lists(aws: str) -> Iterator[FaultProxy]:
+    """Instances that left their group stay listed as Terminating for 10 minutes (moto keeps
+    terminated EC2 instances listed by itself)."""
+    proxy = FaultProxy(upstream=aws, terminated_listed_seconds=600)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def elastic_asg_spec(group: str) -> GPUPoolSpec:
+    return GPUPoolSpec.model_validate(
+        {
+            "tier": "elastic",
+            "gpu": {"model": "A100", "perNode": 8},
+            "maxNodes": 4,
+            "provider": {
+                "type": "aws",
+                "aws": {"region": REGION, "autoScalingGroupName": group},
+            },
+            "pricing": {"perNodeHour": 32.0},
+        }
+    )
+
+
+def operator_providers(endpoint: str, pool: str, spec: GPUPoolSpec) -> Providers:
+    """The operator's Providers for one AWS pool, its AWS provider pointed at ``endpoint``."""
+    providers = Providers("hybridgpu.cloud.fake:FakeProvider")
+    providers.set_pools({pool: spec})
+    cloud = AWSProvider(REGION, endpoint_url=endpoint, sleep=lambda _: None)
+    providers._by_key[f"aws:{REGION}"] = cloud
+    return providers
+
+
+@pytest.mark.parametrize("kind", ["asg", "fleet"])
+def test_a_released_instance_still_listed_is_not_capacity_not_terminated_again_nor_relaunched(
+    lingering_lists: FaultProxy, kind: str
+) -> None:
+    """The operator's own Providers over the AWS adapter, as a tick uses them, while the
+    released instance is still listed (Auto Scaling: Terminating; EC2: terminated)."""
+    upstream, endpoint = lingering_lists.upstream, lingering_lists.endpoint_url
+    if kind == "asg":
+        make_auto_scaling_group(upstream, "gpu-linger")
+        pool, spec = "elastic", elastic_asg_spec("gpu-linger")
+        terminate_action = "TerminateInstanceInAutoScalingGroup"
+    else:
+        make_launch_template(upstream, TEMPLATE)
+        pool, spec = "spot", spot_spec()
+        terminate_action = "TerminateInstances"
+    providers = operator_providers(endpoint, pool, spec)
+    cloud = providers.for_spec(spec)
+    providers.scale_up(pool, 2)
+    first, second = sorted(cloud.instances(pool, spec), key=lambda i: i.instance_id)
+
+    # Released: drained, terminated, its Node deleted; a retried release terminates again.
+    assert providers.terminate(pool, "node-1", first.provider_id)
+    assert providers.terminate(pool, "node-1", first.provider_id)
+
+    listed = {i.instance_id: i.state for i in cloud.instances(pool, spec)}
+    assert listed[first.instance_id] in ("terminating", "terminated"), listed
+    assert lingering_lists.reached_moto[terminate_action] == 1
+    assert cloud.target(pool, spec) == 1
+    if kind == "asg":
+        assert desired_capacity(upstream, "gpu-linger") == 1  # not lowered twice
+    # Long after launch, with only the second instance's Node: the released one is not
+    # taken for a machine that never registered, nor for a Node's live instance.
+    later = time.time() + 3600
+    assert providers.replace_unregistered(pool, {second.provider_id}, later) == []
+    assert lingering_lists.reached_moto[terminate_action] == 1
+    assert providers.known_provider_ids(pool) == {second.provider_id}
+    assert providers.provisioning(pool, 1) == 0  # nothing on its way: nothing billed
+    # Its work comes back: one instance is launched, not two.
+    providers.scale_up(pool, 1)
+    assert cloud.target(pool, spec) == 2
+    live = [i for i in cloud.instances(pool, spec) if i.state in ("pending", "running")]
+    assert len(live) == 2 and first.instance_id not in {i.instance_id for i in live}

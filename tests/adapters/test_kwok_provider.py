@@ -15,7 +15,7 @@ from hybridgpu.cloud.base import CapacityProvider, Instance, InterruptionNotice
 from hybridgpu.cloud.kwok import INTERRUPTION_ANNOTATION, KwokProvider
 from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import KubeTest, gpu_job, node_is_ready, wait_until
-from support.provider_contract import CONTRACT, ProviderHarness
+from support.provider_contract import CONTRACT, NOT_LIVE, ProviderHarness
 
 pytestmark = pytest.mark.adapters
 
@@ -39,10 +39,12 @@ def pool_spec(max_nodes: int = 4, **changes: Any) -> GPUPoolSpec:
 class KwokHarness:
     """The kwok provider under the shared contract; its nodes are the test's to delete."""
 
-    def __init__(self, kube: KubeTest) -> None:
+    def __init__(self, kube: KubeTest, termination_seconds: float = 0.0) -> None:
         self.kube = kube
         self.kwok = KwokProvider(
-            boot_delay_seconds=BOOT_DELAY_SECONDS, kubeconfig=str(kube.plane.kubeconfig)
+            boot_delay_seconds=BOOT_DELAY_SECONDS,
+            termination_seconds=termination_seconds,
+            kubeconfig=str(kube.plane.kubeconfig),
         )
         self.provider: CapacityProvider = self.kwok
 
@@ -54,7 +56,9 @@ class KwokHarness:
 
     def wait_booted(self, pool: str, spec: GPUPoolSpec) -> None:
         wait_until(
-            lambda: all(i.state == "running" for i in self.provider.instances(pool, spec)),
+            lambda: all(
+                i.state in ("running", *NOT_LIVE) for i in self.provider.instances(pool, spec)
+            ),
             timeout_seconds=30,
             what=f"instances of {pool} running",
         )
@@ -85,6 +89,44 @@ def test_the_kwok_provider_keeps_the_provider_contract(
     check: Callable[[ProviderHarness], None], harness: KwokHarness
 ) -> None:
     check(harness)
+
+
+@pytest.fixture
+def lingering(kube: KubeTest) -> Iterator[KwokHarness]:
+    """Terminated Nodes stay, deleting, for 3 s (HYBRIDGPU_KWOK_TERMINATION_SECONDS)."""
+    built = KwokHarness(kube, termination_seconds=3.0)
+    try:
+        yield built
+    finally:
+        built.kwok.close()
+
+
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda check: check.__name__)
+def test_the_kwok_provider_keeps_the_contract_while_terminated_nodes_linger(
+    check: Callable[[ProviderHarness], None], lingering: KwokHarness
+) -> None:
+    check(lingering)
+
+
+def test_a_terminated_node_lingers_deleting_then_goes(
+    kube: KubeTest, lingering: KwokHarness
+) -> None:
+    pool, spec = lingering.new_pool(2)
+    lingering.provider.set_target(pool, spec, 1)
+    lingering.wait_booted(pool, spec)
+    (instance,) = lingering.provider.instances(pool, spec)
+
+    lingering.provider.terminate(pool, spec, instance.instance_id)
+
+    node = kube.core.read_node(instance.instance_id)
+    assert node.metadata.deletion_timestamp is not None
+    assert [i.state for i in lingering.provider.instances(pool, spec)] == ["terminating"]
+    assert lingering.provider.target(pool, spec) == 0
+    wait_until(
+        lambda: lingering.provider.instances(pool, spec) == [],
+        timeout_seconds=60,
+        what=f"the terminated node of {pool} gone",
+    )
 
 
 def test_instances_are_ready_kwok_nodes_shaped_like_the_pool_and_run_its_pods(

@@ -93,3 +93,54 @@ def test_elastic_scales_by_bin_packing_within_max_then_releases_idle_nodes(
     assert cluster.events("ReleaseNode"), "no ReleaseNode Event"
     blocked = cluster.events("ScalingBlocked")
     assert any("maxNodes=2" in e.message for e in blocked), [e.message for e in blocked]
+
+
+def test_a_released_node_that_lingers_while_its_machine_terminates_is_not_capacity(
+    cluster: Cluster, operators: Operators
+) -> None:
+    """Terminated kwok machines take 10 minutes to go (HYBRIDGPU_KWOK_TERMINATION_SECONDS):
+    the released Node stays, deleting, as a Karpenter Node does while its instance
+    terminates. Work for one node comes back meanwhile: exactly one node is launched for it
+    (the lingering Node was counted as joined, and the next tick during the new one's boot
+    launched a second), and the lingering Node is neither used nor released again."""
+    policy = cluster.policy()
+    elastic = cluster.pool(
+        "elastic", tier="elastic", policy=policy, per_node=4, max_nodes=3, idle_for="2s"
+    )
+    operators.start(kwok_delay_seconds=8, extra_env={"HYBRIDGPU_KWOK_TERMINATION_SECONDS": "600"})
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def watch_nodes() -> None:
+        while not stop.is_set():
+            seen.update(n.metadata.name for n in cluster.pool_nodes(elastic))
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch_nodes, daemon=True)
+    watcher.start()
+    standard = {"hybridgpu.io/criticality": "standard"}
+    try:
+        cluster.kube.create_job(gpu_job("first", gpus=4, run_duration="1s", labels=standard))
+        (first,) = wait_for(lambda: cluster.pool_nodes(elastic), 180, f"a node of {elastic}")
+        first_name = first.metadata.name
+        wait_for(lambda: cluster.job_done("first"), 180, "Job first complete")
+        wait_for(
+            lambda: cluster.kube.core.read_node(first_name).metadata.deletion_timestamp,
+            180,
+            f"{first_name} released and lingering",
+        )
+        cluster.kube.create_job(gpu_job("second", gpus=4, run_duration="1s", labels=standard))
+        wait_for(lambda: cluster.job_done("second"), 180, "Job second complete")
+        cluster.wait_ticks(policy, 2, timeout_seconds=120)
+        assert first_name not in {p.spec.node_name for p in cluster.job_pods("second")}
+        assert cluster.kube.core.read_node(first_name).metadata.deletion_timestamp
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+        operators.stop_all()
+        for node in cluster.pool_nodes(elastic):  # the machine 'terminates' now
+            cluster.kube.core.patch_node(node.metadata.name, {"metadata": {"finalizers": None}})
+            if node.metadata.deletion_timestamp is None:
+                cluster.kube.core.delete_node(node.metadata.name)
+    new = sorted(seen - {first_name})
+    assert len(new) == 1, f"launched {new} for one node of work"

@@ -111,6 +111,8 @@ class FakeCluster:
 
     def __init__(self) -> None:
         self.nodes: dict[str, Obj] = {}
+        self.now = 0.0
+        """Epoch seconds a deletion is stamped with."""
         self.pods: dict[tuple[str, str], Obj] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.workloads: dict[tuple[str, str, str], Obj] = {}
@@ -318,8 +320,24 @@ class FakeCluster:
         self._patch_node(node, {"spec": {"taints": taints}})
 
     def delete_node(self, node: str) -> None:
+        """Delete a Node; one with finalizers (Karpenter's karpenter.sh/termination while it
+        drains and terminates the machine) stays, marked with a deletionTimestamp, until
+        ``lift_finalizers``."""
         self.writes.append(("delete", node))
+        found = self.nodes.get(node)
+        if found is not None and found["metadata"].get("finalizers"):
+            found["metadata"].setdefault("deletionTimestamp", rfc3339(self.now))
+            return
         self.nodes.pop(node, None)
+
+    def lift_finalizers(self, node: str) -> None:
+        """The finalizers' owner is done: a Node being deleted goes now."""
+        found = self.nodes.get(node)
+        if found is None:
+            return
+        found["metadata"].pop("finalizers", None)
+        if found["metadata"].get("deletionTimestamp"):
+            del self.nodes[node]
 
     def evict(self, namespace: str, pod: str) -> bool:
         self.writes.append(("evict", f"{namespace}/{pod}"))

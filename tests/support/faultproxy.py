@@ -12,6 +12,12 @@ Clients (the AWS adapter, the operator as a subprocess through ``AWS_ENDPOINT_UR
 - is eventually consistent like a real cloud (``lag_seconds``): an instance is missing from
   every list (DescribeInstances, DescribeAutoScalingGroups, DescribeAutoScalingInstances)
   until ``lag_seconds`` after the proxy first saw it in moto, so a launch shows up late;
+- keeps terminated instances listed like a real cloud (``terminated_listed_seconds``): an
+  instance that leaves an Auto Scaling group stays in DescribeAutoScalingGroups and
+  DescribeAutoScalingInstances, in lifecycle state ``Terminating``, for that long after the
+  proxy first saw it gone (moto drops it at once; AWS walks it through Terminating,
+  Terminating:Wait and Terminated first). EC2's DescribeInstances needs no help: moto lists
+  terminated instances, as EC2 does for about an hour;
 - answers a CreateFleet ClientToken it has seen with the first response and launches
   nothing, as EC2 does for at least 24 hours (moto does not).
 
@@ -22,6 +28,7 @@ injected (:attr:`FaultProxy.injected`) and when each request came (:attr:`FaultP
 from __future__ import annotations
 
 import contextlib
+import copy
 import http.client
 import json
 import socket
@@ -67,6 +74,12 @@ class Fault:
     times: int
 
 
+@dataclass
+class _Member:
+    element: ET.Element
+    gone_since: float | None = None
+
+
 @dataclass(frozen=True)
 class Call:
     """One request the proxy received."""
@@ -83,6 +96,8 @@ class FaultProxy:
 
     upstream: str
     lag_seconds: float = 0.0
+    terminated_listed_seconds: float = 0.0
+    """How long an instance gone from its Auto Scaling group is still listed as Terminating."""
     delay_seconds: float = 30.0
     """How long DELAY_AFTER holds a response (longer than the client's read timeout)."""
     faults: list[Fault] = field(default_factory=list)
@@ -97,6 +112,9 @@ class FaultProxy:
     does not, so the proxy does."""
     first_seen: dict[str, float] = field(default_factory=dict)
     """Instance ID -> time.monotonic() when the proxy first saw it in moto."""
+    group_members: dict[str, dict[str, _Member]] = field(default_factory=dict)
+    """Auto Scaling group -> instance ID -> the member as last listed, and since when it is
+    gone from moto's answer (None while listed)."""
     endpoint_url: str = ""
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -171,6 +189,82 @@ class FaultProxy:
             ET.register_namespace("", namespace)
         return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
+    def keep_terminated_listed(self, action: str, request: bytes, payload: bytes) -> bytes:
+        """The response with instances that left their Auto Scaling group less than
+        ``terminated_listed_seconds`` ago put back, in lifecycle state Terminating."""
+        if (
+            action not in ("DescribeAutoScalingGroups", "DescribeAutoScalingInstances")
+            or not payload
+        ):
+            return payload
+        try:
+            root = ET.fromstring(payload)
+        except ET.ParseError:
+            return payload
+        now = time.monotonic()
+        added = False
+        if action == "DescribeAutoScalingGroups":
+            for group in _members_of(root, "AutoScalingGroups"):
+                name = _text(group, "AutoScalingGroupName")
+                instances = _child(group, "Instances")
+                if name is None or instances is None:
+                    continue
+                added |= self._linger(name, instances, now)
+        else:
+            asked = {
+                v[0]
+                for k, v in urllib.parse.parse_qs(request.decode("utf-8", "replace")).items()
+                if k.startswith("InstanceIds.member.")
+            }
+            listing = next(
+                (e for e in root.iter() if _local(e.tag) == "AutoScalingInstances"), None
+            )
+            if listing is not None:
+                shown = {_text(m, "InstanceId") for m in listing}
+                with self._lock:
+                    for group, members in self.group_members.items():
+                        for instance_id, member in members.items():
+                            if (
+                                instance_id in asked
+                                and instance_id not in shown
+                                and self._lingering(member, now)
+                            ):
+                                listing.append(_as_instance(member.element, group))
+                                added = True
+        if not added:
+            return payload
+        namespace = root.tag[1:].split("}", 1)[0] if root.tag.startswith("{") else ""
+        if namespace:
+            ET.register_namespace("", namespace)
+        return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
+
+    def _lingering(self, member: _Member, now: float) -> bool:
+        return member.gone_since is not None and (
+            now - member.gone_since < self.terminated_listed_seconds
+        )
+
+    def _linger(self, group: str, instances: ET.Element, now: float) -> bool:
+        added = False
+        with self._lock:
+            members = self.group_members.setdefault(group, {})
+            shown = set()
+            for item in instances:
+                instance_id = _text(item, "InstanceId")
+                if instance_id is not None:
+                    shown.add(instance_id)
+                    members[instance_id] = _Member(copy.deepcopy(item))
+            for instance_id, member in list(members.items()):
+                if instance_id in shown:
+                    continue
+                if member.gone_since is None:
+                    member.gone_since = now
+                if self._lingering(member, now):
+                    instances.append(_terminating(member.element))
+                    added = True
+                else:
+                    del members[instance_id]
+        return added
+
     def start(self) -> None:
         proxy = self
         upstream = urllib.parse.urlsplit(self.upstream)
@@ -221,6 +315,8 @@ class FaultProxy:
                     return
                 if status == 200:
                     payload = proxy.hide_young_instances(action, payload)
+                    if proxy.terminated_listed_seconds > 0:
+                        payload = proxy.keep_terminated_listed(action, body, payload)
                 self._reply(status, headers, payload)
 
             def _reply(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
@@ -297,6 +393,37 @@ def _error_response(mode: str, version: str, json_protocol: bool) -> tuple[int, 
 
 def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
+
+
+def _child(element: ET.Element, name: str) -> ET.Element | None:
+    return next((c for c in element if _local(c.tag) == name), None)
+
+
+def _text(element: ET.Element, name: str) -> str | None:
+    found = _child(element, name)
+    return None if found is None else found.text
+
+
+def _members_of(root: ET.Element, listing: str) -> list[ET.Element]:
+    return [m for e in root.iter() if _local(e.tag) == listing for m in e]
+
+
+def _terminating(member: ET.Element) -> ET.Element:
+    """A copy of a group's instance member in lifecycle state Terminating."""
+    item = copy.deepcopy(member)
+    state = _child(item, "LifecycleState")
+    if state is not None:
+        state.text = "Terminating"
+    return item
+
+
+def _as_instance(member: ET.Element, group: str) -> ET.Element:
+    """A DescribeAutoScalingInstances member (it names its group) from a group's member."""
+    item = _terminating(member)
+    namespace = item.tag[: item.tag.index("}") + 1] if item.tag.startswith("{") else ""
+    name = ET.SubElement(item, f"{namespace}AutoScalingGroupName")
+    name.text = group
+    return item
 
 
 def _drop_empty_reservations(root: ET.Element) -> None:

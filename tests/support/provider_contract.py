@@ -41,8 +41,19 @@ class ProviderHarness(Protocol):
         ...
 
 
+NOT_LIVE = frozenset({"terminating", "terminated"})
+"""States of instances going or gone that a provider may still list (a real cloud does)."""
+
+
 def states(h: ProviderHarness, pool: str, spec: GPUPoolSpec) -> list[str]:
     return sorted(i.state for i in h.provider.instances(pool, spec))
+
+
+def live_ids(h: ProviderHarness, pool: str, spec: GPUPoolSpec) -> list[str]:
+    """Instances that are capacity: listed and neither terminating nor terminated."""
+    return sorted(
+        i.instance_id for i in h.provider.instances(pool, spec) if i.state not in NOT_LIVE
+    )
 
 
 def an_empty_pool_has_no_instances_no_target_and_no_price(h: ProviderHarness) -> None:
@@ -101,8 +112,35 @@ def terminate_removes_exactly_that_instance_and_lowers_the_target_by_one(
     h.provider.terminate(pool, spec, victim)  # a retry is a no-op
     h.settle(pool, spec)
 
-    left = sorted(i.instance_id for i in h.provider.instances(pool, spec))
-    assert left == [ids[0], ids[2]]
+    # The victim may stay listed for a while (EC2 lists terminated instances for about an
+    # hour, a NodeClaim lingers while its finalizer runs), but never as capacity.
+    assert live_ids(h, pool, spec) == [ids[0], ids[2]]
+    for instance in h.provider.instances(pool, spec):
+        assert instance.instance_id in ids
+        assert instance.instance_id != victim or instance.state in NOT_LIVE, instance
+    assert h.provider.target(pool, spec) == 2
+
+
+def a_terminated_instance_still_listed_is_never_capacity_and_never_launched_again(
+    h: ProviderHarness,
+) -> None:
+    pool, spec = h.new_pool(2)
+    h.provider.set_target(pool, spec, 2)
+    h.settle(pool, spec)
+    h.wait_booted(pool, spec)
+    victim, keep = live_ids(h, pool, spec)
+
+    h.provider.terminate(pool, spec, victim)
+    h.settle(pool, spec)
+    # The operator raises the target back to what it had (the terminated one's work came
+    # back): exactly one new instance, whatever the list still shows of the old one.
+    h.provider.set_target(pool, spec, 2)
+    h.provider.set_target(pool, spec, 2)
+    h.settle(pool, spec)
+    h.wait_booted(pool, spec)
+
+    live = live_ids(h, pool, spec)
+    assert len(live) == 2 and keep in live and victim not in live, live
     assert h.provider.target(pool, spec) == 2
 
 
@@ -130,6 +168,7 @@ CAPACITY_CONTRACT: list[Callable[[ProviderHarness], None]] = [
     a_scale_up_is_capped_at_max_nodes_and_instances_run_after_the_boot_delay,
     repeating_a_target_never_doubles_capacity_and_a_lower_one_is_ignored,
     terminate_removes_exactly_that_instance_and_lowers_the_target_by_one,
+    a_terminated_instance_still_listed_is_never_capacity_and_never_launched_again,
 ]
 """Every check a CapacityProvider must pass, in the order a reader meets them."""
 

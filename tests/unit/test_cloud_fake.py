@@ -168,9 +168,13 @@ def test_static_provider_refuses_to_scale_owned_hardware() -> None:
 class FakeHarness:
     """The fake under the shared CapacityProvider contract (tests/support/provider_contract.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, terminated_listed_seconds: float = 0.0) -> None:
         self.clock = Clock()
-        self.fake = FakeProvider(self.clock, provisioning_delay_seconds=90)
+        self.fake = FakeProvider(
+            self.clock,
+            provisioning_delay_seconds=90,
+            terminated_listed_seconds=terminated_listed_seconds,
+        )
         self.provider: CapacityProvider = self.fake
         self.pools = 0
 
@@ -191,3 +195,30 @@ class FakeHarness:
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda check: check.__name__)
 def test_the_fake_keeps_the_provider_contract(check: Callable[[ProviderHarness], None]) -> None:
     check(FakeHarness())
+
+
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda check: check.__name__)
+def test_the_fake_keeps_the_contract_while_terminated_instances_stay_listed(
+    check: Callable[[ProviderHarness], None],
+) -> None:
+    """As EC2 does: a terminated instance stays listed, as terminated, for an hour."""
+    check(FakeHarness(terminated_listed_seconds=3600))
+
+
+def test_a_terminated_instance_is_listed_late_then_as_terminated_for_a_while() -> None:
+    clock = Clock()
+    fake = FakeProvider(clock, list_lag_seconds=20, terminated_listed_seconds=3600)
+    spec = elastic_spec()
+    fake.set_target("gpu", spec, 1)
+    clock.now += 20
+    (instance,) = fake.instances("gpu", spec)
+
+    fake.terminate("gpu", spec, instance.instance_id)
+    assert [i.state for i in fake.instances("gpu", spec)] == ["running"]  # the list is behind
+    clock.now += 20
+    assert [i.state for i in fake.instances("gpu", spec)] == ["terminated"]
+    assert fake.target("gpu", spec) == 0
+    clock.now += 3599
+    assert [i.state for i in fake.instances("gpu", spec)] == ["terminated"]
+    clock.now += 1
+    assert fake.instances("gpu", spec) == []

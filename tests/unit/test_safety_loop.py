@@ -73,13 +73,13 @@ def fake_of(reconciler: Reconciler, cluster: FakeCluster, pool: str) -> FakeProv
 def join(
     cluster: FakeCluster, fake: FakeProvider, pool: str, clock: Clock, *, age: float = 0.0
 ) -> list[str]:
-    """Give every listed instance of ``pool`` that has no Node yet a Ready Node, created
+    """Give every listed live instance of ``pool`` that has no Node yet a Ready Node, created
     ``age`` seconds ago."""
     spec = GPUPoolSpec.model_validate(cluster.pools[pool]["spec"])
     have = {(n.get("spec") or {}).get("providerID") for n in cluster.nodes.values()}
     joined = []
     for instance in fake.instances(pool, spec):
-        if instance.provider_id not in have:
+        if instance.provider_id not in have and instance.state not in ("terminating", "terminated"):
             name = f"{pool}-{instance.instance_id}"
             cluster.add_node(
                 gpu_node(name, pool, provider_id=instance.provider_id, created=clock.now - age)
@@ -302,3 +302,144 @@ def test_ec2_capacity_errors_become_capacity_unavailable() -> None:
     assert isinstance(short, CapacityUnavailable) and short.retryable
     other = _provider_error("launch", client_error("UnauthorizedOperation", 403))
     assert not isinstance(other, CapacityUnavailable) and not other.retryable
+
+
+# --- lists are stale: a terminated instance stays listed for a while -----------------------
+# EC2 lists a terminated instance for about an hour (and, eventually consistent, may show it
+# in its last state first); an Auto Scaling group keeps it in Terminating lifecycle states;
+# a Karpenter NodeClaim and its Node linger with a deletionTimestamp while finalizers run.
+def idle_node_released(
+    cluster: FakeCluster, reconciler: Reconciler, clock: Clock, fake: FakeProvider
+) -> tuple[str, str]:
+    """An elastic instance launched two hours ago with an idle Node, ticked (every 30 s)
+    until the operator has released it: its Node name and instance ID."""
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+    launched = clock.now
+    fake.set_target("elastic", spec, 1)
+    clock.now += 7200
+    (name,) = join(cluster, fake, "elastic", clock, age=3600)
+    (instance,) = fake.instances("elastic", spec)
+    assert instance.launched_at == launched
+    for _ in range(30):  # idleFor is 10 minutes
+        cluster.now = clock.now
+        reconciler.tick("default")
+        clock.now += 30
+        if ("delete", name) in cluster.writes:
+            return name, instance.instance_id
+    raise AssertionError(f"{name} was not released: {cluster.writes_to(name)}")
+
+
+def terminate_calls(fake: FakeProvider, instance_id: str) -> int:
+    return sum(1 for c in fake.calls if c.method == "terminate" and c.args == (instance_id,))
+
+
+def test_a_released_instance_still_listed_is_neither_terminated_again_nor_replaced() -> None:
+    """After the release the list shows the instance running for a minute (stale), then
+    terminated for an hour: it had no Node and was launched long ago, so the registration
+    check took it for a machine that never joined, terminated it a second time and reported
+    the pool unhealthy for an hour."""
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("elastic", elastic_pool())
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    fake.list_lag_seconds = 60
+    fake.terminated_listed_seconds = 3600
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+    _, instance_id = idle_node_released(cluster, reconciler, clock, fake)
+    released_at_call = len(fake.calls)
+
+    for _ in range(20):  # ten minutes: the stale minute, then listed as terminated
+        reconciler.tick("default")
+        clock.now += 30
+
+    assert [i.state for i in fake.instances("elastic", spec)] == ["terminated"]
+    assert terminate_calls(fake, instance_id) == 1
+    assert condition(cluster, "elastic", "NodesUnhealthy")["status"] == "False"
+    assert fake.target("elastic", spec) == 0
+    assert not [c for c in fake.calls[released_at_call:] if c.method == "set_target"]
+    status = cluster.pools["elastic"]["status"]
+    assert status["nodes"]["provisioning"] == 0 and status["costPerHour"] == 0
+
+
+def test_a_node_lingering_while_its_machine_terminates_is_no_capacity_nor_a_relaunch() -> None:
+    """The released Node stays, deleting, while a finalizer runs (Karpenter's does while it
+    terminates the machine). Work for one node comes back meanwhile: the operator launched
+    one, then counted the lingering Node as joined (provisioning = target - joined = 0) and
+    launched a second; and each tick it 'continued releasing' the Node, terminating again."""
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("elastic", elastic_pool())
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    fake.terminated_listed_seconds = 3600
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+
+    def join_with_finalizer() -> str:
+        (name,) = join(cluster, fake, "elastic", clock, age=3600)
+        cluster.nodes[name]["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+        return name
+
+    launched = clock.now
+    fake.set_target("elastic", spec, 1)
+    clock.now += 7200
+    old = join_with_finalizer()
+    (old_instance,) = fake.instances("elastic", spec)
+    assert old_instance.launched_at == launched
+    for _ in range(30):
+        cluster.now = clock.now
+        reconciler.tick("default")
+        clock.now += 30
+        if ("delete", old) in cluster.writes:
+            break
+    assert cluster.nodes[old]["metadata"].get("deletionTimestamp"), "the Node lingers"
+    cluster.add_pod(gpu_pod("train", job="train", unschedulable_since=clock.now - 60))
+
+    for _ in range(6):  # three minutes; the new instance has not joined yet
+        cluster.now = clock.now
+        reconciler.tick("default")
+        clock.now += 30
+
+    assert fake.target("elastic", spec) == 1, "launched twice for one node of work"
+    assert terminate_calls(fake, old_instance.instance_id) == 1
+    status = cluster.pools["elastic"]["status"]
+    assert status["nodes"]["provisioning"] == 1
+    assert status["costPerHour"] == 24  # the new instance; the terminated one is not billed
+    cluster.lift_finalizers(old)
+    new = join_with_finalizer()
+    cluster.pods[("team", "train")]["spec"]["nodeName"] = new
+    cluster.now = clock.now
+    reconciler.tick("default")
+    assert fake.target("elastic", spec) == 1
+    assert cluster.pools["elastic"]["status"]["nodes"]["provisioning"] == 0
+
+
+def test_a_node_whose_instance_the_cloud_terminated_and_still_lists_is_not_capacity() -> None:
+    """A spot instance the provider reclaimed stays listed as terminated while its Node is
+    still there: the Node was kept (the instance was 'known'), counted as free capacity for
+    pending work and billed; it is an orphan, deleted like one."""
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("elastic", elastic_pool())
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    fake.terminated_listed_seconds = 3600
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+    fake.set_target("elastic", spec, 1)
+    (name,) = join(cluster, fake, "elastic", clock, age=3600)
+    (instance,) = fake.instances("elastic", spec)
+    fake.reclaim("elastic", instance.instance_id)
+    cluster.add_pod(gpu_pod("train", job="train", unschedulable_since=clock.now - 60))
+
+    result = reconciler.tick("default")
+
+    assert result.plan is not None
+    assert not [a for a in result.plan.actions if getattr(a, "node", None) == name]
+    assert name not in cluster.nodes, "the Node of a terminated instance was kept"
+    assert terminate_calls(fake, instance.instance_id) == 0
+    status = cluster.pools["elastic"]["status"]
+    # The group still wants one node: the replacement is on its way and billed, once.
+    assert status["nodes"]["provisioning"] == 1 and status["costPerHour"] == 24

@@ -90,7 +90,16 @@ _CAPACITY_CODES = frozenset(
     }
 )
 _LIVE_EC2_STATES = ("pending", "running")
-_ASG_STATE = {"Pending": "pending", "InService": "running", "Standby": "running"}
+_ASG_STATE = {
+    "Pending": "pending",
+    "InService": "running",
+    "Standby": "running",
+    "Terminated": "terminated",
+}
+"""Lifecycle states of a group's instances (their prefix before ":"); any other is on its way
+out (Terminating, Terminating:Wait, Detaching, ...): "terminating"."""
+_GONE_EC2_STATES = ("shutting-down", "terminated")
+"""EC2 bills an instance until it enters shutting-down; it lists it for about an hour after."""
 
 _SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 _REBALANCE = "EC2 Instance Rebalance Recommendation"
@@ -217,7 +226,7 @@ class AWSProvider:
                     state=_ec2_state(i["State"]["Name"]),
                     launched_at=i["LaunchTime"].timestamp(),
                 )
-                for i in self._fleet_instances(pool, aws, ("pending", "running", "shutting-down"))
+                for i in self._fleet_instances(pool, aws, (*_LIVE_EC2_STATES, *_GONE_EC2_STATES))
             ]
 
     def target(self, pool: str, spec: GPUPoolSpec) -> int:
@@ -749,7 +758,9 @@ def _timestamp(text: object) -> float | None:
 
 
 def _ec2_state(name: str) -> str:
-    return name if name in _LIVE_EC2_STATES else "terminating"
+    if name in _LIVE_EC2_STATES:
+        return name
+    return "terminated" if name in _GONE_EC2_STATES else "terminating"
 
 
 def _provider_error(what: str, exc: Exception) -> ProviderError:

@@ -30,7 +30,12 @@ class Instance:
     provider_id: str
     """Matches Node.spec.providerID, e.g. aws:///us-east-1a/i-0123."""
     state: str
-    """pending | running | terminating"""
+    """pending | running | terminating | terminated.
+
+    ``terminating``: on its way out and maybe still running (an Auto Scaling group's
+    Terminating lifecycle states, a NodeClaim or Machine being deleted); ``terminated``: gone
+    and no longer billed, but still listed (EC2 lists shutting-down and terminated instances
+    for about an hour). Neither is capacity, and neither is ever terminated again."""
     launched_at: float
 
 
@@ -53,7 +58,8 @@ class CapacityProvider(Protocol):
     (a retried scale-up never doubles capacity)."""
 
     def instances(self, pool: str, spec: GPUPoolSpec) -> list[Instance]:
-        """Instances of the pool that exist or are being launched."""
+        """Instances of the pool that exist or are being launched, and those going or just
+        gone that the provider still lists (their ``state`` says so)."""
         ...
 
     def target(self, pool: str, spec: GPUPoolSpec) -> int:

@@ -10,7 +10,9 @@ launches instances after ``provisioning_delay_seconds`` of the injected clock.
 Like a real cloud it can be eventually consistent: with ``list_lag_seconds`` an instance
 appears in ``instances()`` only that long after the target was raised, and a terminated
 one stays listed (in its last state) for as long, while ``target()`` is exact at once (an
-Auto Scaling group's desired capacity is; its instance list is not).
+Auto Scaling group's desired capacity is; its instance list is not). After that, with
+``terminated_listed_seconds``, a terminated instance is still listed, as ``terminated``, for
+that long: EC2's DescribeInstances shows terminated instances for about an hour.
 """
 
 from __future__ import annotations
@@ -57,12 +59,14 @@ class FakeProvider:
         *,
         provisioning_delay_seconds: float = 0.0,
         list_lag_seconds: float = 0.0,
+        terminated_listed_seconds: float = 0.0,
         spot_prices_per_node_hour: dict[str, float] | None = None,
         zone: str = "fake-1a",
     ) -> None:
         self.clock = clock
         self.provisioning_delay_seconds = provisioning_delay_seconds
         self.list_lag_seconds = list_lag_seconds
+        self.terminated_listed_seconds = terminated_listed_seconds
         self.spot_prices_per_node_hour: dict[str, float] = dict(spot_prices_per_node_hour or {})
         self.zone = zone
         self.calls: list[ProviderCall] = []
@@ -92,14 +96,19 @@ class FakeProvider:
         for inst in self._pool(pool).instances:
             if now < inst.requested_at + lag:
                 continue  # launched, but the list does not show it yet
-            if inst.terminated and (inst.terminated_at is None or now >= inst.terminated_at + lag):
-                continue
             ready_at = inst.requested_at + self.provisioning_delay_seconds
+            state = "running" if now >= ready_at else "pending"
+            if inst.terminated:
+                shown_until = (inst.terminated_at or 0.0) + lag  # the list is behind
+                if now >= shown_until + self.terminated_listed_seconds:
+                    continue
+                if now >= shown_until:
+                    state = "terminated"  # gone, and still listed for a while
             out.append(
                 Instance(
                     instance_id=inst.instance_id,
                     provider_id=self.provider_id(inst.instance_id),
-                    state="running" if now >= ready_at else "pending",
+                    state=state,
                     launched_at=inst.requested_at,
                 )
             )

@@ -10,6 +10,11 @@ Everything it knows comes from the cluster (its Nodes carry ``providerID: kwok:/
 except launches still booting, which live in this process: an operator restarted during a boot
 forgets that launch, and its next tick asks again for the capacity still missing.
 
+Like a real machine, a terminated one may take a while to go: with
+$HYBRIDGPU_KWOK_TERMINATION_SECONDS (default 0) its Node stays, deleting (held by the finalizer
+``hybridgpu.io/kwok-termination``), for that long, as a Karpenter Node does while Karpenter
+drains it and terminates its instance, and the provider lists it as ``terminating``.
+
 A spot interruption is announced by annotating a node of the provider with
 ``hybridgpu.io/kwok-interruption-at: <deadline, epoch seconds>``; the notice stays until the
 operator acknowledges it (the annotation is then removed) or the node is gone.
@@ -48,6 +53,9 @@ INTERRUPTION_ANNOTATION = "hybridgpu.io/kwok-interruption-at"
 PROVIDER_PREFIX = "kwok://"
 BOOT_DELAY_ENV = "HYBRIDGPU_KWOK_DELAY_SECONDS"
 DEFAULT_BOOT_DELAY_SECONDS = 10.0
+TERMINATION_ENV = "HYBRIDGPU_KWOK_TERMINATION_SECONDS"
+TERMINATION_FINALIZER = "hybridgpu.io/kwok-termination"
+"""Holds a terminated kwok Node, deleting, while its machine 'shuts down'."""
 
 
 def default_boot_delay_seconds() -> float:
@@ -62,6 +70,23 @@ def default_boot_delay_seconds() -> float:
     if not 0 <= seconds < float("inf"):
         raise ProviderError(
             f"{BOOT_DELAY_ENV}={text!r}: expected a finite number of seconds >= 0",
+            retryable=False,
+        )
+    return seconds
+
+
+def default_termination_seconds() -> float:
+    """$HYBRIDGPU_KWOK_TERMINATION_SECONDS, else 0: how long a terminated Node lingers."""
+    text = os.environ.get(TERMINATION_ENV)
+    if not text:
+        return 0.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ProviderError(
+            f"{TERMINATION_ENV}={text!r}: expected a finite number of seconds >= 0",
             retryable=False,
         )
     return seconds
@@ -155,12 +180,16 @@ class KwokProvider:
         clock: Callable[[], float] = time.time,
         *,
         boot_delay_seconds: float | None = None,
+        termination_seconds: float | None = None,
         kubeconfig: str | None = None,
         api_client: client.ApiClient | None = None,
     ) -> None:
         self.clock = clock
         self.boot_delay_seconds = (
             default_boot_delay_seconds() if boot_delay_seconds is None else boot_delay_seconds
+        )
+        self.termination_seconds = (
+            default_termination_seconds() if termination_seconds is None else termination_seconds
         )
         self.api = api_client if api_client is not None else kubeapi.api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
@@ -188,6 +217,7 @@ class KwokProvider:
 
     def instances(self, pool: str, spec: GPUPoolSpec) -> list[Instance]:
         nodes = self._nodes(pool)
+        self._end_terminations(nodes)
         out = [
             Instance(
                 instance_id=n["metadata"]["name"],
@@ -242,6 +272,15 @@ class KwokProvider:
             log.warning("kwok: %s is not an instance of pool %s: not deleted", instance_id, pool)
             return
         try:
+            if self.termination_seconds > 0 and not node.metadata.deletion_timestamp:
+                # The machine takes a while to go: its Node lingers, deleting, until then.
+                finalizers = [*(node.metadata.finalizers or []), TERMINATION_FINALIZER]
+                self.core.patch_node(instance_id, {"metadata": {"finalizers": finalizers}})
+                timer = threading.Timer(
+                    self.termination_seconds, self._lift_finalizer, args=(instance_id,)
+                )
+                timer.daemon = True
+                timer.start()
             self.core.delete_node(instance_id)
         except ApiException as err:
             if err.status != 404:
@@ -285,6 +324,31 @@ class KwokProvider:
                 raise _provider_error(f"acknowledge notice on {notice.instance_id}", err) from err
 
     # --- internals --------------------------------------------------------------------
+
+    def _end_terminations(self, nodes: list[dict[str, Any]]) -> None:
+        """Lift the termination finalizer of Nodes deleted longer ago than the termination
+        time (the timer that would have lifted it died with an earlier process)."""
+        now = self.clock()
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            deleted = meta.get("deletionTimestamp")
+            if (
+                deleted
+                and TERMINATION_FINALIZER in (meta.get("finalizers") or [])
+                and now - _epoch(deleted) >= self.termination_seconds
+            ):
+                self._lift_finalizer(str(meta["name"]))
+
+    def _lift_finalizer(self, name: str) -> None:
+        """The machine is gone: let its Node go (a timer thread, or the sweep above)."""
+        try:
+            node = self.core.read_node(name)
+            left = [f for f in node.metadata.finalizers or [] if f != TERMINATION_FINALIZER]
+            if len(left) != len(node.metadata.finalizers or []):
+                self.core.patch_node(name, {"metadata": {"finalizers": left or None}})
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("kwok: cannot end the termination of %s: %s", name, err.reason)
 
     def _list_nodes(self, **kwargs: Any) -> list[dict[str, Any]]:
         """Nodes as the JSON the apiserver sent (a consistent read: a node this provider

@@ -306,7 +306,12 @@ class _Decider:
                 state = replace(state, interruption_deadline=None)
             self.nodes[state.name] = state
             self.node_pool[state.name] = state.pool
-            ledger.billed_nodes += 1
+            if state.billed:
+                ledger.billed_nodes += 1
+            if state.leaving:
+                # Deleting, or its instance terminated while the cloud still lists it: no
+                # capacity, not counted toward maxNodes, never released or terminated again.
+                continue
             if state.interruption_deadline is None and not state.releasing:
                 ledger.live_nodes += 1
             if not self._schedulable(state):
@@ -328,7 +333,12 @@ class _Decider:
         for node in self.nodes.values():
             ledger = self.pools[node.pool]
             in_pool[node.pool] = in_pool.get(node.pool, 0) + 1
-            if not is_cloud(ledger.tier) or node.releasing or node.interruption_deadline:
+            if (
+                not is_cloud(ledger.tier)
+                or node.releasing
+                or node.interruption_deadline
+                or node.leaving
+            ):
                 continue
             if node.cordoned and node.cordoned_by == CORDONED_FOR_XID:
                 self.unhealthy[node.name] = (
@@ -362,6 +372,8 @@ class _Decider:
 
     def _schedulable(self, node: NodeState) -> bool:
         if node.cordoned or node.releasing or node.interruption_deadline is not None:
+            return False
+        if node.leaving:
             return False
         if node.xid_errors > 0:
             return False
@@ -1648,6 +1660,8 @@ class _Decider:
             owned = not is_cloud(ledger.tier)
             if owned and not powered(ledger.state.spec):
                 continue
+            if node.leaving:
+                continue  # a leaving node's release is over: never terminated twice
             if node.releasing and node.interruption_deadline is None:
                 continuing.append(
                     ReleaseNode(
@@ -1756,7 +1770,7 @@ class _Decider:
     # ----------------------------------------------------------- 5. GPU health
     def _gpu_health(self) -> None:
         for node in self.nodes.values():
-            if node.xid_errors > 0 and not node.cordoned:
+            if node.xid_errors > 0 and not node.cordoned and not node.leaving:
                 self.actions.append(
                     CordonUnhealthy(
                         pool=node.pool,

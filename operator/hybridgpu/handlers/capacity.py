@@ -34,6 +34,12 @@ SCALE_UP_BACKOFF_SECONDS = 10.0
 """After a scale-up failed for a retryable reason (throttling, 5xx, a lost connection), the
 pool's next scale-up waits this long, doubling with each failure in a row."""
 SCALE_UP_BACKOFF_CAP_SECONDS = 300.0
+TERMINATED_MEMORY_SECONDS = 7200.0
+"""How long an instance this operator terminated is remembered as terminated while the
+provider still lists it (EC2 lists a terminated instance for about an hour, and a stale list
+may still show it running)."""
+NOT_LIVE_STATES = frozenset({"terminating", "terminated"})
+"""Instance states that are no capacity and are never terminated again."""
 
 
 def load_factory(path: str) -> Callable[..., Any]:
@@ -68,6 +74,13 @@ class Providers:
         """Pools whose last launch failed for capacity, until when they are not tried."""
         self.scale_up_backoff: dict[str, tuple[int, float]] = {}
         """Pools whose last scale-ups failed: failures in a row, and when to try again."""
+        self.terminated: dict[str, dict[str, float]] = {}
+        """Instances this operator terminated, by pool, then instance ID: when. A cloud keeps
+        listing them for a while (and a stale list in their last state): they are never
+        terminated again, replaced, counted or billed."""
+        self.gone: dict[str, set[str]] = {}
+        """Per pool, provider IDs of instances the last listing showed terminated (by the
+        provider's word or because this operator terminated them)."""
         self.decided_from: dict[str, int] = {}
         """Per pool, the provider's target the last snapshot read (``provisioning``): the
         base the next scale-up adds to, so a scale-up is the absolute target decide() meant."""
@@ -160,13 +173,22 @@ class Providers:
         instance replaced within the last hour, for the pool's NodesUnhealthy condition."""
         spec = self.pools[pool]
         if spec.provider.type == "static" or spec.tier == Tier.CORE:
+            self.gone.pop(pool, None)
             return []
         provider = self.for_spec(spec)
         replaced = self.replaced.setdefault(pool, {})
-        for instance in provider.instances(pool, spec):
+        listed = provider.instances(pool, spec)
+        ours = self._forget_terminated(pool, {i.instance_id for i in listed}, now)
+        self.gone[pool] = {
+            i.provider_id
+            for i in listed
+            if i.provider_id and (i.state == "terminated" or i.instance_id in ours)
+        }
+        for instance in listed:
             late = now - instance.launched_at > REGISTRATION_DEADLINE_SECONDS
             if (
-                instance.state == "terminating"
+                instance.state in NOT_LIVE_STATES
+                or instance.instance_id in ours  # terminated already; the list is behind
                 or instance.launched_at <= 0  # launch time unknown: never guess
                 or not late
                 or instance.provider_id in node_provider_ids
@@ -182,6 +204,7 @@ class Providers:
                 (now - instance.launched_at) / 60,
             )
             provider.terminate(pool, spec, instance.instance_id)
+            ours[instance.instance_id] = now
             replaced[instance.instance_id] = now
         for instance_id, at in list(replaced.items()):
             if now - at > REPORT_REPLACED_SECONDS:
@@ -191,6 +214,20 @@ class Providers:
             f"{REGISTRATION_DEADLINE_SECONDS / 60:.0f} min: terminated and replaced"
             for iid in sorted(replaced)
         ]
+
+    def _forget_terminated(self, pool: str, listed: set[str], now: float) -> dict[str, float]:
+        """This operator's terminated instances of ``pool`` still listed (and still within
+        TERMINATED_MEMORY_SECONDS); the others are forgotten."""
+        ours = self.terminated.setdefault(pool, {})
+        for instance_id, at in list(ours.items()):
+            if instance_id not in listed or now - at > TERMINATED_MEMORY_SECONDS:
+                del ours[instance_id]
+        return ours
+
+    def terminated_provider_ids(self) -> frozenset[str]:
+        """Provider IDs of instances listed as terminated or terminated by this operator,
+        as the last listing of each pool showed them."""
+        return frozenset(pid for ids in self.gone.values() for pid in ids)
 
     def spot_price(self, pool: str) -> float | None:
         spec = self.pools[pool]
@@ -250,9 +287,19 @@ class Providers:
         if spec.tier == Tier.CORE and not powered(spec):
             return False
         provider = self.for_spec(spec)
+        ours = self.terminated.setdefault(pool, {})
         for instance in provider.instances(pool, spec):
-            if instance.provider_id == provider_id:
-                provider.terminate(pool, spec, instance.instance_id)
+            if instance.provider_id != provider_id:
+                continue
+            if instance.state in NOT_LIVE_STATES or instance.instance_id in ours:
+                # Going or gone (a cloud lists a terminated instance for a while, a stale
+                # list even in its last state): terminating it again could lower an Auto
+                # Scaling group's desired capacity twice.
+                log.info("pool %s: %s is already terminated", pool, instance.instance_id)
+                continue
+            provider.terminate(pool, spec, instance.instance_id)
+            ours[instance.instance_id] = self._clock()
+            self.gone.setdefault(pool, set()).add(provider_id)
         notice = self.notices.pop(provider_id, None)
         if notice is not None:
             provider.acknowledge(notice)
@@ -262,4 +309,9 @@ class Providers:
         spec = self.pools.get(pool)
         if spec is None or spec.provider.type == "static":
             return None
-        return {i.provider_id for i in self.for_spec(spec).instances(pool, spec)}
+        ours = self.terminated.get(pool, {})
+        return {
+            i.provider_id
+            for i in self.for_spec(spec).instances(pool, spec)
+            if i.state != "terminated" and i.instance_id not in ours
+        }

@@ -392,23 +392,40 @@ class Reconciler:
             # No Prometheus configured: idle means "no GPU pods", which is never blind.
             health = MetricsHealth(available=True, reason="no Prometheus configured")
         selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
-        joined: dict[str, int] = {}
-        members: dict[str, list[str]] = {}
-        provider_ids: set[str] = set()
-        for raw in nodes:
-            member = pool_of_node(raw, selectors)
-            if member is not None:
-                joined[member] = joined.get(member, 0) + 1
-                members.setdefault(member, []).append(str(raw["metadata"]["name"]))
-            if (raw.get("spec") or {}).get("providerID"):
-                provider_ids.add(str(raw["spec"]["providerID"]))
-        provisioning: dict[str, int] = {}
-        prices: dict[str, float] = {}
+        provider_ids = {
+            str(raw["spec"]["providerID"])
+            for raw in nodes
+            if (raw.get("spec") or {}).get("providerID")
+        }
         for name in pools:
             try:
                 unhealthy[name] = self.providers.replace_unregistered(
                     name, provider_ids, now, dry_run=policy.dry_run
                 )
+            except Exception as err:  # a failing provider must not stop the other pools
+                errors[name] = str(err)
+        terminated = self.providers.terminated_provider_ids()
+        joined: dict[str, int] = {}
+        members: dict[str, list[str]] = {}
+        for raw in nodes:
+            member = pool_of_node(raw, selectors)
+            if member is None:
+                continue
+            members.setdefault(member, []).append(str(raw["metadata"]["name"]))
+            # Joined = part of the capacity the provider's target counts: not a Node being
+            # deleted, nor one whose instance is terminated and still listed (targets leave
+            # those out; counting them would hide a launch on its way and launch it again).
+            if (raw.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            if (raw.get("spec") or {}).get("providerID") in terminated:
+                continue
+            joined[member] = joined.get(member, 0) + 1
+        provisioning: dict[str, int] = {}
+        prices: dict[str, float] = {}
+        for name in pools:
+            if name in errors:
+                continue
+            try:
                 provisioning[name] = self.providers.provisioning(name, joined.get(name, 0))
                 price = self.providers.spot_price(name)
                 if price is not None:
@@ -440,6 +457,7 @@ class Reconciler:
                 spot_price_by_pool=prices,
                 unlaunchable_pools=self.providers.unlaunchable(),
                 deadline_by_provider_id=deadlines,
+                terminated_provider_ids=terminated,
                 budget=budget,
             ),
             errors,

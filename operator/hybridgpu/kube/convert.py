@@ -446,6 +446,7 @@ def node_state(
     utilization_stale: bool = False,
     interruption_deadline: float | None = None,
     xid_errors: int = 0,
+    instance_terminated: bool = False,
 ) -> NodeState:
     """The snapshot view of a GPU node of ``pool``."""
     meta = _meta(node)
@@ -472,6 +473,8 @@ def node_state(
         provider_id=(node.get("spec") or {}).get("providerID") or None,
         cordoned_by=notes.get(CORDONED_BY_ANNOTATION) or None,
         not_ready_since=not_ready_since(node),
+        deleting=bool(meta.get("deletionTimestamp")),
+        instance_terminated=instance_terminated,
     )
 
 

@@ -51,6 +51,9 @@ class Measurements:
     unlaunchable_pools: frozenset[str] = frozenset()
     """Pools the provider has no capacity for now (their last launch failed for it)."""
     deadline_by_provider_id: Mapping[str, float] = field(default_factory=dict)
+    terminated_provider_ids: frozenset[str] = frozenset()
+    """Provider IDs of instances the provider still lists but says are terminated, or that
+    this operator terminated: their Nodes are no capacity and no longer billed."""
     xid_errors_by_node: Mapping[str, int] = field(default_factory=dict)
     budget: BudgetState = field(default_factory=BudgetState)
     utilization_by_pod: Mapping[str, float] = field(default_factory=dict)
@@ -150,6 +153,8 @@ def build_snapshot(
                 utilization_stale=name in measured.stale_nodes,
                 interruption_deadline=deadline,
                 xid_errors=measured.xid_errors_by_node.get(name, 0),
+                instance_terminated=bool(provider_id)
+                and provider_id in measured.terminated_provider_ids,
             )
         )
     idle.forget_all_but(

@@ -69,7 +69,8 @@ def pool_status(
     allocated = sum(p.gpus for p in snapshot.pods if p.node in node_names)
     total_gpus = sum(n.gpus for n in nodes)
     utils = [n.utilization_percent for n in nodes if n.utilization_percent is not None]
-    billed = len(nodes) + pool.provisioning_nodes
+    # A Node whose instance the provider says is terminated is no longer paid for.
+    billed = sum(1 for n in nodes if n.billed) + pool.provisioning_nodes
     idle_commitment = committed_idle(pool.spec, allocated)
     blocked = [b for b in plan.blocked if b.pool == name]
     capacity_blocked = [b for b in blocked if not b.cause.startswith("budget")]

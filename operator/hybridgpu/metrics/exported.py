@@ -110,7 +110,8 @@ def pool_rates(snapshot: ClusterSnapshot) -> dict[str, _PoolRate]:
     node_pool = {n.name: n.pool for n in snapshot.nodes}
     node_count: dict[str, int] = {}
     for node in snapshot.nodes:
-        node_count[node.pool] = node_count.get(node.pool, 0) + 1
+        if node.billed:  # not once the provider says its instance is terminated
+            node_count[node.pool] = node_count.get(node.pool, 0) + 1
     allocated: dict[str, dict[str, int]] = {}
     for pod in snapshot.pods:
         pod_pool = node_pool.get(pod.node) if pod.node is not None else None

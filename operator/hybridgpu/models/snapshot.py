@@ -76,6 +76,24 @@ class NodeState:
     not (a cordon by a person is left alone)."""
     not_ready_since: float | None = None
     """When its Ready condition last turned False or Unknown; None while Ready."""
+    deleting: bool = False
+    """The Node object is being deleted (deletionTimestamp; a finalizer holds it, e.g.
+    Karpenter's while it drains and terminates the machine): never capacity, never released
+    or terminated again, and not a node that has joined; billed while its machine runs."""
+    instance_terminated: bool = False
+    """The provider says its instance is terminated (listed as terminated, or terminated by
+    this operator) while the Node object is still there: a cloud keeps a terminated instance
+    listed for a while (EC2 for about an hour). Not capacity, not touched, not billed."""
+
+    @property
+    def leaving(self) -> bool:
+        """Deleting, or its instance terminated: no longer part of the pool's capacity."""
+        return self.deleting or self.instance_terminated
+
+    @property
+    def billed(self) -> bool:
+        """Paid for: from launch until the provider says the instance is terminated."""
+        return not self.instance_terminated
 
 
 @dataclass(frozen=True, slots=True)
