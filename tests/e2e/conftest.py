@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,15 @@ from hybridgpu.cloud.kwok import PROVIDER_PREFIX, kwok_node
 from support.controlplane import REPO_ROOT, KubeTest, gpu_job, wait_until
 
 GROUP, VERSION = "hybridgpu.io", "v1alpha1"
+STARTUP_SECONDS = 180.0
+"""How long an operator may take to start (its first tick): a hang guard, not a target."""
+TICKS_TO_ACT = 6
+"""Ticks within which the operator must have done what a test waits for (``within_ticks``)."""
+STALL_SECONDS = 180.0
+"""No tick for this long while a test waits for the operator: it hangs (or nobody leads)."""
+KUBE_SECONDS = 180.0
+"""Hang guard for what the control plane does on its own (a pod scheduled and run by kwok, a
+Job completing): its speed is not what the tests check, and on a loaded machine it varies."""
 FINALIZER = "hybridgpu.io/finalizer"
 SPOT_TAINT = {"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}
 SPOT_TOLERATION = {
@@ -288,7 +297,7 @@ class Cluster:
             self.kube.core.create_node(kwok_node(name, pool, spec))
         wait_until(
             lambda: all(node_ready(self.kube, n) for n in names),
-            timeout_seconds=30,
+            timeout_seconds=KUBE_SECONDS,
             what=f"nodes of {pool} Ready",
         )
         return names
@@ -318,8 +327,11 @@ class Cluster:
         obj = self.kube.custom.get_cluster_custom_object(GROUP, VERSION, "scalingpolicies", name)
         return dict(obj.get("status") or {})
 
-    def wait_ticking(self, policy: str, timeout_seconds: float = 60) -> None:
-        """Wait until an operator has written a tick of ``policy`` (it is up and leading)."""
+    def wait_ticking(self, policy: str, timeout_seconds: float = STARTUP_SECONDS) -> None:
+        """Wait until an operator has written a tick of ``policy`` (it is up and leading).
+
+        How long an operator takes to start is not what these tests check: at load 26 on 2
+        cores one took 50 s, past the 20-60 s deadlines the tests had for their first step."""
         wait_for(
             lambda: self.policy_status(policy).get("lastTick"),
             timeout_seconds,
@@ -342,6 +354,41 @@ class Cluster:
             return len(seen) > ticks
 
         wait_for(advanced, timeout_seconds, f"{ticks} more ticks of {policy}", interval=0.2)
+
+    def within_ticks(
+        self,
+        policy: str,
+        probe: Callable[[], Any],
+        what: str,
+        *,
+        ticks: int = TICKS_TO_ACT,
+        interval: float = 0.1,
+    ) -> Any:
+        """Wait until ``probe`` returns something truthy, and fail if the operator has ticked
+        ``ticks`` times (``lastTick`` changed) without it: a deadline in the operator's own
+        progress, not in seconds, so a loaded machine slows the deadline down with the
+        operator. A tick that began before the call may count as the first. An operator that
+        stops ticking for STALL_SECONDS fails the wait too (hung, or nobody leads)."""
+        seen = [self.policy_status(policy).get("lastTick")]
+        last_change = time.monotonic()
+        while True:
+            result = probe()
+            if result:
+                return result
+            tick = self.policy_status(policy).get("lastTick")
+            if tick != seen[-1]:
+                seen.append(tick)
+                last_change = time.monotonic()
+            if len(seen) > ticks:
+                result = probe()
+                if result:
+                    return result
+                raise AssertionError(f"{what}: not done after {ticks} ticks of {policy}")
+            if time.monotonic() - last_change > STALL_SECONDS:
+                raise TimeoutError(
+                    f"{what}: no tick of {policy} for {STALL_SECONDS:.0f}s ({len(seen) - 1} seen)"
+                )
+            time.sleep(interval)
 
     def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
         for cond in self.policy_status(policy).get("conditions") or []:
@@ -448,7 +495,7 @@ def core_full_of_preemptible_work(
     )
     wait_for(
         lambda: any(p.status.phase == "Running" for p in cluster.job_pods("batch")),
-        30,
+        KUBE_SECONDS,
         "preemptible Job running on core",
     )
     return policy, core, spot

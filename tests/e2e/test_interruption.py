@@ -7,7 +7,15 @@ import time
 
 import pytest
 
-from conftest import SPOT_TAINT, SPOT_TOLERATION, Cluster, Operators, wait_for
+from conftest import (
+    KUBE_SECONDS,
+    SPOT_TAINT,
+    SPOT_TOLERATION,
+    TICKS_TO_ACT,
+    Cluster,
+    Operators,
+    wait_for,
+)
 from hybridgpu.cloud.kwok import INTERRUPTION_ANNOTATION
 from support.controlplane import gpu_job
 
@@ -29,6 +37,10 @@ def test_interrupted_spot_node_is_drained_and_its_job_completes_elsewhere(
         idle_for="10m",
     )
     first, second = cluster.cloud_nodes(spot, 2)
+    # The operator is up before the Job runs: it took up to 50 s to start at load 26, and a
+    # Job started before it finished on the first node before any interruption was announced.
+    operators.start()
+    cluster.wait_ticking(policy)
     # Keep the second node out of the way until the first one is busy.
     cluster.kube.core.patch_node(second, {"spec": {"unschedulable": True}})
     cluster.kube.create_job(
@@ -36,7 +48,8 @@ def test_interrupted_spot_node_is_drained_and_its_job_completes_elsewhere(
             "train",
             gpus=4,
             pool=spot,
-            run_duration="6s",
+            # Long enough to still run when the operator's next tick handles the notice.
+            run_duration="20s",
             tolerations=[SPOT_TOLERATION],
             labels={"hybridgpu.io/criticality": "preemptible"},
         )
@@ -46,27 +59,34 @@ def test_interrupted_spot_node_is_drained_and_its_job_completes_elsewhere(
             p.spec.node_name == first and p.status.phase == "Running"
             for p in cluster.job_pods("train")
         ),
-        30,
+        KUBE_SECONDS,
         "Job running on the first spot node",
     )
     cluster.kube.core.patch_node(second, {"spec": {"unschedulable": False}})
-    operators.start()
-    cluster.wait_ticking(policy)
 
     cluster.kube.core.patch_node(
         first, {"metadata": {"annotations": {INTERRUPTION_ANNOTATION: f"{time.time() + 120:.0f}"}}}
     )
-    wait_for(
+    # Deadlines in the operator's ticks: at load 20+ a tick takes seconds, and 20 s for the
+    # cordon (60 s for the whole requeue) failed there while the operator was on its way.
+    cluster.within_ticks(
+        policy,
         lambda: cluster.kube.core.read_node(first).spec.unschedulable,
-        20,
         "interrupted node cordoned",
     )
-    wait_for(lambda: cluster.job_done("train"), 60, "requeued Job complete")
+
+    cluster.within_ticks(
+        policy,
+        lambda: any(p.spec.node_name == second for p in cluster.job_pods("train")),
+        "the Job requeued onto the second node",
+        ticks=2 * TICKS_TO_ACT,  # suspend, pods gone, resume, then the scheduler binds it
+    )
+    wait_for(lambda: cluster.job_done("train"), KUBE_SECONDS, "requeued Job complete")
     succeeded = [p for p in cluster.job_pods("train") if p.status.phase == "Succeeded"]
     assert [p.spec.node_name for p in succeeded] == [second]
-    wait_for(
+    cluster.within_ticks(
+        policy,
         lambda: first not in {n.metadata.name for n in cluster.pool_nodes(spot)},
-        30,
         "drained interrupted node removed",
     )
     assert cluster.events("SpotInterruption"), "no SpotInterruption Event"

@@ -12,7 +12,9 @@ import pytest
 from kubernetes import client
 
 from conftest import (
+    KUBE_SECONDS,
     SPOT_TOLERATION,
+    TICKS_TO_ACT,
     Cluster,
     Operators,
     core_full_of_preemptible_work,
@@ -31,8 +33,18 @@ def move_annotation(cluster: Cluster, job: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def assert_moved_and_complete(cluster: Cluster, spot: str) -> None:
-    wait_for(lambda: cluster.job_done("batch"), 90, "moved Job complete")
+def assert_moved_and_complete(cluster: Cluster, policy: str, spot: str) -> None:
+    """The (re)started operator finishes the move within a few of its ticks; the control
+    plane then runs the Job on spot (a hang guard, not a deadline: 90 s for both, counted
+    from an operator start that took up to 50 s at load 26, failed while on its way)."""
+    cluster.wait_ticking(policy)
+
+    def moved() -> bool:
+        job = cluster.job("batch")
+        return MOVE not in (job.metadata.annotations or {}) and not job.spec.suspend
+
+    cluster.within_ticks(policy, moved, "move finished, Job resumed", ticks=2 * TICKS_TO_ACT)
+    wait_for(lambda: cluster.job_done("batch"), KUBE_SECONDS, "moved Job complete")
     job = cluster.job("batch")
     assert not job.spec.suspend, "Job left suspended"
     assert MOVE not in (job.metadata.annotations or {}), "move intent left on the Job"
@@ -46,23 +58,27 @@ def assert_moved_and_complete(cluster: Cluster, spot: str) -> None:
 def test_sigkill_in_the_middle_of_a_move_then_restart_completes_it(
     cluster: Cluster, operators: Operators
 ) -> None:
-    policy, _, spot = core_full_of_preemptible_work(cluster)
+    # The operator starts first, and the preemptible Job runs 40 s: with a 6 s Job, an
+    # operator slow to start (50 s at load 26) found it finished, and nothing to move.
     first = operators.start("replica-a")
+    policy, _, spot = core_full_of_preemptible_work(cluster, run_duration="40s")
     cluster.wait_ticking(policy)
     cluster.kube.create_job(
         gpu_job(
             "urgent", gpus=4, run_duration="2s", labels={"hybridgpu.io/criticality": "critical"}
         )
     )
-    wait_for(lambda: move_annotation(cluster, "batch"), 30, "move recorded", interval=0.05)
+    cluster.within_ticks(
+        policy, lambda: move_annotation(cluster, "batch"), "move recorded", interval=0.05
+    )
     first.kill()
     intent = move_annotation(cluster, "batch")
     assert intent is not None and intent["to"] == spot
     assert cluster.job("batch").spec.suspend, "the move must suspend the Job first"
 
     operators.start("replica-a")  # same pod name after a container restart
-    assert_moved_and_complete(cluster, spot)
-    wait_for(lambda: cluster.job_done("urgent"), 60, "critical Job complete")
+    assert_moved_and_complete(cluster, policy, spot)
+    wait_for(lambda: cluster.job_done("urgent"), KUBE_SECONDS, "critical Job complete")
 
 
 def suspend_with_intent(cluster: Cluster, spot: str) -> None:
@@ -79,13 +95,17 @@ def test_restart_finishes_a_move_from_each_recorded_step(
     cluster: Cluster, operators: Operators, step: str
 ) -> None:
     """The state a killed operator leaves behind at each step, then an operator starts."""
-    # Not suspended, the Job keeps running on core until the operator moves it: long enough
-    # for an operator starting on a loaded machine (6 s was not always).
+    # Not suspended, the intent-only Job runs on core until the operator moves it; an
+    # operator started after the intent raced it (one took 50 s to start at load 26, and a
+    # 20 s Job had finished on core): there, the operator is up first and the intent comes
+    # while it ticks, which is what it reads after a restart too (moves live on the Jobs).
     duration = "20s" if step == "intent-only" else "6s"
-    _, _, spot = core_full_of_preemptible_work(cluster, run_duration=duration)
+    policy, _, spot = core_full_of_preemptible_work(cluster, run_duration=duration)
     ns = cluster.kube.namespace
     intent = {"to": spot, "from": None, "step": "suspend", "since": time.time()}
     if step == "intent-only":  # intent written, suspend lost (e.g. undone by a person)
+        operators.start()
+        cluster.wait_ticking(policy)
         cluster.kube.batch.patch_namespaced_job(
             "batch", ns, {"metadata": {"annotations": {MOVE: json.dumps(intent)}}}
         )
@@ -111,12 +131,13 @@ def test_restart_finishes_a_move_from_each_recorded_step(
                 },
             },
         )
-    operators.start()
-    assert_moved_and_complete(cluster, spot)
+    if step != "intent-only":
+        operators.start()
+    assert_moved_and_complete(cluster, policy, spot)
 
 
 def test_move_into_a_deleted_pool_rolls_back(cluster: Cluster, operators: Operators) -> None:
-    _, core, _ = core_full_of_preemptible_work(cluster)
+    policy, core, _ = core_full_of_preemptible_work(cluster)
     intent = {"to": "no-such-pool", "from": core, "step": "suspend", "since": time.time()}
     cluster.kube.batch.patch_namespaced_job(
         "batch",
@@ -124,7 +145,14 @@ def test_move_into_a_deleted_pool_rolls_back(cluster: Cluster, operators: Operat
         {"metadata": {"annotations": {MOVE: json.dumps(intent)}}, "spec": {"suspend": True}},
     )
     operators.start()
-    wait_for(lambda: cluster.job_done("batch"), 60, "rolled-back Job complete")
+    cluster.wait_ticking(policy)
+    cluster.within_ticks(
+        policy,
+        lambda: MOVE not in (cluster.job("batch").metadata.annotations or {}),
+        "move rolled back",
+        ticks=2 * TICKS_TO_ACT,
+    )
+    wait_for(lambda: cluster.job_done("batch"), KUBE_SECONDS, "rolled-back Job complete")
     job = cluster.job("batch")
     assert not job.spec.suspend and MOVE not in (job.metadata.annotations or {})
     assert job.spec.template.spec.node_selector == {"hybridgpu.io/pool": core}
@@ -141,7 +169,7 @@ def test_two_replicas_only_the_lease_holder_acts(cluster: Cluster, operators: Op
             "one-node", gpus=4, run_duration="60s", labels={"hybridgpu.io/criticality": "standard"}
         )
     )
-    wait_for(lambda: len(cluster.pool_nodes(elastic)) == 1, 30, "one elastic node")
+    cluster.within_ticks(policy, lambda: len(cluster.pool_nodes(elastic)) == 1, "one elastic node")
     cluster.wait_ticks(policy)  # the leader's ticks after the node came: still exactly one
     assert len(cluster.pool_nodes(elastic)) == 1
 
@@ -159,5 +187,6 @@ def test_two_replicas_only_the_lease_holder_acts(cluster: Cluster, operators: Op
             "second", gpus=4, run_duration="2s", labels={"hybridgpu.io/criticality": "standard"}
         )
     )
-    wait_for(lambda: len(cluster.pool_nodes(elastic)) == 2, 30, "standby scaled up")
+    # No tick while nobody leads: the standby takes the lease once it expires (3 s).
+    cluster.within_ticks(policy, lambda: len(cluster.pool_nodes(elastic)) == 2, "standby scaled up")
     assert "scale_up" in standby.log()

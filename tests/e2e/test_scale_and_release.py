@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Cluster, Operators, wait_for
+from conftest import KUBE_SECONDS, TICKS_TO_ACT, Cluster, Operators, wait_for
 from support.controlplane import gpu_job
 
 pytestmark = pytest.mark.e2e
@@ -27,10 +27,13 @@ def test_elastic_scales_by_bin_packing_within_max_then_releases_idle_nodes(
     )
     (core_node,) = cluster.core_nodes(core, 1, gpus=4)
     operators.start()
+    # Deadlines count the operator's ticks, not seconds: at load 20+ it took up to 50 s to
+    # start and seconds per tick, past the 20-60 s this test allowed for each step.
+    cluster.wait_ticking(policy)
     # The pool's labels are put on its nodes.
-    wait_for(
+    cluster.within_ticks(
+        policy,
         lambda: (cluster.kube.core.read_node(core_node).metadata.labels or {}).get("team") == "ml",
-        20,
         "pool label on the core node",
     )
 
@@ -60,7 +63,9 @@ def test_elastic_scales_by_bin_packing_within_max_then_releases_idle_nodes(
                 labels={"hybridgpu.io/criticality": "standard"},
             )
         )
-        wait_for(lambda: len(cluster.pool_nodes(elastic)) == 2, 30, "2 elastic nodes")
+        cluster.within_ticks(
+            policy, lambda: len(cluster.pool_nodes(elastic)) == 2, "2 elastic nodes"
+        )
 
         def status_shows_two_nodes_and_the_cap() -> dict[str, Any] | None:
             pool = cluster.pool_object(elastic)
@@ -71,7 +76,7 @@ def test_elastic_scales_by_bin_packing_within_max_then_releases_idle_nodes(
                 return pool
             return None
 
-        pool = wait_for(status_shows_two_nodes_and_the_cap, 20, "GPUPool status")
+        pool = cluster.within_ticks(policy, status_shows_two_nodes_and_the_cap, "GPUPool status")
         status = pool["status"]
         assert status["observedGeneration"] == pool["metadata"]["generation"]
         assert status["gpus"]["total"] == 8
@@ -79,12 +84,17 @@ def test_elastic_scales_by_bin_packing_within_max_then_releases_idle_nodes(
         blocked = next(c for c in status["conditions"] if c["type"] == "ScalingBlocked")
         assert "maxNodes=2" in blocked["message"]
         assert blocked["observedGeneration"] == pool["metadata"]["generation"]
-        wait_for(lambda: cluster.job_done("wide"), 90, "Job wide complete")
+        wait_for(lambda: cluster.job_done("wide"), KUBE_SECONDS, "Job wide complete")
         pods = cluster.job_pods("wide")
         used_elastic = {p.spec.node_name for p in pods} & seen_names
         assert used_elastic, "no pod ran on the elastic nodes"
         # Work is over: idle nodes go after idleFor (2s), within a few ticks.
-        wait_for(lambda: cluster.pool_nodes(elastic) == [], 60, "elastic nodes released")
+        cluster.within_ticks(
+            policy,
+            lambda: cluster.pool_nodes(elastic) == [],
+            "elastic nodes released",
+            ticks=2 * TICKS_TO_ACT,  # idleFor, then cordon, drain, terminate: a few ticks each
+        )
     finally:
         stop.set()
         watcher.join(timeout=5)
@@ -121,16 +131,20 @@ def test_a_released_node_that_lingers_while_its_machine_terminates_is_not_capaci
     standard = {"hybridgpu.io/criticality": "standard"}
     try:
         cluster.kube.create_job(gpu_job("first", gpus=4, run_duration="1s", labels=standard))
-        (first,) = wait_for(lambda: cluster.pool_nodes(elastic), 180, f"a node of {elastic}")
+        cluster.wait_ticking(policy)
+        (first,) = cluster.within_ticks(
+            policy, lambda: cluster.pool_nodes(elastic), f"a node of {elastic}", ticks=12
+        )
         first_name = first.metadata.name
-        wait_for(lambda: cluster.job_done("first"), 180, "Job first complete")
-        wait_for(
+        wait_for(lambda: cluster.job_done("first"), KUBE_SECONDS, "Job first complete")
+        cluster.within_ticks(
+            policy,
             lambda: cluster.kube.core.read_node(first_name).metadata.deletion_timestamp,
-            180,
             f"{first_name} released and lingering",
+            ticks=2 * TICKS_TO_ACT,
         )
         cluster.kube.create_job(gpu_job("second", gpus=4, run_duration="1s", labels=standard))
-        wait_for(lambda: cluster.job_done("second"), 180, "Job second complete")
+        wait_for(lambda: cluster.job_done("second"), KUBE_SECONDS, "Job second complete")
         cluster.wait_ticks(policy, 2, timeout_seconds=120)
         assert first_name not in {p.spec.node_name for p in cluster.job_pods("second")}
         assert cluster.kube.core.read_node(first_name).metadata.deletion_timestamp
