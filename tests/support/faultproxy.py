@@ -222,14 +222,14 @@ class FaultProxy:
             if listing is not None:
                 shown = {_text(m, "InstanceId") for m in listing}
                 with self._lock:
-                    for group, members in self.group_members.items():
+                    for group_name, members in self.group_members.items():
                         for instance_id, member in members.items():
                             if (
                                 instance_id in asked
                                 and instance_id not in shown
                                 and self._lingering(member, now)
                             ):
-                                listing.append(_as_instance(member.element, group))
+                                listing.append(_as_instance(member.element, group_name))
                                 added = True
         if not added:
             return payload
