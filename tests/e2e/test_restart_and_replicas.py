@@ -100,11 +100,12 @@ def test_restart_finishes_a_move_from_each_recorded_step(
     # 20 s Job had finished on core): there, the operator is up first and the intent comes
     # while it ticks, which is what it reads after a restart too (moves live on the Jobs).
     duration = "20s" if step == "intent-only" else "6s"
+    if step == "intent-only":
+        operators.start()
     policy, _, spot = core_full_of_preemptible_work(cluster, run_duration=duration)
     ns = cluster.kube.namespace
     intent = {"to": spot, "from": None, "step": "suspend", "since": time.time()}
     if step == "intent-only":  # intent written, suspend lost (e.g. undone by a person)
-        operators.start()
         cluster.wait_ticking(policy)
         cluster.kube.batch.patch_namespaced_job(
             "batch", ns, {"metadata": {"annotations": {MOVE: json.dumps(intent)}}}

@@ -538,7 +538,8 @@ def test_bad_input_is_reported_before_the_heavy_imports(files: dict[str, Path]) 
     """Each case must answer within CASE_TIMEOUT_SECONDS on a loaded machine: the CLI's
     parser and a missing kubeconfig are answered without pydantic's models or the kubernetes
     client (together about 0.7 CPU seconds, over 5 s of wall time at load 25 on 2 cores;
-    the parser imported every model through sim.traces, explain the client first)."""
+    the parser imported every model through sim.traces, explain the client first, and a
+    malformed trace was read after the cluster file's models were built)."""
     probe = (
         "import sys\n"
         "from hybridgpu.cli import main\n"
@@ -546,7 +547,8 @@ def test_bad_input_is_reported_before_the_heavy_imports(files: dict[str, Path]) 
         "heavy = sorted(m for m in ('pydantic', 'kubernetes', 'kopf') if m in sys.modules)\n"
         "print(code, ','.join(heavy) or '-')\n"
     )
-    for argv in (["--version"], ["explain"], ["run"], ["simulate", "--hours", "nan"]):
+    bad_trace = ["simulate", "--no-png", "--trace", str(files["trace_dur_inf"])]
+    for argv in (["--version"], ["explain"], ["run"], ["simulate", "--hours", "nan"], bad_trace):
         done = subprocess.run(
             [sys.executable, "-c", probe, *argv],
             capture_output=True,

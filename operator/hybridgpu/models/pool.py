@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field
 
 from hybridgpu.models.base import Condition, Duration, Rule, SpecModel
-
-
-class Tier(StrEnum):
-    """Capacity tier of a pool."""
-
-    CORE = "core"
-    ELASTIC = "elastic"
-    SPOT = "spot"
-
+from hybridgpu.models.tier import Tier as Tier  # re-exported: callers import it from here
 
 SHARED_SUFFIX = "-SHARED"
 """What NVIDIA's GPU feature discovery appends to a node's nvidia.com/gpu.product label when

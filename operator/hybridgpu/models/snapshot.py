@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from hybridgpu.models.pool import GPUPoolSpec, Tier
+from hybridgpu.models.tier import Tier
+
+if TYPE_CHECKING:  # the pydantic models are not needed to build or read a snapshot
+    from hybridgpu.models.pool import GPUPoolSpec
 
 
 class Criticality(StrEnum):

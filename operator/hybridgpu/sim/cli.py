@@ -210,12 +210,9 @@ def _check_png(path: str) -> None:
         out.unlink()
 
 
-def _trace_jobs(args: argparse.Namespace, pools: Any, notes: list[str]) -> tuple[list[Any], str]:
-    """The jobs to simulate and where they came from, checked: every job fits some node and
-    the simulated span is bounded."""
-    from hybridgpu.sim.config import feasible_jobs
+def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], str]:
+    """The jobs of the trace (or the synthetic scenario) and where they came from."""
     from hybridgpu.sim.traces import (
-        check_span,
         detect_trace_format,
         load_trace,
         parse_qos_map,
@@ -239,7 +236,19 @@ def _trace_jobs(args: argparse.Namespace, pools: Any, notes: list[str]) -> tuple
             "skipped: "
             + ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items()))
         )
-    source = f"{args.trace} ({trace_format}, time scale {scale:g})"
+    return jobs, f"{args.trace} ({trace_format}, time scale {scale:g})"
+
+
+def _feasible(
+    args: argparse.Namespace, jobs: list[Any], source: str, pools: Any, notes: list[str]
+) -> list[Any]:
+    """The trace's jobs, checked: every job fits some node (or is skipped with
+    --skip-infeasible) and the simulated span is bounded."""
+    from hybridgpu.sim.config import feasible_jobs
+    from hybridgpu.sim.traces import check_span
+
+    if not args.trace:
+        return jobs
     jobs, infeasible = feasible_jobs(jobs, pools, args.trace, skip=args.skip_infeasible)
     if infeasible:
         names = ", ".join(b.job.name for b in infeasible[:5])
@@ -249,45 +258,41 @@ def _trace_jobs(args: argparse.Namespace, pools: Any, notes: list[str]) -> tuple
             f"{names}{more}; {infeasible[0].reason}"
         )
     check_span(jobs, source)
-    return jobs, source
+    return jobs
 
 
 def run(args: argparse.Namespace) -> int:
-    from hybridgpu.sim.compare import BOUND, WaitSLO, compare
-    from hybridgpu.sim.config import load_cluster
-    from hybridgpu.sim.engine import SimSettings
-    from hybridgpu.sim.prices import load_spot_prices
-    from hybridgpu.sim.report import (
-        LEGEND,
-        annotations_summary,
-        explain_gap,
-        explain_table,
-        headline,
-        table,
-        write_png,
-    )
     from hybridgpu.sim.spot import load_availability_trace, load_correlated_trace
     from hybridgpu.sim.traces import load_spot_trace
 
     _check_flags(args)
     if not args.no_png:
         _check_png(args.png or DEFAULT_PNG)
+    notes: list[str] = []
+    # The trace before the cluster file: a malformed trace is reported without building the
+    # pydantic models (a quarter of a CPU second: seconds on a loaded machine).
+    jobs, source = _read_trace(args, notes)
+    from hybridgpu.sim.config import load_cluster
+
     if args.cluster:
         config = load_cluster(args.cluster)
     else:
         bundled = resources.files("hybridgpu.sim").joinpath("scenarios/default-cluster.yaml")
         with resources.as_file(bundled) as path:
             config = load_cluster(path)
-    notes: list[str] = []
-    jobs, source = _trace_jobs(args, config.pools, notes)
+    jobs = _feasible(args, jobs, source, config.pools, notes)
     if not jobs:
         raise UserError(f"{args.trace or 'trace'}: no GPU jobs to simulate")
     spot_trace = load_spot_trace(args.spot_trace) if args.spot_trace else None
+    from hybridgpu.sim.prices import load_spot_prices
+
     spot_prices = load_spot_prices(args.spot_prices) if args.spot_prices else None
     if spot_prices is not None:
         spot_prices.check_pools(
             (p.name for p in config.pools if p.spec.tier == "spot"), args.spot_prices
         )
+    from hybridgpu.sim.engine import SimSettings
+
     settings = SimSettings(
         provisioning_delay_seconds=args.provisioning_delay,
         restart_overhead_seconds=args.restart_overhead,
@@ -308,6 +313,17 @@ def run(args: argparse.Namespace) -> int:
         spot_prices=spot_prices,
         seed=args.seed,
     )
+    from hybridgpu.sim.compare import BOUND, WaitSLO, compare
+    from hybridgpu.sim.report import (
+        LEGEND,
+        annotations_summary,
+        explain_gap,
+        explain_table,
+        headline,
+        table,
+        write_png,
+    )
+
     slo = WaitSLO(firm_seconds=args.firm_slo, preemptible_seconds=args.preemptible_slo)
     progress: _ProgressBar | _ProgressLines | None = None
     if not sys.stderr.isatty():
