@@ -213,6 +213,7 @@ def _check_png(path: str) -> None:
 def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], str]:
     """The jobs of the trace (or the synthetic scenario) and where they came from."""
     from hybridgpu.sim.traces import (
+        check_span,
         detect_trace_format,
         load_trace,
         parse_qos_map,
@@ -236,7 +237,12 @@ def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], 
             "skipped: "
             + ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items()))
         )
-    return jobs, f"{args.trace} ({trace_format}, time scale {scale:g})"
+    source = f"{args.trace} ({trace_format}, time scale {scale:g})"
+    if not args.skip_infeasible:
+        # Without --skip-infeasible no job is dropped later, so the span can be checked now,
+        # before the cluster file's models are built.
+        check_span(jobs, source)
+    return jobs, source
 
 
 def _feasible(
