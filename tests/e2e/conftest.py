@@ -469,9 +469,15 @@ __all__ = ["PROVIDER_PREFIX", "SPOT_TAINT", "SPOT_TOLERATION", "Cluster", "Opera
 
 
 def core_full_of_preemptible_work(
-    cluster: Cluster, run_duration: str = "6s"
+    cluster: Cluster,
+    run_duration: str = "6s",
+    before_the_job: Callable[[str], None] | None = None,
 ) -> tuple[str, str, str]:
-    """A core node busy with a running preemptible Job, and an empty spot pool."""
+    """A core node busy with a running preemptible Job, and an empty spot pool.
+
+    ``before_the_job(policy)`` runs once the pools exist and before the Job is created: a
+    test whose operator must act while the Job still runs starts it there and waits for
+    its first tick (an operator took 50 s to start at load 26, longer than the Job ran)."""
     policy = cluster.policy()
     core = cluster.pool("core", tier="core", policy=policy, per_node=4, max_nodes=1)
     spot = cluster.pool(
@@ -485,6 +491,8 @@ def core_full_of_preemptible_work(
         idle_for="30s",
     )
     cluster.core_nodes(core, 1, gpus=4)
+    if before_the_job is not None:
+        before_the_job(policy)
     cluster.kube.create_job(
         gpu_job(
             "batch",

@@ -58,11 +58,12 @@ def assert_moved_and_complete(cluster: Cluster, policy: str, spot: str) -> None:
 def test_sigkill_in_the_middle_of_a_move_then_restart_completes_it(
     cluster: Cluster, operators: Operators
 ) -> None:
-    # The operator starts first, and the preemptible Job runs 40 s: with a 6 s Job, an
+    # The operator ticks before the preemptible Job starts: with the Job started first, an
     # operator slow to start (50 s at load 26) found it finished, and nothing to move.
     first = operators.start("replica-a")
-    policy, _, spot = core_full_of_preemptible_work(cluster, run_duration="40s")
-    cluster.wait_ticking(policy)
+    policy, _, spot = core_full_of_preemptible_work(
+        cluster, run_duration="20s", before_the_job=cluster.wait_ticking
+    )
     cluster.kube.create_job(
         gpu_job(
             "urgent", gpus=4, run_duration="2s", labels={"hybridgpu.io/criticality": "critical"}
@@ -102,11 +103,14 @@ def test_restart_finishes_a_move_from_each_recorded_step(
     duration = "20s" if step == "intent-only" else "6s"
     if step == "intent-only":
         operators.start()
-    policy, _, spot = core_full_of_preemptible_work(cluster, run_duration=duration)
+    policy, _, spot = core_full_of_preemptible_work(
+        cluster,
+        run_duration=duration,
+        before_the_job=cluster.wait_ticking if step == "intent-only" else None,
+    )
     ns = cluster.kube.namespace
     intent = {"to": spot, "from": None, "step": "suspend", "since": time.time()}
     if step == "intent-only":  # intent written, suspend lost (e.g. undone by a person)
-        cluster.wait_ticking(policy)
         cluster.kube.batch.patch_namespaced_job(
             "batch", ns, {"metadata": {"annotations": {MOVE: json.dumps(intent)}}}
         )
