@@ -54,7 +54,9 @@ class MotoServer:
 
     def reset(self) -> None:
         request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10):
+        # A hang guard, not a deadline: at load 40 a reset took over 10 s and three adapter
+        # tests errored in their set-up.
+        with urllib.request.urlopen(request, timeout=60):
             pass
 
 
