@@ -155,8 +155,13 @@ def use_cluster_config(kubeconfig: str | None, context: str | None) -> str | Non
                 f"({_SERVICE_ACCOUNT_TOKEN}); pass --kubeconfig FILE"
             )
         tried = ", ".join(paths)
-    for path in paths:
-        read_text(os.path.expanduser(path), "kubeconfig")  # one line for binary or UTF-16 files
+    texts = [read_text(os.path.expanduser(path), "kubeconfig") for path in paths]
+    # Checked here first, with PyYAML: the kubernetes client that checks the rest costs half
+    # a CPU second to import (over 10 s on a loaded machine), too much for a file that is
+    # not YAML or names no context.
+    problem = _kubeconfig_problem(texts, context)
+    if problem is not None:
+        raise UserError(f"{tried}: not a usable kubeconfig: {problem}")
     joined = os.pathsep.join(paths)
     os.environ["KUBECONFIG"] = joined
     from kubernetes import client, config
@@ -182,6 +187,35 @@ def use_cluster_config(kubeconfig: str | None, context: str | None) -> str | Non
         os.environ["KUBECONFIG"] = joined
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = joined
     return joined
+
+
+def _kubeconfig_problem(texts: list[str], context: str | None) -> str | None:
+    """What makes these kubeconfig files (merged as the client merges $KUBECONFIG: the
+    first current-context wins) unusable for ``context`` (default: the current-context),
+    as far as their YAML and context names tell; None when nothing is wrong there."""
+    import yaml
+
+    names: set[str] = set()
+    current = ""
+    for text in texts:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            return " ".join(str(err).split())
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            return f"expected a mapping, got {type(doc).__name__}"
+        for entry in doc.get("contexts") or []:
+            if isinstance(entry, dict) and entry.get("name"):
+                names.add(str(entry["name"]))
+        current = current or str(doc.get("current-context") or "")
+    wanted = context or current
+    if not wanted:
+        return "no current-context is set and no --context given"
+    if wanted not in names:
+        return f"context {wanted!r} not found (contexts: {', '.join(sorted(names)) or 'none'})"
+    return None
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -538,8 +538,9 @@ def test_bad_input_is_reported_before_the_heavy_imports(files: dict[str, Path]) 
     """Each case must answer within CASE_TIMEOUT_SECONDS on a loaded machine: the CLI's
     parser and a missing kubeconfig are answered without pydantic's models or the kubernetes
     client (together about 0.7 CPU seconds, over 5 s of wall time at load 25 on 2 cores;
-    the parser imported every model through sim.traces, explain the client first, and a
-    malformed trace was read after the cluster file's models were built)."""
+    the parser imported every model through sim.traces, explain the client first, a
+    malformed trace was read after the cluster file's models were built, and a kubeconfig
+    that is not YAML or names no context was checked by the client)."""
     probe = (
         "import sys\n"
         "from hybridgpu.cli import main\n"
@@ -548,7 +549,20 @@ def test_bad_input_is_reported_before_the_heavy_imports(files: dict[str, Path]) 
         "print(code, ','.join(heavy) or '-')\n"
     )
     bad_trace = ["simulate", "--no-png", "--trace", str(files["trace_dur_inf"])]
-    for argv in (["--version"], ["explain"], ["run"], ["simulate", "--hours", "nan"], bad_trace):
+    epoch = ["simulate", "--no-png", "--trace", str(files["trace_epoch"])]
+    plan_epoch = ["plan", "--config", str(files["plan"]), "--trace", str(files["trace_epoch"])]
+    for argv in (
+        ["--version"],
+        ["explain"],
+        ["run"],
+        ["simulate", "--hours", "nan"],
+        bad_trace,
+        epoch,
+        plan_epoch,
+        ["run", "--kubeconfig", str(files["kube_garbage"])],
+        ["explain", "--kubeconfig", str(files["kube_no_context"])],
+        ["run", "--kubeconfig", str(files["kubeconfig"]), "--context", "nope"],
+    ):
         done = subprocess.run(
             [sys.executable, "-c", probe, *argv],
             capture_output=True,

@@ -79,6 +79,17 @@ def _history(
     """The demand history, its jobs (traces), the spec and where the history came from;
     trace jobs no candidate node can hold are an error, or named in ``skipped`` when it is
     a list."""
+    from hybridgpu.planner.traceread import read_trace
+    from hybridgpu.sim.traces import detect_trace_format
+
+    read = None
+    if args.trace and not args.history:
+        trace_format = args.trace_format or detect_trace_format(args.trace)
+        if trace_format != "demand":
+            # The trace before the config: a malformed one is reported before the
+            # CapacityPlan's models are built (a quarter of a CPU second).
+            scale = 1.0 if args.time_scale is None else args.time_scale
+            read = read_trace(args.trace, trace_format, scale, args.qos_map)
     from hybridgpu.planner.io import (
         history_from_spec_trace,
         load_demand_csv,
@@ -86,7 +97,6 @@ def _history(
         load_trace,
         prometheus_history,
     )
-    from hybridgpu.sim.traces import detect_trace_format
 
     if args.history:
         spec = load_plan_spec(
@@ -107,6 +117,7 @@ def _history(
             qos_map=args.qos_map,
             largest_node=_largest_node(spec),
             skipped=skipped,
+            read=read,
         )
         return samples, jobs, spec, f"{args.trace} ({trace_format}, time scale {scale:g})"
     if args.prometheus:
@@ -140,12 +151,6 @@ def _history(
 
 
 def run(args: argparse.Namespace) -> int:
-    from hybridgpu.planner.plan import (
-        break_even_utilizations,
-        plan_from_spec,
-        plan_status,
-    )
-
     if (args.window or args.step or args.query) and not args.prometheus:
         raise UserError("--window, --step and --query need --prometheus URL")
     if args.time_scale is not None and not args.trace:
@@ -156,6 +161,12 @@ def run(args: argparse.Namespace) -> int:
         _check_png(args.png)
     skipped: list[str] | None = [] if args.skip_infeasible else None
     samples, jobs, spec, source = _history(args, skipped)
+    from hybridgpu.planner.plan import (
+        break_even_utilizations,
+        plan_from_spec,
+        plan_status,
+    )
+
     try:
         result = plan_from_spec(spec, samples, jobs)
     except ValueError as err:

@@ -15,6 +15,7 @@ from hybridgpu.errors import UserError
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec, TraceHistory
 from hybridgpu.planner.model import DemandSample, JobDemand, history_from_intervals
+from hybridgpu.planner.traceread import read_trace
 
 CRITICALITIES = ("critical", "standard", "preemptible")
 # Prometheus refuses range queries of more than 11,000 points per series.
@@ -123,33 +124,18 @@ def load_trace(
     qos_map: str | None = None,
     largest_node: tuple[str, int] | None = None,
     skipped: list[str] | None = None,
+    read: Any = None,
 ) -> tuple[list[DemandSample], list[JobDemand]]:
     """Demand of a job trace (each job holds its GPUs from arrival for its duration) and its
     jobs; a ``demand`` CSV has no jobs. ``trace_format`` ``auto`` reads it from the header.
 
     With ``largest_node`` (candidate name, GPUs per node), a job needing more GPUs than that
     node is an error naming both, or, when ``skipped`` is a list, left out and named there.
+    ``read``: the ``read_trace`` of this file with these settings, already done.
     """
     if trace_format == "demand":
         return load_demand_csv(path), []
-    from hybridgpu.sim.traces import check_span, detect_trace_format, parse_qos_map
-    from hybridgpu.sim.traces import load_trace as load_trace_jobs
-
-    if trace_format == "auto":
-        trace_format = detect_trace_format(path)
-
-    if not time_scale > 0:
-        raise UserError(f"time scale must be > 0, got {time_scale}")
-    if trace_format not in ("openb", "csv"):
-        raise UserError(f"trace format {trace_format!r}: expected openb, csv, demand or auto")
-    load = load_trace_jobs(
-        path,
-        trace_format,
-        time_scale=time_scale,
-        qos_map=parse_qos_map(qos_map) if trace_format == "openb" else None,
-    )
-    # The replay steps through every interval from time 0, as the simulator does.
-    check_span(load.jobs, str(path), epoch_flag=None)
+    load = read if read is not None else read_trace(path, trace_format, time_scale, qos_map)
     trace_jobs = load.jobs
     if largest_node is not None:
         name, per_node = largest_node
