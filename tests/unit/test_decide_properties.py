@@ -11,6 +11,7 @@ from hybridgpu.core.apply import apply_plan
 from hybridgpu.core.cost import node_hour_dollars
 from hybridgpu.core.decide import decide
 from hybridgpu.models.actions import MoveJob, ReleaseNode, ScaleUp
+from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.snapshot import ClusterSnapshot, MetricsHealth
 
 pytestmark = pytest.mark.unit
@@ -215,7 +216,39 @@ def test_the_plan_is_deterministic(cluster) -> None:
 @given(clusters())
 def test_applying_a_plan_and_deciding_again_does_not_flap(cluster) -> None:
     snap, pol = cluster
-    spec = policy(**pol)
+    _assert_no_flap(snap, policy(**pol))
+
+
+def test_a_consolidation_the_scale_up_cap_held_back_may_come_next_tick() -> None:
+    """Found by the property above (hypothesis seed 2036946050...): the first plan's one
+    allowed node went to pending work, so moving an on-demand node's preemptible Jobs to spot
+    (which needs a spot node) waited; the next tick moves them and buys that node. That is
+    new work, not a second helping for the first plan's."""
+    pools = [pool("core", "core"), pool("elastic", "elastic"), pool("spot", "spot")]
+    nodes = [
+        node("e0", "elastic", utilization_percent=80.0),
+        node("e1", "elastic", utilization_percent=80.0),
+        node("e2", "elastic", idle_since=NOW - 30, utilization_percent=0.0),
+        node("s0", "spot", idle_since=NOW - 30, utilization_percent=0.0),
+        node("s1", "spot", idle_since=NOW - 30, utilization_percent=0.0),
+    ]
+    work = [
+        running("r1", "e0", 1, "critical", job=False, started=NOW - 10),
+        running("r2", "e0", 1, "critical", job=False, started=NOW - 10),
+        running("r3", "e1", 2, "preemptible", started=NOW - 600),
+        running("r4", "e1", 5, "preemptible", started=NOW - 600),
+        running("r5", "e1", 1, "preemptible", started=NOW - 600),
+        pending("p6", 5, "preemptible", since=NOW - 10),
+        pending("p7", 1, "critical", since=NOW - 10),
+        pending("p8", 1, "critical", since=NOW - 10),
+        pending("p9", 4, "preemptible", since=NOW - 10),
+        pending("p10", 8, "preemptible", since=NOW - 10),
+    ]
+    spec = policy(scaleUp={"maxNodesPerTick": 1}, disruption={"maxNodesPerTick": 0})
+    _assert_no_flap(snapshot(pools, nodes, work), spec)
+
+
+def _assert_no_flap(snap: ClusterSnapshot, spec: ScalingPolicySpec) -> None:
     first = decide(snap, spec, NOW)
     # The plan is carried out at once (pods it moves or drains are pending from NOW), and
     # the next tick comes after the pending grace period, so that tick counts them.
@@ -224,6 +257,12 @@ def test_applying_a_plan_and_deciding_again_does_not_flap(cluster) -> None:
     scaled = {a.pool for a in first.actions if isinstance(a, ScaleUp)}
     released = {a.pool for a in first.actions if isinstance(a, ReleaseNode)}
     moved = {a.job_key: a.to_pool for a in first.actions if isinstance(a, MoveJob)}
+    # A consolidation that needs a new node waits while the per-tick cap is taken by
+    # pending work; the next tick may move those Jobs and buy their node.
+    cap_taken = sum(a.nodes for a in first.actions if isinstance(a, ScaleUp)) >= (
+        spec.scale_up.max_nodes_per_tick
+    )
+    consolidating = {a.to_pool for a in second.actions if isinstance(a, MoveJob) and a.to_pool}
     for a in second.actions:
         if isinstance(a, ReleaseNode):
             assert a.pool not in scaled, (first.explain(), second.explain())
@@ -234,6 +273,8 @@ def test_applying_a_plan_and_deciding_again_does_not_flap(cluster) -> None:
             # the per-tick cap, or the hourly budget that the nodes it released or lost to
             # interruptions no longer take.
             capped = {b.pool for b in first.blocked if b.cause in ("max_per_tick", "budget_hourly")}
+            if cap_taken:
+                capped |= consolidating
             assert a.pool not in scaled or a.pool in capped, (first.explain(), second.explain())
         if isinstance(a, MoveJob):
             assert a.job_key not in moved, second.explain()
