@@ -41,17 +41,23 @@ def present(node: str) -> str:
 def test_utilization_is_averaged_per_node_over_the_window(
     prometheus: Prometheus, dcgm: FakeDCGM
 ) -> None:
+    started = time.time()
     dcgm.set_utilization("gpu-a", [80.0, 40.0])
     dcgm.set_utilization("gpu-b", [5.0])
     prometheus.wait_for(present("gpu-a"), lambda r: len(r) == 2)
     prometheus.wait_for(present("gpu-b"), lambda r: len(r) == 1)
+    # The client's clock is pinned to a moment after the samples exist: the age it reports
+    # is then a fact about the samples, not about how fast this machine ran the test.
+    pinned = time.time()
+    client = PrometheusClient(prometheus.url, clock=lambda: pinned)
 
-    found = PrometheusClient(prometheus.url).utilization(window="1m", stale_after="30s")
+    found = client.utilization(window="1m", stale_after="30s")
 
     assert found["gpu-a"].percent == pytest.approx(60.0)
     assert found["gpu-b"].percent == pytest.approx(5.0)
     assert not found["gpu-a"].stale
-    assert found["gpu-a"].age_seconds is not None and found["gpu-a"].age_seconds < 30
+    age = found["gpu-a"].age_seconds
+    assert age is not None and 0 <= age <= pinned - started
 
 
 def test_node_label_is_configurable(prometheus: Prometheus, dcgm: FakeDCGM) -> None:
