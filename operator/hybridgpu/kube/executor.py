@@ -448,16 +448,13 @@ class PlanExecutor:
                 self.cluster.evict(str(meta.get("namespace")), str(meta.get("name")))
         if left:
             return False
-        raw = self.cluster.get_node(node)
-        provider_id = ((raw or {}).get("spec") or {}).get("providerID")
-        try:
-            terminated = self.capacity.terminate(pool, node, provider_id)
-        except Exception as err:
-            result.provider_errors[pool] = str(err)
-            raise KubeError(f"terminate {node}: {err}") from err
-        if not terminated:
-            raise KubeError(f"node {node} of pool {pool} has no instance to terminate: kept")
-        self.cluster.delete_node(node)
+        self._remove_machine(
+            pool,
+            node,
+            result,
+            f"terminate {node}",
+            f"node {node} of pool {pool} has no instance to terminate: kept",
+        )
         return True
 
     def _power_off(
@@ -475,17 +472,31 @@ class PlanExecutor:
         if late:
             self._keep_on(node, late[0], result)
             return False
+        self._remove_machine(
+            pool,
+            node,
+            result,
+            f"power off {node}",
+            f"owned node {node} of pool {pool} has no machine to power off: kept",
+        )
+        return True
+
+    def _remove_machine(
+        self, pool: str, node: str, result: Execution, doing: str, missing: str
+    ) -> None:
+        """Have the provider remove the node's machine (by its providerID), then delete the
+        Node object; a provider error is the pool's, and a machine it cannot find keeps the
+        Node (``missing`` says so)."""
         raw = self.cluster.get_node(node)
         provider_id = ((raw or {}).get("spec") or {}).get("providerID")
         try:
             terminated = self.capacity.terminate(pool, node, provider_id)
         except Exception as err:
             result.provider_errors[pool] = str(err)
-            raise KubeError(f"power off {node}: {err}") from err
+            raise KubeError(f"{doing}: {err}") from err
         if not terminated:
-            raise KubeError(f"owned node {node} of pool {pool} has no machine to power off: kept")
+            raise KubeError(missing)
         self.cluster.delete_node(node)
-        return True
 
     def _keep_on(self, node: str, pod: dict[str, Any], result: Execution) -> None:
         """End a power-off: a pod runs on the owned node (owned nodes are never drained)."""

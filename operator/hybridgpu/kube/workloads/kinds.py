@@ -35,19 +35,23 @@ def _label(pod: Obj, key: str) -> str | None:
     return str(value) if value else None
 
 
-class BatchJob:
-    kind = "Job"
-    group = "batch"
-    version = "v1"
-    plural = "jobs"
-    gang_by_default = False
-    clears_start_time = True
+class _SuspendInSpec:
+    """Kinds suspended by ``spec.suspend`` (all but PyTorchJob, which uses ``runPolicy``)."""
 
     def suspended(self, obj: Obj) -> bool:
         return bool((obj.get("spec") or {}).get("suspend"))
 
     def suspend_patch(self, suspend: bool) -> dict[str, Any]:
         return {"spec": {"suspend": suspend}}
+
+
+class BatchJob(_SuspendInSpec):
+    kind = "Job"
+    group = "batch"
+    version = "v1"
+    plural = "jobs"
+    gang_by_default = False
+    clears_start_time = True
 
     def finished(self, obj: Obj) -> bool:
         return job_is_finished(obj)
@@ -74,19 +78,13 @@ def _parallelism(job_spec: Obj) -> int:
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
-class JobSet:
+class JobSet(_SuspendInSpec):
     kind = "JobSet"
     group = "jobset.x-k8s.io"
     version = "v1alpha2"
     plural = "jobsets"
     gang_by_default = True
     clears_start_time = False
-
-    def suspended(self, obj: Obj) -> bool:
-        return bool((obj.get("spec") or {}).get("suspend"))
-
-    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def finished(self, obj: Obj) -> bool:
         return _conditions_true(obj, ("Completed", "Failed"))
@@ -116,19 +114,13 @@ RAY_CR_NAME_LABEL = "ray.io/originated-from-cr-name"
 RAY_CRD_LABEL = "ray.io/originated-from-crd"
 
 
-class RayJob:
+class RayJob(_SuspendInSpec):
     kind = "RayJob"
     group = "ray.io"
     version = "v1"
     plural = "rayjobs"
     gang_by_default = True
     clears_start_time = False
-
-    def suspended(self, obj: Obj) -> bool:
-        return bool((obj.get("spec") or {}).get("suspend"))
-
-    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def finished(self, obj: Obj) -> bool:
         status = (obj.get("status") or {}).get("jobDeploymentStatus")
@@ -215,19 +207,13 @@ def _targets_trainer_only(override: Obj) -> bool:
     return targets == [TRAINER_JOB]
 
 
-class TrainJob:
+class TrainJob(_SuspendInSpec):
     kind = "TrainJob"
     group = "trainer.kubeflow.org"
     version = "v1alpha1"
     plural = "trainjobs"
     gang_by_default = True
     clears_start_time = False
-
-    def suspended(self, obj: Obj) -> bool:
-        return bool((obj.get("spec") or {}).get("suspend"))
-
-    def suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def finished(self, obj: Obj) -> bool:
         return _conditions_true(obj, ("Complete", "Failed"))
