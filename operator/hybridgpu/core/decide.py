@@ -15,8 +15,9 @@ Order (DESIGN.md, "The control loop"):
 4. idle release of elastic/spot nodes within the disruption budget, never when blind;
 5. GPU health: nodes with XID errors are cordoned.
 
-The capacity ledger below tracks free GPUs per node in buckets (``buckets[k]`` holds the
-nodes with exactly k free GPUs), so best-fit placement of a pod costs O(GPUs per node).
+The capacity ledger below holds each pool's nodes by free GPUs (``core.placement.FreeGPUs``)
+and places pods with the placer the simulator and the planner use too (``core.placement``):
+the same pool order, the same best fit.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from hybridgpu.core.deadline import (
     slack_of,
 )
 from hybridgpu.core.forecast import NodeView, OwnedForecast
+from hybridgpu.core.placement import FreeGPUs, placement_order
 from hybridgpu.core.rebalance import rebalance_serving
 from hybridgpu.core.shapes import Shape, pack
 from hybridgpu.models.actions import (
@@ -134,9 +136,9 @@ class _PoolLedger:
     billed_nodes: int
     """Every Node of the pool: a node is paid for until the provider has terminated it."""
     provisioning: int
-    buckets: list[dict[str, None]]
+    buckets: FreeGPUs[str]
     """Nodes that exist, by free GPUs."""
-    future: list[dict[str, None]]
+    future: FreeGPUs[str]
     """Nodes on their way (provisioning, or planned this tick), by free GPUs."""
     idle_for_seconds: float
     """The pool's scaleDown.idleFor (power.idleFor for an owned pool with power), parsed
@@ -196,14 +198,16 @@ class _Decider:
                 live_nodes=0,
                 billed_nodes=0,
                 provisioning=pool.provisioning_nodes,
-                buckets=[{} for _ in range(pool.spec.gpu.per_node + 1)],
-                future=[{} for _ in range(pool.spec.gpu.per_node + 1)],
+                buckets=FreeGPUs(),
+                future=FreeGPUs(),
                 idle_for_seconds=parse_duration_seconds(
                     pool.spec.scale_down.idle_for if power is None else power.idle_for
                 ),
                 launch_price=price if power is None else power_node_hour_dollars(pool.spec),
                 boot_seconds=0.0 if power is None else parse_duration_seconds(power.boot_time),
             )
+        self.pool_states = [ledger.state for ledger in self.pools.values()]
+        """The pools as the snapshot has them, by name (``core.placement``'s input)."""
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
         self.reserved: set[str] = set()
@@ -296,6 +300,7 @@ class _Decider:
                 pods_on[node] = [pod]
             else:
                 on_node.append(pod)
+        free_by_pool: dict[str, list[tuple[str, int]]] = {name: [] for name in self.pools}
         for state in sorted(self.snap.nodes, key=lambda n: n.name):
             ledger = self.pools.get(state.pool)
             if ledger is None:
@@ -318,7 +323,9 @@ class _Decider:
                 continue
             free = max(0, min(state.gpus, ledger.per_node) - allocated.get(state.name, 0))
             self.node_free[state.name] = free
-            ledger.buckets[free][state.name] = None
+            free_by_pool[ledger.name].append((state.name, free))
+        for name, free_nodes in free_by_pool.items():
+            self.pools[name].buckets = FreeGPUs(free_nodes)
         self._find_unhealthy()
         for ledger in self.pools.values():
             for i in range(ledger.provisioning):
@@ -384,21 +391,18 @@ class _Decider:
         self.node_free[name] = ledger.per_node
         self.node_pool[name] = ledger.name
         self.future_nodes.add(name)
-        ledger.future[ledger.per_node][name] = None
+        ledger.future.put(name, ledger.per_node)
 
     def _take_best_fit(self, ledger: _PoolLedger, gpus: int, future: bool = False) -> str | None:
-        buckets = ledger.future if future else ledger.buckets
-        for free in range(gpus, ledger.per_node + 1):
-            bucket = buckets[free]
-            if bucket:
-                name, _ = bucket.popitem()
-                buckets[free - gpus][name] = None
-                self.node_free[name] = free - gpus
-                self.reserved.add(name)
-                if self.forecasts and ledger.tier == CORE:
-                    self._touch_forecast(name, gained=False)
-                return name
-        return None
+        nodes = ledger.future if future else ledger.buckets
+        name = nodes.take(gpus)
+        if name is None:
+            return None
+        self.node_free[name] = self.node_free[name] - gpus
+        self.reserved.add(name)
+        if self.forecasts and ledger.tier == CORE:
+            self._touch_forecast(name, gained=False)
+        return name
 
     def _adjust(self, node: str, delta: int) -> None:
         """Change a node's free GPUs by ``delta`` (positive: freed, negative: taken)."""
@@ -406,10 +410,9 @@ class _Decider:
         if free is None:
             return
         ledger = self.pools[self.node_pool[node]]
-        buckets = ledger.future if node in self.future_nodes else ledger.buckets
+        nodes = ledger.future if node in self.future_nodes else ledger.buckets
         new_free = max(0, min(ledger.per_node, free + delta))
-        del buckets[free][node]
-        buckets[new_free][node] = None
+        nodes.put(node, new_free)
         self.node_free[node] = new_free
         if delta > 0:
             self._no_room.clear()
@@ -516,19 +519,15 @@ class _Decider:
         return cached
 
     def _free_order_uncached(self, demand: _Demand) -> list[_PoolLedger]:
-        if demand.pool is not None:
-            pinned = self.pools.get(demand.pool)
-            return [pinned] if pinned is not None and pinned.per_node >= demand.gpus else []
-        tiers = {CORE, ELASTIC}
-        if demand.criticality == PREEMPTIBLE:
-            # Admission holds preemptible pods to core and spot unless the policy allows more.
-            tiers = {CORE, SPOT} | ({ELASTIC} if self._on_demand_for_preemptible else set())
-        eligible = [
-            p
-            for p in self.pools.values()
-            if p.tier in tiers and p.per_node >= demand.gpus and _has_model(p, demand.models)
-        ]
-        return sorted(eligible, key=lambda p: (p.gpu_price, p.name))
+        order = placement_order(
+            self.pool_states,
+            demand.gpus,
+            demand.criticality,
+            demand.models,
+            on_demand_for_preemptible=self._on_demand_for_preemptible,
+            pinned=demand.pool,
+        )
+        return [self.pools[p.name] for p in order]
 
     def _scale_target(self, demand: _Demand) -> _PoolLedger | None:
         """The cloud pool to grow for a pod that fits nowhere."""
@@ -1099,7 +1098,8 @@ class _Decider:
     def _close_new_node(self, name: str) -> None:
         """Take back the last node opened this tick (its GPUs all free again)."""
         ledger = self.pools[self.node_pool.pop(name)]
-        del ledger.future[self.node_free.pop(name)][name]
+        self.node_free.pop(name)
+        ledger.future.discard(name)
         self.future_nodes.discard(name)
         self.new_node_names.discard(name)
         self.reserved.discard(name)
@@ -1545,7 +1545,7 @@ class _Decider:
             settled = self.now - ledger.idle_for_seconds
             idle = [
                 name
-                for name in ledger.buckets[ledger.per_node]
+                for name in ledger.buckets.with_free(ledger.per_node)
                 if (since := self.nodes[name].idle_since) is not None and since <= settled
             ]
             counts = [0] * (ledger.per_node + 1)
@@ -1565,10 +1565,7 @@ class _Decider:
         return None
 
     def _headroom_gpus(self, ledger: _PoolLedger) -> int:
-        free = sum(
-            k * (len(b) + len(f))
-            for k, (b, f) in enumerate(zip(ledger.buckets, ledger.future, strict=True))
-        )
+        free = ledger.buckets.total + ledger.future.total
         nodes = min(
             ledger.state.spec.max_nodes
             - ledger.live_nodes
@@ -1902,7 +1899,7 @@ class _Decider:
         ledger = self.pools[node.pool]
         free = self.node_free.get(node.name)
         if free is not None:
-            del ledger.buckets[free][node.name]  # not onto itself
+            ledger.buckets.discard(node.name)  # not onto itself
         taken: list[tuple[str, int]] = []
         try:
             for pod in sorted(pods, key=lambda p: (-p.gpus, p.key)):
@@ -1921,7 +1918,7 @@ class _Decider:
             return True
         finally:
             if free is not None:
-                ledger.buckets[free][node.name] = None
+                ledger.buckets.put(node.name, free)
 
     # ------------------------------------------------------------- idle reclaim
     def _reclaim_idle(self) -> None:

@@ -27,6 +27,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hybridgpu.core.placement import FreeGPUs, placement_tiers
+from hybridgpu.models.snapshot import Criticality
 from hybridgpu.planner.model import CloudRates, JobDemand, Usage
 
 CORE, COMMITTED, ELASTIC, SPOT = "core", "committed", "elastic", "spot"
@@ -88,30 +90,24 @@ class _CloudTier:
 
 
 class _OwnedNodes:
-    """Free GPUs of the owned nodes, bucketed by free count for best-fit placement, with the
-    preemptible runs on each node (in start order) and since when each node is idle."""
+    """Free GPUs of the owned (or committed) nodes, placed on by decide()'s best fit
+    (``core.placement.FreeGPUs``), with the preemptible runs on each node (in start order)
+    and since when each node is idle."""
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.sizes = list(sizes)
         self.free = list(sizes)
-        self.top = max(sizes, default=0)
-        self.buckets: list[dict[int, None]] = [{} for _ in range(self.top + 1)]
-        for i, size in enumerate(sizes):
-            self.buckets[size][i] = None
+        self.fit: FreeGPUs[int] = FreeGPUs(enumerate(sizes))
         self.preemptible: list[dict[int, None]] = [{} for _ in sizes]
         self.idle_since: list[float | None] = [-math.inf] * len(sizes)
 
     def best_fit(self, gpus: int) -> int | None:
         """The fullest node with ``gpus`` free (lowest index among equals), or None."""
-        for free in range(gpus, self.top + 1):
-            if self.buckets[free]:
-                return min(self.buckets[free])
-        return None
+        return self.fit.best_fit(gpus)
 
     def add(self, node: int, delta: int) -> None:
-        del self.buckets[self.free[node]][node]
         self.free[node] += delta
-        self.buckets[self.free[node]][node] = None
+        self.fit.put(node, self.free[node])
 
     def idle_for(self, seconds: float, now: float) -> list[int]:
         """Nodes with nothing on them since at least ``seconds`` before ``now``."""
@@ -165,7 +161,10 @@ class _Replay:
         )
 
     def place(self, job: JobDemand, now: float) -> None:
-        if not job.preemptible and self.committed.sizes:
+        # Committed capacity is on-demand capacity paid in advance: only the tiers that
+        # admission lets a job onto (core.placement) may use it; owned GPUs come next (they
+        # cost only power, committed ones nothing more).
+        if ELASTIC in self._tiers(job) and self.committed.sizes:
             slot = self.committed.best_fit(job.gpus)
             if slot is not None:
                 key = next(self._keys)
@@ -213,8 +212,14 @@ class _Replay:
             self.owned.preemptible[node][key] = None
         heapq.heappush(self.finishes, (now + seconds, key))
 
+    def _tiers(self, job: JobDemand) -> frozenset[str]:
+        criticality = Criticality.PREEMPTIBLE if job.preemptible else Criticality.STANDARD
+        # As admission does by default; without spot, preemptible work goes on demand instead
+        # (``start_in_cloud``), but never onto committed capacity (it serves firm work).
+        return placement_tiers(criticality, on_demand_for_preemptible=False)
+
     def start_in_cloud(self, job: JobDemand, now: float, seconds: float) -> None:
-        tier = SPOT if job.preemptible and self.use_spot else ELASTIC
+        tier = SPOT if SPOT in self._tiers(job) and self.use_spot else ELASTIC
         start, launched = self.cloud[tier].take(job.gpus, now)
         ends = start + seconds * (self.spot_rerun if tier == SPOT else 1.0)
         key = next(self._keys)

@@ -11,11 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hybridgpu.core.placement import placement_tiers
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import describe_validation_error, read_yaml_documents
 from hybridgpu.models.pool import Tier, product_label, serves_models
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
-from hybridgpu.models.snapshot import Criticality, PoolState
+from hybridgpu.models.snapshot import PoolState
 from hybridgpu.sim.traces import TraceJob
 
 _KINDS: dict[str, type[GPUPool] | type[ScalingPolicy]] = {
@@ -159,9 +160,8 @@ def infeasible_jobs(jobs: Sequence[TraceJob], pools: Sequence[PoolState]) -> lis
                 )
             )
             continue
-        tiers = {Tier.CORE.value, Tier.ELASTIC.value}
-        if job.criticality == Criticality.PREEMPTIBLE:
-            tiers.add(Tier.SPOT.value)
+        # Whatever the policy allows preemptible work, spot and owned nodes are its own.
+        tiers = set(placement_tiers(job.criticality, on_demand_for_preemptible=True))
         best = largest(tiers, models)
         elastic = largest({Tier.ELASTIC.value}, models)
         if best is None or job.gpus > best.spec.gpu.per_node:

@@ -27,6 +27,7 @@ from hybridgpu.core.deadline import (
     slack_of,
 )
 from hybridgpu.core.decide import decide
+from hybridgpu.core.placement import FreeGPUs, placement_order
 from hybridgpu.models.actions import (
     ActionKind,
     HandleInterruption,
@@ -39,7 +40,7 @@ from hybridgpu.models.actions import (
 )
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.pool import GPUPoolSpec, Tier, serves_models
+from hybridgpu.models.pool import Tier
 from hybridgpu.models.snapshot import (
     CRITICALITY_RANK,
     ClusterSnapshot,
@@ -139,8 +140,8 @@ class _Node:
     """What the node adds to the simulation's per-pool tallies (``_Tally``) right now."""
     moves: tuple[int, int, int] = (0, 0, 0)
     """What the node adds to the simulation's ``_moves`` tallies right now."""
-    placeable: tuple[int, str] | None = None
-    """Its key (free GPUs, name) in its pool's ``_placeable`` while pods can land on it."""
+    placeable: int | None = None
+    """Its free GPUs as its pool's ``_placeable`` holds them, while pods can land on it."""
     view: NodeState | None = None
     view_key: tuple[object, ...] = ()
     """The node as the operator last saw it, and the state it was built from."""
@@ -309,12 +310,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _place_order(spec: GPUPoolSpec, tier_order: dict[str, int]) -> int:
-    """Committed capacity first (it serves firm work only and is paid anyway), then the
-    tiers in order."""
-    return -1 if spec.committed is not None else tier_order[spec.tier]
-
-
 class Simulation:
     """One run of one policy over one trace."""
 
@@ -392,14 +387,12 @@ class Simulation:
         self.cost_terms: dict[str, float] = dict.fromkeys(COST_TERMS, 0.0)
         self._accounted_to = 0.0
         self.progress = progress
-        self._eligible_cache: dict[tuple[str | None, bool, tuple[str, ...]], list[str]] = {}
+        self._eligible_cache: dict[tuple[str | None, bool, int, tuple[str, ...]], list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         self._tally = {p.name: _Tally() for p in pools}
-        self._placeable: dict[str, SortedList[tuple[int, str]]] = {
-            p.name: SortedList() for p in pools
-        }
-        """Per pool, the nodes pods can land on (ready, not cordoned) by (free GPUs, name):
-        the scheduler's best fit is the first with enough free GPUs."""
+        self._placeable: dict[str, FreeGPUs[str]] = {p.name: FreeGPUs() for p in pools}
+        """Per pool, the nodes pods can land on (ready, not cordoned) by free GPUs: the
+        scheduler's best fit is decide()'s (``core.placement``)."""
         self._node_price = {
             p.name: node_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in pools
         }
@@ -532,6 +525,7 @@ class Simulation:
         price = self._price_steps[pool].price_at(self.now)
         self._node_price[pool] = price
         self.pools[pool] = replace(self.pools[pool], spot_price_per_node_hour=price)
+        self._eligible_cache.clear()  # the pools' order follows their prices
         self._schedule_price_change(pool)
 
     def _schedule_drop(self, pool: str) -> None:
@@ -573,40 +567,28 @@ class Simulation:
 
     # ------------------------------------------------------------- scheduler
     def _eligible_pools(self, job: _Job) -> list[str]:
-        key = (job.pool, job.trace.criticality == Criticality.PREEMPTIBLE, job.trace.gpu_models)
+        """The pools the job's pod may land on, in decide()'s order (``core.placement``)."""
+        trace = job.trace
+        key = (job.pool, trace.criticality == Criticality.PREEMPTIBLE, trace.gpus, trace.gpu_models)
         cached = self._eligible_cache.get(key)
         if cached is None:
-            cached = self._eligible_cache[key] = self._eligible_pools_uncached(job)
+            order = placement_order(
+                list(self.pools.values()),
+                trace.gpus,
+                trace.criticality,
+                trace.gpu_models,
+                on_demand_for_preemptible=self.policy.preemption.allow_on_demand_for_preemptible,
+                pinned=job.pool,
+            )
+            cached = self._eligible_cache[key] = [p.name for p in order]
         return cached
-
-    def _eligible_pools_uncached(self, job: _Job) -> list[str]:
-        if job.pool is not None:
-            return [job.pool] if job.pool in self.pools else []
-        tiers = [Tier.CORE.value]
-        if job.trace.criticality == Criticality.PREEMPTIBLE:
-            tiers.append(Tier.SPOT.value)
-            # Admission keeps preemptible pods off on-demand nodes unless the policy allows it.
-            if self.policy.preemption.allow_on_demand_for_preemptible:
-                tiers.append(Tier.ELASTIC.value)
-        else:
-            tiers.append(Tier.ELASTIC.value)
-        order = {t: i for i, t in enumerate(tiers)}
-        models = job.trace.gpu_models
-        names = [
-            n
-            for n, p in self.pools.items()
-            if p.spec.tier in order and serves_models(p.spec.gpu, models)
-        ]
-        return sorted(names, key=lambda n: (_place_order(self.pools[n].spec, order), n))
 
     def _queue_key(self, job: _Job) -> tuple[int, float, int]:
         return (CRITICALITY_RANK[job.trace.criticality], job.pending_since, job.index)
 
     def _room(self) -> int:
         """The most free GPUs on any node pods can land on."""
-        return max(
-            (placeable[-1][0] for placeable in self._placeable.values() if placeable), default=0
-        )
+        return max((placeable.most_free for placeable in self._placeable.values()), default=0)
 
     def _schedule(self) -> None:
         """Place pending pods, most critical and oldest first, each on the fullest node of
@@ -622,11 +604,10 @@ class Simulation:
             if need > room:
                 continue
             for pool in self._eligible_pools(job):
-                placeable = self._placeable[pool]
-                at = placeable.bisect_left((need, ""))
-                if at == len(placeable):
+                best = self._placeable[pool].best_fit(need)
+                if best is None:
                     continue
-                self._start(job, self.nodes[placeable[at][1]])
+                self._start(job, self.nodes[best])
                 room = self._room()
                 break
             if room < self._smallest_job_gpus:
@@ -771,12 +752,12 @@ class Simulation:
         cloud = is_cloud(node.tier)
         placeable = None
         if node.removed_at is None and not node.cordoned and not node.booting:
-            placeable = (node.free, node.name)
+            placeable = node.free
         if placeable != node.placeable:
-            if node.placeable is not None:
-                self._placeable[node.pool].remove(node.placeable)
-            if placeable is not None:
-                self._placeable[node.pool].add(placeable)
+            if placeable is None:
+                self._placeable[node.pool].discard(node.name)
+            else:
+                self._placeable[node.pool].put(node.name, placeable)
             node.placeable = placeable
         moves = self._node_moves(node)
         if moves != node.moves:

@@ -115,10 +115,10 @@ def _start_one(sim: Simulation, action: RebalanceReplica, job: _Job) -> None:
     cloud = sim.nodes.get(action.node)
     gpus = job.trace.gpus
     placeable = sim._placeable.get(action.to_pool)
-    at = placeable.bisect_left((gpus, "")) if placeable is not None else 0
-    if cloud is None or placeable is None or at == len(placeable):
+    best = placeable.best_fit(gpus) if placeable is not None else None
+    if cloud is None or best is None:
         return
-    core = sim.nodes[placeable[at][1]]  # the scheduler's best fit
+    core = sim.nodes[best]  # the scheduler's best fit
     core.free -= gpus
     sim._node_changed(core)
     cloud.cordoned = True

@@ -1,0 +1,135 @@
+"""Where a pod goes: one placer for decide(), the simulator's scheduler and the planner's
+replay (pure).
+
+Two rules, and nothing else decides placement anywhere:
+
+- **which pools, in which order** (``placement_order``): the tiers its criticality allows
+  (critical and standard: owned and on-demand; preemptible: owned and spot, on-demand too
+  when the policy allows it), the GPU models it may use (``serves_models``), nodes big
+  enough; cheapest marginal GPU-hour first (committed capacity costs nothing more, owned
+  GPUs their power), then by name;
+- **which node of a pool** (``FreeGPUs.take``): best fit, the fullest node that still has
+  room (kube-scheduler's MostAllocated score), the lowest name among equals.
+
+The plan-versus-simulation check of ``hybridgpu plan`` depends on the three agreeing; a test
+places the same pods through all three (tests/unit/test_placement.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Generic, TypeVar
+
+from sortedcontainers import SortedList
+
+from hybridgpu.core.cost import marginal_gpu_hour_dollars
+from hybridgpu.models.pool import Tier, serves_models
+from hybridgpu.models.snapshot import Criticality, PoolState
+
+CORE = Tier.CORE.value
+ELASTIC = Tier.ELASTIC.value
+SPOT = Tier.SPOT.value
+
+
+K = TypeVar("K", str, int)
+"""Node keys: names (decide(), the simulator) or indices (the planner)."""
+
+
+class FreeGPUs(Generic[K]):
+    """Nodes by their free GPUs, for best-fit placement: O(log n) per change and per fit."""
+
+    __slots__ = ("_by_free", "_free", "total")
+
+    def __init__(self, nodes: Iterable[tuple[K, int]] = ()) -> None:
+        """``nodes``: (node, free GPUs) pairs."""
+        self._free: dict[K, int] = dict(nodes)
+        self._by_free: SortedList[tuple[int, K]] = SortedList(
+            (free, node) for node, free in self._free.items()
+        )
+        self.total = sum(self._free.values())
+        """Free GPUs on all the nodes."""
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._free
+
+    def free(self, node: K) -> int | None:
+        """The node's free GPUs; None for a node not held here."""
+        return self._free.get(node)
+
+    def put(self, node: K, free: int) -> None:
+        """Add the node, or set its free GPUs."""
+        old = self._free.get(node)
+        if old is not None:
+            self._by_free.remove((old, node))
+            self.total -= old
+        self._free[node] = free
+        self._by_free.add((free, node))
+        self.total += free
+
+    def discard(self, node: K) -> None:
+        old = self._free.pop(node, None)
+        if old is not None:
+            self._by_free.remove((old, node))
+            self.total -= old
+
+    def best_fit(self, gpus: int) -> K | None:
+        """The fullest node with at least ``gpus`` free (the lowest among equals), or None."""
+        at = self._by_free.bisect_left((gpus,))
+        return self._by_free[at][1] if at < len(self._by_free) else None
+
+    def take(self, gpus: int) -> K | None:
+        """Place ``gpus`` on the best fit and return it (None: no node has room)."""
+        node = self.best_fit(gpus)
+        if node is not None:
+            self.put(node, self._free[node] - gpus)
+        return node
+
+    def with_free(self, free: int) -> list[K]:
+        """The nodes with exactly ``free`` GPUs free, in order."""
+        lo = self._by_free.bisect_left((free,))
+        hi = self._by_free.bisect_left((free + 1,))
+        return [node for _, node in self._by_free[lo:hi]]
+
+    @property
+    def most_free(self) -> int:
+        """The most free GPUs on any node (0 without nodes)."""
+        return self._by_free[-1][0] if self._by_free else 0
+
+
+def placement_tiers(criticality: str, *, on_demand_for_preemptible: bool) -> frozenset[str]:
+    """The tiers a pod of ``criticality`` may run on: admission keeps preemptible pods on
+    owned and spot nodes unless the policy lets them onto on-demand ones."""
+    if criticality == Criticality.PREEMPTIBLE:
+        return frozenset((CORE, SPOT, ELASTIC) if on_demand_for_preemptible else (CORE, SPOT))
+    return frozenset((CORE, ELASTIC))
+
+
+def placement_order(
+    pools: Sequence[PoolState],
+    gpus: int,
+    criticality: str,
+    models: tuple[str, ...] = (),
+    *,
+    on_demand_for_preemptible: bool,
+    pinned: str | None = None,
+) -> list[PoolState]:
+    """The pools whose free GPUs a pod of ``gpus`` may take, in the order it takes them:
+    cheapest marginal GPU-hour first (at each pool's current provider price), then by name.
+    A pod ``pinned`` to a pool (a Job moved there) may use that pool only."""
+    if pinned is not None:
+        return [p for p in pools if p.name == pinned and p.spec.gpu.per_node >= gpus]
+    tiers = placement_tiers(criticality, on_demand_for_preemptible=on_demand_for_preemptible)
+    eligible = [
+        p
+        for p in pools
+        if p.spec.tier in tiers
+        and p.spec.gpu.per_node >= gpus
+        and serves_models(p.spec.gpu, models)
+    ]
+    return sorted(
+        eligible,
+        key=lambda p: (marginal_gpu_hour_dollars(p.spec, p.spot_price_per_node_hour), p.name),
+    )
