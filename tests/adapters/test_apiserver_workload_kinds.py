@@ -137,10 +137,11 @@ def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
     assert executor.advance_moves([held], pools()) == 1  # its pod is still there
 
     kube.core.delete_namespaced_pod(pod["metadata"]["name"], kube.namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + 30
-    while cluster.pods_of_workload(kind, kube.namespace, name):
-        assert time.monotonic() < deadline, "the pod did not go"
-        time.sleep(0.2)
+    wait_until(
+        lambda: not cluster.pods_of_workload(kind, kube.namespace, name),
+        timeout_seconds=30,
+        what=f"the pod of {kind.kind} {name} gone",
+    )
     assert executor.advance_moves([cluster.get_workload(kind, kube.namespace, name)], pools()) == 0
 
     moved = cluster.get_workload(kind, kube.namespace, name)
