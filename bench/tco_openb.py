@@ -40,6 +40,25 @@ TRACE = REPO.parent / "shared" / "traces" / "alibaba-openb" / "openb_pod_list_de
 CLUSTER = REPO / "examples" / "cluster.yaml"
 
 
+def owned_node_type(core_pool: PoolState, max_nodes: int | None = None) -> OwnedNodeType:
+    """The planner's owned node priced as the core GPUPool is. The simulator bills owned
+    nodes as GPUPool pricing does: straight line, no cost of capital. The plan is given the
+    same, so that both price the same fleet alike (bench/tco_procure.py uses it too)."""
+    pricing = core_pool.spec.pricing
+    return OwnedNodeType(
+        name=core_pool.name,
+        gpus_per_node=core_pool.spec.gpu.per_node,
+        capex_dollars=pricing.capex_per_node or 0.0,
+        amortization_years=pricing.amortization_years or 4.0,
+        power_watts=pricing.power_watts_per_node or 0.0,
+        pue=pricing.pue or 1.4,
+        electricity_per_kwh=pricing.electricity_per_kwh or 0.12,
+        ops_per_node_hour=pricing.ops_per_node_hour or 0.0,
+        max_nodes=max_nodes,
+        cost_of_capital_per_year=0.0,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default=str(TRACE))
@@ -69,20 +88,7 @@ def main() -> int:
     idle_for = max(parse_duration_seconds(p.spec.scale_down.idle_for) for p in cloud_pools)
     interval = parse_duration_seconds(policy.interval)
 
-    pricing = core_pool.spec.pricing
-    node = OwnedNodeType(
-        name=core_pool.name,
-        gpus_per_node=core_pool.spec.gpu.per_node,
-        capex_dollars=pricing.capex_per_node or 0.0,
-        amortization_years=pricing.amortization_years or 4.0,
-        power_watts=pricing.power_watts_per_node or 0.0,
-        pue=pricing.pue or 1.4,
-        electricity_per_kwh=pricing.electricity_per_kwh or 0.12,
-        ops_per_node_hour=pricing.ops_per_node_hour or 0.0,
-        # The simulator bills owned nodes as GPUPool pricing does: straight line, no cost of
-        # capital. The plan is given the same, so that both price the same fleet alike.
-        cost_of_capital_per_year=0.0,
-    )
+    node = owned_node_type(core_pool)
     rates = CloudRates(
         on_demand_per_gpu_hour=min(gpu_hour_dollars(p.spec) for p in elastic),
         spot_per_gpu_hour=min(gpu_hour_dollars(p.spec) for p in spot),

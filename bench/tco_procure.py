@@ -39,11 +39,12 @@ from hybridgpu.models.pool import GPUPoolSpec, Tier
 from hybridgpu.models.snapshot import PoolState
 from hybridgpu.planner.finance import mix
 from hybridgpu.planner.io import history_from_jobs, jobs_of_trace
-from hybridgpu.planner.model import CloudRates, OwnedNodeType, PlanInputs
+from hybridgpu.planner.model import CloudRates, PlanInputs
 from hybridgpu.planner.procure import CommittedOffer, ProcurementModel, optimal_procurement
 from hybridgpu.sim.config import load_cluster
 from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.traces import load_trace
+from tco_openb import owned_node_type
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = REPO.parent / "shared" / "traces" / "alibaba-openb" / "openb_pod_list_default.csv"
@@ -92,20 +93,7 @@ def main() -> int:
     cloud_pools = elastic + spot
     idle_for = max(parse_duration_seconds(p.spec.scale_down.idle_for) for p in cloud_pools)
     interval = parse_duration_seconds(policy.interval)
-    pricing = core_pool.spec.pricing
-    node = OwnedNodeType(
-        name=core_pool.name,
-        gpus_per_node=core_pool.spec.gpu.per_node,
-        capex_dollars=pricing.capex_per_node or 0.0,
-        amortization_years=pricing.amortization_years or 4.0,
-        power_watts=pricing.power_watts_per_node or 0.0,
-        pue=pricing.pue or 1.4,
-        electricity_per_kwh=pricing.electricity_per_kwh or 0.12,
-        ops_per_node_hour=pricing.ops_per_node_hour or 0.0,
-        max_nodes=args.owned_max_nodes,
-        # The simulator bills owned nodes straight line (GPUPool pricing): the plan too.
-        cost_of_capital_per_year=0.0,
-    )
+    node = owned_node_type(core_pool, max_nodes=args.owned_max_nodes)
     cheapest = min(elastic, key=lambda p: (gpu_hour_dollars(p.spec), -p.spec.gpu.per_node))
     on_demand = gpu_hour_dollars(cheapest.spec)
     rates = CloudRates(
