@@ -19,11 +19,9 @@ hybridgpu; the provider ID is ``spec.providerID``. Cluster API has no interrupti
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from hybridgpu.cloud import kubeapi
@@ -50,19 +48,8 @@ def machine_deployment(spec: GPUPoolSpec) -> tuple[str, str]:
     return namespace, name
 
 
-class ClusterAPIProvider:
+class ClusterAPIProvider(kubeapi.CustomObjectsProvider):
     """CapacityProvider over Cluster API MachineDeployments (see the module docstring)."""
-
-    def __init__(
-        self,
-        clock: Callable[[], float] = time.time,
-        *,
-        kubeconfig: str | None = None,
-        api_client: client.ApiClient | None = None,
-    ) -> None:
-        self.clock = clock
-        self.api = api_client if api_client is not None else kubeapi.api_client(kubeconfig)
-        self.custom = client.CustomObjectsApi(self.api)
 
     # --- CapacityProvider -------------------------------------------------------------
 

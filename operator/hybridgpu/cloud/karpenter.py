@@ -22,11 +22,9 @@ itself (its interruption queue cordons, drains and replaces), so this provider a
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
@@ -61,19 +59,8 @@ def limit_nodes(node_pool: dict[str, Any], gpus_per_node: int) -> int | None:
     return max(0, int(parse_quantity(str(raw))) // gpus_per_node)
 
 
-class KarpenterProvider:
+class KarpenterProvider(kubeapi.CustomObjectsProvider):
     """CapacityProvider over Karpenter NodePools and NodeClaims (see the module docstring)."""
-
-    def __init__(
-        self,
-        clock: Callable[[], float] = time.time,
-        *,
-        kubeconfig: str | None = None,
-        api_client: client.ApiClient | None = None,
-    ) -> None:
-        self.clock = clock
-        self.api = api_client if api_client is not None else kubeapi.api_client(kubeconfig)
-        self.custom = client.CustomObjectsApi(self.api)
 
     # --- CapacityProvider -------------------------------------------------------------
 

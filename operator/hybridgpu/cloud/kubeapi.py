@@ -4,6 +4,8 @@ or find, and their API errors as the project's ProviderError."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +26,25 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
         return client.ApiClient()
     except config.ConfigException:
         return config.new_client_from_config()
+
+
+_find_client = api_client  # the constructor's parameter of the same name hides it
+
+
+class CustomObjectsProvider:
+    """The constructor of a provider that acts through custom objects (Cluster API Machines,
+    Karpenter NodeClaims): an injected clock, and the API client it is given or finds."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        kubeconfig: str | None = None,
+        api_client: client.ApiClient | None = None,
+    ) -> None:
+        self.clock = clock
+        self.api = api_client if api_client is not None else _find_client(kubeconfig)
+        self.custom = client.CustomObjectsApi(self.api)
 
 
 def provider_error(provider: str, action: str, err: ApiException) -> ProviderError:
