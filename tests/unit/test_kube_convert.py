@@ -299,3 +299,20 @@ def test_a_bad_checkpoint_annotation_is_reported_in_the_plan() -> None:
     snap = replace(snapshot([], [], []), jobs=(state,))
     plan = decide(snap, ScalingPolicySpec(), snap.taken_at)
     assert any("ns/j: annotation hybridgpu.io/checkpoint-interval" in n for n in plan.notes)
+
+
+def test_a_replica_of_a_statefulset_or_leaderworkerset_names_its_workload() -> None:
+    sts = make_pod(node="n")
+    sts["metadata"]["ownerReferences"] = [
+        {"kind": "StatefulSet", "apiVersion": "apps/v1", "name": "db", "controller": True}
+    ]
+    lws = make_pod(node="n", labels={"leaderworkerset.sigs.k8s.io/name": "llm"})
+    lws["metadata"]["ownerReferences"] = [
+        {"kind": "StatefulSet", "apiVersion": "apps/v1", "name": "llm-0", "controller": True}
+    ]
+    got = [gpu_pod(p, {}) for p in (sts, lws, make_pod(node="n", job="j"))]
+    assert [g.stateful if g else "-" for g in got] == [
+        "StatefulSet ns/db",
+        "LeaderWorkerSet ns/llm",
+        None,
+    ]

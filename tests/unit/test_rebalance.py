@@ -127,6 +127,36 @@ def test_a_node_that_also_runs_other_work_is_not_emptied_by_rebalance() -> None:
     assert rebalances(snap) == []
 
 
+@pytest.mark.parametrize("owner", ["StatefulSet team/db", "LeaderWorkerSet team/llm"])
+def test_a_statefulset_replica_on_a_cloud_node_stays_and_the_plan_says_why(owner: str) -> None:
+    pod = GPUPod(
+        namespace="team",
+        name="db-0",
+        gpus=4,
+        criticality=Criticality.CRITICAL,
+        node="e1",
+        started_at=NOW - 86000,
+        stateful=owner,
+    )
+    on_core = replace(pod, name="db-1", node="core-1")
+    snap = snapshot(
+        STANDARD_POOLS,
+        [node("core-1", "core"), node("core-2", "core"), node("e1", "elastic")],
+        [],
+    )
+    plan = decide(replace(snap, pods=(pod, on_core)), policy(), NOW)
+    # Owned GPUs are free for it, but a StatefulSet cannot surge: no action touches e1.
+    assert [a for a in plan.actions if getattr(a, "node", None) == "e1"] == []
+    assert [n for n in plan.notes if owner in n] == [
+        f"{owner} has a replica on elastic node e1 and is not rebalanced: it cannot surge "
+        "(a new replica is a new ordinal), and moving the replica would take it down"
+    ]
+    # Only the replica on a cloud node is noted; with rebalance off, nothing is.
+    assert not any(owner in n for n in decide(replace(snap, pods=(on_core,)), policy(), NOW).notes)
+    off = decide(replace(snap, pods=(pod,)), policy(rebalance={"enabled": False}), NOW)
+    assert not any(owner in n for n in off.notes)
+
+
 def test_every_replica_of_a_node_moves_together_one_surge_per_workload() -> None:
     snap = snapshot(
         STANDARD_POOLS,

@@ -14,6 +14,14 @@ released.
 Not rebalanced, with a note saying why: workloads an HPA scales (a surge would fight it),
 workloads mid-rollout or short of Ready replicas, replicas pinned to a cloud pool, and for an
 hour workloads whose last rebalance was rolled back or aborted.
+
+StatefulSets and LeaderWorkerSets are never rebalanced (a note says so): they cannot surge.
+Raising a StatefulSet's replicas adds a new ordinal with its own identity and volumes, not a
+second copy of the replica on the cloud node, and scaling back removes the highest ordinal,
+wherever it runs; the only way to move replica k is to delete its pod and let the controller
+recreate pod k elsewhere, which takes that replica down until the new pod is Ready (and a
+volume bound to the cloud node's zone may not follow at all). Even when a
+PodDisruptionBudget would allow it, that is a disruption, and serving is never disrupted.
 """
 
 from __future__ import annotations
@@ -38,8 +46,11 @@ long (a surge replica that cannot get Ready would otherwise surge every surgeTim
 def rebalance_serving(d: _Decider) -> None:
     """Append the RebalanceReplica actions worth doing now to ``d.actions``."""
     spec = d.policy.rebalance
+    if not spec.enabled:
+        return
+    _note_stateful(d)
     serving = {w.key: w for w in d.snap.serving}
-    if not spec.enabled or not serving:
+    if not serving:
         return
     in_flight = {w.rebalance.node for w in serving.values() if w.rebalance is not None}
     room = min(spec.max_per_tick, d.policy.disruption.max_nodes_per_tick) - len(in_flight)
@@ -108,6 +119,24 @@ def rebalance_serving(d: _Decider) -> None:
                 )
             )
         d.reserved.add(node_name)  # no other rule empties or fills it this tick
+
+
+def _note_stateful(d: _Decider) -> None:
+    """A note for each StatefulSet or LeaderWorkerSet with a replica on an on-demand or spot
+    node: it stays there (module docstring)."""
+    seen: set[str] = set()
+    for pod in d.snap.pods:
+        if pod.stateful is None or pod.node is None or pod.stateful in seen:
+            continue
+        ledger = d.pools.get(d.node_pool.get(pod.node, ""))
+        if ledger is None or paid_whether_used(ledger.state.spec):
+            continue
+        seen.add(pod.stateful)
+        d.notes.append(
+            f"{pod.stateful} has a replica on {ledger.tier} node {pod.node} and is not "
+            "rebalanced: it cannot surge (a new replica is a new ordinal), and moving the "
+            "replica would take it down"
+        )
 
 
 def _movable(

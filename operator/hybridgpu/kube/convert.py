@@ -134,6 +134,22 @@ def is_bare(pod: Obj) -> bool:
     return not (_meta(pod).get("ownerReferences") or [])
 
 
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+
+
+def stateful_owner(pod: Obj) -> str | None:
+    """``Kind namespace/name`` of the StatefulSet, or of the LeaderWorkerSet (whose leader
+    and worker StatefulSets label their pods with its name), the pod is a replica of."""
+    namespace = _meta(pod).get("namespace")
+    lws = labels_of(pod).get(LWS_NAME_LABEL)
+    if lws:
+        return f"LeaderWorkerSet {namespace}/{lws}"
+    for ref in _meta(pod).get("ownerReferences") or []:
+        if ref.get("kind") == "StatefulSet" and str(ref.get("apiVersion", "")).startswith("apps/"):
+            return f"StatefulSet {namespace}/{ref.get('name')}"
+    return None
+
+
 def is_daemonset_pod(pod: Obj) -> bool:
     return any(r.get("kind") == "DaemonSet" for r in _meta(pod).get("ownerReferences") or [])
 
@@ -207,6 +223,7 @@ def gpu_pod(
         reclaim_critical=_is_true(notes.get(IDLE_RECLAIM_CRITICAL_ANNOTATION)),
         input_error=error,
         queued=is_queued(pod) or (job is not None and job in queued_jobs),
+        stateful=stateful_owner(pod),
     )
 
 

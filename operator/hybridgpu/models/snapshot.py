@@ -145,6 +145,9 @@ class GPUPod:
     serving: str | None = None
     """``namespace/name`` of the serving workload (Deployment) it is a replica of; None for
     anything else."""
+    stateful: str | None = None
+    """``Kind namespace/name`` of the StatefulSet or LeaderWorkerSet it is a replica of
+    (serving that cannot surge: never rebalanced, see core/rebalance.py); None otherwise."""
     queued: bool = False
     """Admitted by a queue controller (Kueue label kueue.x-k8s.io/queue-name on the pod or
     its Job): never moved, suspended or evicted by the operator."""
