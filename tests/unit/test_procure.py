@@ -54,6 +54,7 @@ def offer(
     decrease: float = 0.0,
     upfront: float = 0.0,
     months: int = 3,
+    increase: float | None = None,
 ) -> CommittedOffer:
     return CommittedOffer(
         name=f"{term}y",
@@ -63,6 +64,7 @@ def offer(
         gpus_per_unit=unit,
         adjustment_months=months,
         max_decrease=decrease,
+        max_increase=increase,
     )
 
 
@@ -230,6 +232,13 @@ def milp_total(plan: PlanInputs, deal: CommittedOffer | None) -> float:
                 a_rows.append(row)
                 low.append(0)
                 high.append(np.inf)
+                if deal.max_increase is not None:
+                    row = np.zeros(width)  # units[q] <= (1 + increase) * units[q - 1]
+                    row[t + q] = 1
+                    row[t + q - 1] = -(1 + deal.max_increase)
+                    a_rows.append(row)
+                    low.append(-np.inf)
+                    high.append(0)
     upper = np.full(width, np.inf)
     if deal is None:
         upper[t : t + p] = 0
@@ -261,6 +270,7 @@ offer_st = st.builds(
     term=st.sampled_from([1, 3]),
     decrease=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
     months=st.sampled_from([3, 6]),
+    increase=st.sampled_from([None, None, 0.0, 0.5, 1.0]),
 )
 types_st = st.lists(
     st.builds(
@@ -360,6 +370,40 @@ def test_a_window_lowers_the_level_by_at_most_the_allowed_share():
     assert not three_year.feasible((8, 8, 8, 0, 0, 0, 0, 0))
 
 
+def test_a_window_raises_the_level_by_at_most_the_allowed_share():
+    """+/-N% clauses: within a term a window may move the level by at most 25% up or down
+    (whole nodes: floor and ceil); the term's renewal frees it."""
+    deal = offer(unit=1, term=1, decrease=0.25, increase=0.25)
+    model = ProcurementModel(plan_inputs([(1.0, 8.0, 0.0)], [node_type()], months=15), deal)
+    assert model.feasible((4, 5, 6, 7, 0))  # floor(1.25 x 4) = 5, floor(6.25) = 6, floor(7.5) = 7
+    assert not model.feasible((4, 6, 6, 6, 6))
+    assert not model.feasible((0, 1, 1, 1, 1))  # nothing signed: +25% of nothing is nothing
+    assert model.feasible((0, 0, 0, 0, 8))  # the renewal in month 12
+    assert deal.highest_after(3) == 3 and deal.highest_after(8) == 10
+
+
+def test_growth_under_an_increase_cap_commits_earlier():
+    """Firm demand doubles a year on a 3-year lease that a window may raise by at most 10%:
+    the plan cannot follow demand in big tranches, so it commits more at the start than
+    without the cap, every step respects the cap, and it is still the brute-force optimum
+    and the MILP's."""
+    plan = plan_inputs([(1.0, 6.0, 0.0)], [node_type(gpu_hour=4.0)], months=12, growth=1.0)
+    free = optimal_procurement(plan, [offer(price=1.0, unit=1, term=3)])
+    capped_offer = offer(price=1.0, unit=1, term=3, increase=0.1)
+    capped = optimal_procurement(plan, [capped_offer])
+    assert capped.offer == capped_offer
+    assert capped.schedule[0] > free.schedule[0]
+    assert free.schedule[-1] > free.schedule[0]
+    for before, after in zip(capped.schedule, capped.schedule[1:], strict=False):
+        assert before <= after <= math.floor(before * 1.1 + 1e-9)
+    assert free.total_dollars < capped.total_dollars
+    assert capped.total_dollars == pytest.approx(brute_force(plan, [capped_offer]), rel=1e-9)
+    whole = plan_inputs([(1.0, 6.0, 0.0)], [node_type(gpu_hour=4.0)], months=36, growth=1.0)
+    got = optimal_procurement(whole, [capped_offer])
+    want = min(milp_total(whole, None), milp_total(whole, capped_offer))
+    assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
+
+
 def test_demand_that_falls_keeps_a_commitment_that_cannot_fall():
     """Demand halves every year: with no decrease allowed the plan commits less at the
     start than with a 50% decrease per window, and brute force agrees with both."""
@@ -418,6 +462,7 @@ def test_upfront_is_spread_over_the_term():
         ({"term_years": 2}, "termYears must be 1 or 3"),
         ({"adjustment_months": 0}, "adjustmentMonths"),
         ({"max_decrease": 1.5}, "decrease"),
+        ({"max_increase": -0.1}, "increase"),
         ({"current_units": -1}, "currentNodes"),
         ({"started_months_ago": 12}, "termStartedMonthsAgo"),
     ],
@@ -458,6 +503,7 @@ held_offer_st = st.builds(
         gpus_per_unit=deal.gpus_per_unit,
         adjustment_months=deal.adjustment_months,
         max_decrease=deal.max_decrease,
+        max_increase=deal.max_increase,
         current_units=current,
         started_months_ago=ago,
     ),

@@ -160,7 +160,14 @@ class CommittedOfferSpec(SpecModel):
         ge=0,
         le=100,
         description="A window may lower the level by at most this percent of it (0: never "
-        "within a term); raising it adds a tranche that ends with the term.",
+        "within a term).",
+    )
+    max_increase_percent: float | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description="A window may raise the level by at most this percent of it (a tranche "
+        "that ends with the term); unset: by any amount. At a renewal either way is free.",
     )
     max_nodes: int | None = Field(default=None, ge=0, description="Commit to at most this many.")
     current_nodes: int = Field(

@@ -408,6 +408,9 @@ def _procurement_json(result: Any) -> dict[str, Any] | None:
             "gpusPerNode": offer.gpus_per_unit,
             "adjustmentMonths": offer.adjustment_months,
             "maxDecreasePercent": round(100 * offer.max_decrease, 2),
+            "maxIncreasePercent": (
+                None if offer.max_increase is None else round(100 * offer.max_increase, 2)
+            ),
         },
         "ownedNodes": {
             t.name: n for t, n in zip(result.inputs.node_types, plan.nodes, strict=True)

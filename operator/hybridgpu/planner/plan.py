@@ -321,6 +321,9 @@ def offers_from_spec(spec: CapacityPlanSpec) -> list[CommittedOffer]:
             gpus_per_unit=o.gpus_per_node,
             adjustment_months=o.adjustment_months,
             max_decrease=o.max_decrease_percent / 100.0,
+            max_increase=(
+                None if o.max_increase_percent is None else o.max_increase_percent / 100.0
+            ),
             max_units=o.max_nodes,
             current_units=o.current_nodes,
             started_months_ago=o.term_started_months_ago,

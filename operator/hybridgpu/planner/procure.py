@@ -40,6 +40,7 @@ best of all is the plan.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -73,7 +74,10 @@ class CommittedOffer:
     """Length of an adjustment window: the level may change at the start of each."""
     max_decrease: float = 0.0
     """A window may lower the level by at most this share of it (0.1 = 10 %); 0: never
-    within a term. Raising it is always allowed (a co-terminous tranche)."""
+    within a term."""
+    max_increase: float | None = None
+    """A window may raise the level by at most this share of it (a co-terminous tranche);
+    None: by any amount. At a renewal the level is free either way."""
     max_units: int | None = None
     current_units: int = 0
     """Committed today (a re-plan): the level cannot fall below what the rules allow."""
@@ -89,6 +93,8 @@ class CommittedOffer:
             )
         if not 0 <= self.max_decrease <= 1:
             raise ValueError(f"committed offer {self.name}: the decrease must be 0 to 100%")
+        if self.max_increase is not None and self.max_increase < 0:
+            raise ValueError(f"committed offer {self.name}: the increase must be 0% or more")
         if self.current_units < 0:
             raise ValueError(f"committed offer {self.name}: currentNodes must be 0 or more")
         if not 0 <= self.started_months_ago < 12 * self.term_years:
@@ -110,7 +116,7 @@ class CommittedOffer:
             return self.current_units, None
         if ago % self.adjustment_months:
             return self.current_units, self.current_units
-        return self.lowest_after(self.current_units), None
+        return self.lowest_after(self.current_units), self.highest_after(self.current_units)
 
     @property
     def effective_per_gpu_hour(self) -> float:
@@ -120,6 +126,12 @@ class CommittedOffer:
     def lowest_after(self, units: int) -> int:
         """The lowest level a window may set after ``units`` within the term."""
         return max(math.ceil(units * (1.0 - self.max_decrease) - 1e-9), 0)
+
+    def highest_after(self, units: int) -> int | None:
+        """The highest level a window may set after ``units`` within the term (None: any)."""
+        if self.max_increase is None:
+            return None
+        return math.floor(units * (1.0 + self.max_increase) + 1e-9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +370,10 @@ class ProcurementModel:
         if schedule[0] < low or (high is not None and schedule[0] > high):
             return False
         for period, before, after in zip(self.periods[1:], schedule, schedule[1:], strict=False):
-            if not is_renewal(self.offer, period) and after < self.offer.lowest_after(before):
+            if is_renewal(self.offer, period):
+                continue
+            highest = self.offer.highest_after(before)
+            if after < self.offer.lowest_after(before) or (highest is not None and after > highest):
                 return False
         return True
 
@@ -422,12 +437,43 @@ class Procurement:
         return sum(p.total_dollars for p in self.periods)
 
 
+def _window_argmins(values: Sequence[float], windows: Sequence[tuple[int, int]]) -> list[int]:
+    """For each ``(lo, hi)`` window (both bounds non-decreasing from one window to the next),
+    the index of the cheapest of ``values[lo..hi]``, the lowest among equals (a monotone
+    queue: O(len(values) + len(windows)))."""
+    out: list[int] = []
+    queue: deque[int] = deque()
+    pushed = 0
+    for lo, hi in windows:
+        while pushed <= hi:
+            value = values[pushed]
+            while queue and values[queue[-1]] > value * (1.0 + _COST_EPS) + 1e-9:
+                queue.pop()
+            queue.append(pushed)
+            pushed += 1
+        while queue[0] < lo:
+            queue.popleft()
+        out.append(queue[0])
+    return out
+
+
+def _next_window(model: ProcurementModel, period: Period, units: int) -> tuple[int, int]:
+    """The levels ``period`` may set after ``units`` (all of them at a renewal)."""
+    assert model.offer is not None
+    top = model.max_units
+    if is_renewal(model.offer, period):
+        return 0, top
+    highest = model.offer.highest_after(units)
+    return model.offer.lowest_after(units), top if highest is None else min(highest, top)
+
+
 def best_schedule(model: ProcurementModel, nodes: Sequence[int]) -> tuple[tuple[int, ...], float]:
     """The cheapest committed level per period with ``nodes`` owned, and the total dollars.
 
     Backward over the periods: the cheapest rest of the horizon from each level; a window
-    may go to any level at or above ``lowest_after`` of the level before (any level at a
-    renewal), so the best next level is a suffix minimum. Ties go to the lower level.
+    may go to any level from ``lowest_after`` to ``highest_after`` of the level before (any
+    level at a renewal). Both bounds grow with the level, so the best next level of every
+    level is a sliding-window minimum. Ties go to the lower level.
     """
     periods_ = model.periods
     levels = range(model.max_units + 1)
@@ -435,30 +481,20 @@ def best_schedule(model: ProcurementModel, nodes: Sequence[int]) -> tuple[tuple[
         total = sum(model.period_dollars(p, nodes, 0) for p in periods_)
         return (0,) * len(periods_), total
     after = [0.0] * (model.max_units + 1)  # cheapest from the next period on, by level
-    best_from: list[list[int]] = []  # per period: the best level at or above each level
+    here_by_period: list[list[float]] = []  # per period: the cheapest from it on, by level
     for period in reversed(periods_):
         here = [model.period_dollars(period, nodes, u) + after[u] for u in levels]
-        arg = [0] * len(here)
-        low = [0.0] * len(here)
-        best = len(here) - 1
-        for u in range(len(here) - 1, -1, -1):
-            if here[u] <= here[best] * (1.0 + _COST_EPS) + 1e-9:
-                best = u
-            arg[u], low[u] = best, here[best]
-        best_from.append(arg)
-        if period.index > 0 and not is_renewal(model.offer, period):
-            after = [low[model.offer.lowest_after(u)] for u in levels]
-        else:
-            after = [low[0]] * len(here)
-    best_from.reverse()
+        here_by_period.append(here)
+        if period.index > 0:
+            windows = [_next_window(model, period, u) for u in levels]
+            after = [here[i] for i in _window_argmins(here, windows)]
+    here_by_period.reverse()
     lowest, highest = model.offer.first_levels
-    first = best_from[0][lowest]
-    if highest is not None and first > highest:
-        first = highest  # between windows: today's level, nothing else
-    schedule = [first]
+    top = model.max_units if highest is None else min(highest, model.max_units)
+    schedule = _window_argmins(here_by_period[0], [(lowest, top)])
     for period in periods_[1:]:
-        floor = 0 if is_renewal(model.offer, period) else model.offer.lowest_after(schedule[-1])
-        schedule.append(best_from[period.index][floor])
+        window = _next_window(model, period, schedule[-1])
+        schedule += _window_argmins(here_by_period[period.index], [window])
     total = sum(model.period_dollars(p, nodes, u) for p, u in zip(periods_, schedule, strict=True))
     return tuple(schedule), total
 
