@@ -1,19 +1,24 @@
 """hybridgpu alone on the bundled scenario over many scenario seeds: is a rule a saving or noise?
 
-    .venv/bin/python bench/simulate_seeds.py [--seeds 7-26] [--json]
+    .venv/bin/python bench/simulate_seeds.py [--seeds 7-26] [--json] [--against BEFORE.json]
 
 One decision changed in decide() reshuffles everything after it, so a seed's total moves by
 about 4% either way for reasons that have nothing to do with the rule (docs/benchmarks.md,
 "Rules measured and not kept"). This runs only hybridgpu and the fluid bound (the baselines do
 not change with hybridgpu's rules), one line per seed: total and cloud dollars, x the bound,
 critical p95 wait, the worst lateness per class, unfinished jobs, whether the wait SLO held,
-and the --explain terms; then the sums. Compare the sums of two commits over the same seeds.
+and the --explain terms; then the sums. Compare two commits over the same seeds: save the
+first one's ``--json`` and give it to the second as ``--against``, which adds the paired
+difference of the totals (mean per seed with its standard error, and how many seeds went
+down, up or stayed): a rule is beyond noise only when the mean is well outside its error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -49,7 +54,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="7-26", help="scenario seeds: 7-26 or 7,1,2 (7-26)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    parser.add_argument(
+        "--against",
+        metavar="BEFORE.json",
+        help="an earlier run's --json output: add the paired difference per seed",
+    )
     args = parser.parse_args()
+    before: dict[str, float] | None = None
+    if args.against:
+        try:
+            with open(args.against) as f:
+                before = {k: float(v["total_dollars"]) for k, v in json.load(f)["seeds"].items()}
+        except OSError as exc:
+            print(f"simulate_seeds: --against: {exc}", file=sys.stderr)
+            return 2
+        except (ValueError, KeyError, TypeError):
+            print(
+                f"simulate_seeds: --against {args.against}: not this script's --json output",
+                file=sys.stderr,
+            )
+            return 2
     config = load_cluster(CLUSTER)
     pools, policy = policy_runs(config.pools, config.policy.spec)["hybridgpu"]
     slo = WaitSLO()
@@ -90,14 +114,51 @@ def main() -> int:
             )
     summary = {k: round(v, 2) for k, v in sums.items()}
     cpu = round(time.process_time() - start, 1)
+    paired = None if before is None else paired_difference(rows, before)
     if args.json:
-        print(json.dumps({"seeds": rows, "sum": summary, "cpu_seconds": cpu}, indent=2))
+        out: dict[str, object] = {"seeds": rows, "sum": summary, "cpu_seconds": cpu}
+        if paired is not None:
+            out["against"] = paired
+        print(json.dumps(out, indent=2))
     else:
         print(
             f"sum: total {summary['total_dollars']:,.0f}  cloud {summary['cloud_dollars']:,.0f}"
             f"  bound cloud {summary['bound_cloud_dollars']:,.0f}  ({cpu} CPU s)"
         )
+        if paired is not None:
+            print(
+                f"against {args.against}: {paired['seeds']} seeds, total"
+                f" {paired['sum_dollars']:+,.0f}, per seed {paired['mean_dollars']:+,.1f}"
+                f" +- {_or_nan(paired['standard_error_dollars']):,.1f} (standard error);"
+                f" down {paired['down']}, up {paired['up']}, same {paired['same']}"
+            )
     return 0
+
+
+def _or_nan(value: float | int | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def paired_difference(
+    rows: dict[str, dict[str, object]], before: dict[str, float]
+) -> dict[str, float | int | None]:
+    """This run's total minus ``before``'s, seed by seed, over the seeds both have (the
+    standard error is None with fewer than two)."""
+    diffs = [
+        float(row["total_dollars"]) - before[seed]  # type: ignore[arg-type]
+        for seed, row in rows.items()
+        if seed in before
+    ]
+    error = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else None
+    return {
+        "seeds": len(diffs),
+        "sum_dollars": round(sum(diffs), 2),
+        "mean_dollars": round(statistics.fmean(diffs), 2) if diffs else 0.0,
+        "standard_error_dollars": None if error is None else round(error, 2),
+        "down": sum(1 for d in diffs if d < -0.005),
+        "up": sum(1 for d in diffs if d > 0.005),
+        "same": sum(1 for d in diffs if abs(d) <= 0.005),
+    }
 
 
 if __name__ == "__main__":
