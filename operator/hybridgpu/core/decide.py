@@ -253,6 +253,10 @@ class _Decider:
         """Whether any Job states its expected duration (else preemptible work never waits)."""
         self._no_room: set[int] = set()
         """Kinds of pods (their pool lists) for which no node that exists has room."""
+        self._preemptible_jobs: bool | None = None
+        """Whether any Job is preemptible; found on first use."""
+        self._paid: list[_PoolLedger] | None = None
+        """The pools paid for whether used or not, in ``_take_owned``'s order; on first use."""
         self._closed: dict[str, str] = {}
         """Pools that may not grow any more this tick: the limit that stops them."""
         self.waits: list[float] = []
@@ -1285,6 +1289,8 @@ class _Decider:
         policy = self.policy
         if not policy.consolidation.enabled or self.moves_left <= 0:
             return
+        if not self._any_preemptible_job():
+            return  # every pod of a candidate node belongs to a movable (preemptible) Job
         candidates: list[tuple[float, str, list[JobState], _PoolLedger]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
@@ -1373,6 +1379,8 @@ class _Decider:
         if not self.policy.consolidation.enabled or self.moves_left <= 0:
             return
         opted = {j.key for j in self.snap.jobs if j.return_to_core and not j.queued}
+        if not opted and not self._any_preemptible_job():
+            return  # every pod of a candidate node is of an opted-in or a movable Job
         candidates: list[tuple[float, str, list[GPUPod]]] = []
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
@@ -1482,16 +1490,32 @@ class _Decider:
             return 0.0
         return max(job.started_at - job.created_at - job.progress_seconds, 0.0)
 
+    def _any_preemptible_job(self) -> bool:
+        """Whether any Job is preemptible (else ``_movable`` finds none)."""
+        if self._preemptible_jobs is None:
+            self._preemptible_jobs = any(j.criticality == PREEMPTIBLE for j in self.jobs.values())
+        return self._preemptible_jobs
+
+    def _paid_pools(self) -> list[_PoolLedger]:
+        """The pools paid for whether used or not (owned, committed), the cheapest to use
+        first (committed ones, then owned by their power), then by name."""
+        if self._paid is None:
+            self._paid = sorted(
+                (p for p in self.pools.values() if paid_whether_used(p.state.spec)),
+                key=lambda p: (p.gpu_price, p.name),
+            )
+        return self._paid
+
     def _take_owned(self, pods: list[GPUPod]) -> list[tuple[str, int]] | None:
         """GPUs paid for whether used or not (owned, committed) free now (none promised to
         waiting pods) for every pod, largest first, the cheapest to use first (committed
         ones, then owned by their power), taken; None (and nothing taken) when they do not
         all fit."""
         taken: list[tuple[str, int]] = []
-        cores = sorted(
-            (p for p in self.pools.values() if paid_whether_used(p.state.spec)),
-            key=lambda p: (p.gpu_price, p.name),
-        )
+        cores = self._paid_pools()
+        largest = max((p.gpus for p in pods), default=0)
+        if all(ledger.buckets.most_free < largest for ledger in cores):
+            return None  # the first pod fits nowhere: nothing is taken or touched
         for pod in sorted(pods, key=lambda p: -p.gpus):
             where = None
             for ledger in cores:

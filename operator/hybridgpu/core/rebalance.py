@@ -76,12 +76,20 @@ def rebalance_serving(d: _Decider) -> None:
         )
     min_savings = d.policy.consolidation.min_savings_per_hour
     timeout = parse_duration_seconds(spec.surge_timeout)
+    # The most free GPUs on a paid node: a node whose largest pod needs more is skipped
+    # (``_take_owned`` would take nothing); looked at again once GPUs were taken.
+    most_free: int | None = None
     for _, node_name, pods in sorted(candidates):
         if room <= 0:
             break
+        if most_free is None:
+            most_free = max((ledger.buckets.most_free for ledger in d._paid_pools()), default=0)
+        if max(p.gpus for p in pods) > most_free:
+            continue
         taken = d._take_owned(pods)
         if taken is None:
             continue
+        most_free = None
         source = d.pools[d.node_pool[node_name]]
         target = d.pools[d.node_pool[taken[0][0]]]
         gpus = sum(p.gpus for p in pods)

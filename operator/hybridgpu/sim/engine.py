@@ -15,6 +15,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -444,6 +445,11 @@ class Simulation:
         self._has_serving = any(j.service is not None for j in self.trace)
         self._rebalances = self._has_serving and policy.rebalance.enabled
         self._serving_on_cloud = 0
+        self._replicas: dict[str, list[int]] = {}
+        """Per serving workload, its replicas running or pending and those running
+        (``serving.serving_states``), kept as jobs change."""
+        self._replica_counted: dict[int, tuple[int, int]] = {}
+        """What each replica adds to ``_replicas`` now: (live, running)."""
         """Serving replicas running on cloud nodes (a rebalance may move them)."""
         last_arrival = max((j.arrival_seconds for j in self.trace), default=0.0)
         self.horizon = horizon_seconds or (
@@ -855,16 +861,16 @@ class Simulation:
                 else:
                     live.pop(index, None)
             self._changed_jobs.clear()
-            views = live.values()
+            views = list(map(live.__getitem__, live))  # by index (a SortedDict's order)
             self._job_views = (
-                tuple(v[0] for v in views),
+                tuple(map(itemgetter(0), views)),
                 tuple(v[1] for v in views if v[0].serving is None),  # replicas are no Jobs
             )
         pods, jobs = self._job_views
         serving: tuple[ServingState, ...] = ()
         if self._has_serving:
             pods = pods + tuple(serving_sim.surge_pods(self))
-            serving = serving_sim.serving_states(self, self.running | self.pending)
+            serving = serving_sim.serving_states(self)
         pools = tuple(
             PoolState(
                 name=p.name,
@@ -888,6 +894,18 @@ class Simulation:
         """The job arrived, started, stopped or moved: its view is rebuilt for the next
         snapshot, and the annotated jobs that run or wait are brought up to date."""
         self._changed_jobs.add(index)
+        service = self.jobs[index].trace.service
+        if service is not None:
+            running = int(index in self.running)
+            counted = (int(running or index in self.pending), running)
+            before = self._replica_counted.get(index, (0, 0))
+            if counted != before:
+                self._replica_counted[index] = counted
+                tally = self._replicas.setdefault(service, [0, 0])
+                tally[0] += counted[0] - before[0]
+                tally[1] += counted[1] - before[1]
+                if not tally[0]:
+                    del self._replicas[service]
         if index in self._annotated:
             if index in self.running or index in self.pending:
                 self._live_annotated.add(index)

@@ -11,7 +11,6 @@ cloud node is released at that moment.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,18 +48,9 @@ def workload_of(job: _Job) -> str | None:
     return None if service is None else f"{NAMESPACE}/{service}"
 
 
-def serving_states(sim: Simulation, indices: Iterable[int]) -> tuple[ServingState, ...]:
-    """The serving workloads of the running and pending replicas ``indices``."""
-    replicas: dict[str, int] = {}
-    ready: dict[str, int] = {}
-    for index in indices:
-        job = sim.jobs[index]
-        service = job.trace.service
-        if service is None:
-            continue
-        replicas[service] = replicas.get(service, 0) + 1
-        if job.node is not None:
-            ready[service] = ready.get(service, 0) + 1
+def serving_states(sim: Simulation) -> tuple[ServingState, ...]:
+    """The serving workloads of the running and pending replicas (the simulation's per
+    workload counts of them, kept as jobs change)."""
     intents: dict[str, RebalanceIntent] = {}
     for surge in sim.serving.surges.values():
         job = sim.jobs[surge.job]
@@ -75,10 +65,10 @@ def serving_states(sim: Simulation, indices: Iterable[int]) -> tuple[ServingStat
             NAMESPACE,
             service,
             replicas=count,
-            ready=ready.get(service, 0),
+            ready=running,
             rebalance=intents.get(service),
         )
-        for service, count in sorted(replicas.items())
+        for service, (count, running) in sorted(sim._replicas.items())
     )
 
 
