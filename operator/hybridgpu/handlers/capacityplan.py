@@ -71,9 +71,10 @@ def _procurement_note(procurement: Mapping[str, Any] | None) -> str:
 
 def _read_history(spec: CapacityPlanSpec, now: float) -> tuple[list[Any], list[Any]]:
     from hybridgpu.planner.io import history_from_spec_trace, prometheus_history
+    from hybridgpu.planner.plan import share_replicas
 
     if spec.history.trace is not None:
-        return history_from_spec_trace(spec.history.trace)
+        return history_from_spec_trace(spec.history.trace, share_replicas=share_replicas(spec))
     prom = spec.history.prometheus
     assert prom is not None  # the spec's rule: exactly one source
     samples = prometheus_history(prom.url, prom.query, prom.window, prom.step, end_seconds=now)

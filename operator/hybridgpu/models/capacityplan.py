@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from hybridgpu.models.base import Condition, Duration, PositiveDuration, Rule, SpecModel
+from hybridgpu.models.pool import GPUSharing
 
 DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR = 8.0
 
@@ -266,6 +267,13 @@ class CapacityPlanSpec(SpecModel):
         description="Committed cloud capacity on offer (reservations, savings plans, leases); "
         "each name once. The plan picks the best one, if any, and its level per window.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    gpu_sharing: GPUSharing | None = Field(
+        default=None,
+        description="GPUs are shared (time-slicing, MPS, MIG) for jobs of a trace that need a "
+        "fraction of one GPU (gpu_milli): such a job takes ceil(milli x replicas / 1000) of the "
+        "replicas units of one GPU, owned or rented (a rented GPU is billed whole), as on a "
+        "GPUPool with gpu.sharing; without it, a whole GPU.",
     )
     workload_class: Literal["training", "inference"] = Field(
         default="training",

@@ -97,6 +97,7 @@ def _history(
         load_trace,
         prometheus_history,
     )
+    from hybridgpu.planner.plan import share_replicas
 
     if args.history:
         spec = load_plan_spec(
@@ -118,6 +119,7 @@ def _history(
             largest_node=_largest_node(spec),
             skipped=skipped,
             read=read,
+            share_replicas=share_replicas(spec),
         )
         return samples, jobs, spec, f"{args.trace} ({trace_format}, time scale {scale:g})"
     if args.prometheus:
@@ -139,7 +141,11 @@ def _history(
         trace = spec.history.trace
         base = Path(args.config).resolve().parent
         samples, jobs = history_from_spec_trace(
-            trace, base, largest_node=_largest_node(spec), skipped=skipped
+            trace,
+            base,
+            largest_node=_largest_node(spec),
+            skipped=skipped,
+            share_replicas=share_replicas(spec),
         )
         return samples, jobs, spec, f"{trace.path} ({trace.format})"
     prom = spec.history.prometheus

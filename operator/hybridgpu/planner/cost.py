@@ -29,7 +29,7 @@ from hybridgpu.planner.model import (
 )
 from hybridgpu.planner.replay import replay_jobs
 
-ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float]]
+ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float], int]
 CurvesKey = tuple[float, int, float | None]
 
 
@@ -121,10 +121,13 @@ class CostModel:
             cloud.node_startup_hours,
             cloud.idle_release_hours,
         )
-        key = (tuple(sorted(sizes)), timing)
+        replicas = self.inputs.share_replicas
+        key = (tuple(sorted(sizes)), timing, replicas)
         usage = self._shared.replays.get(key)
         if usage is None:
-            usage = replay_jobs(self.inputs.jobs, sizes, cloud, spot_allowed=spot_allowed)
+            usage = replay_jobs(
+                self.inputs.jobs, sizes, cloud, spot_allowed=spot_allowed, share_replicas=replicas
+            )
             self._shared.replays[key] = usage
         return usage
 

@@ -125,6 +125,7 @@ def load_trace(
     largest_node: tuple[str, int] | None = None,
     skipped: list[str] | None = None,
     read: Any = None,
+    share_replicas: int = 1,
 ) -> tuple[list[DemandSample], list[JobDemand]]:
     """Demand of a job trace (each job holds its GPUs from arrival for its duration) and its
     jobs; a ``demand`` CSV has no jobs. ``trace_format`` ``auto`` reads it from the header.
@@ -150,27 +151,43 @@ def load_trace(
         if too_big and skipped is not None:
             skipped.extend(j.name for j in too_big)
             trace_jobs = [j for j in trace_jobs if j.gpus <= per_node]
-    jobs = jobs_of_trace(trace_jobs)
+    jobs = jobs_of_trace(trace_jobs, share_replicas)
     if not jobs:
         raise UserError(f"{path}: no GPU jobs in the trace")
     return history_from_jobs(jobs), jobs
 
 
-def jobs_of_trace(trace_jobs: Sequence[Any]) -> list[JobDemand]:
-    """``sim.traces.TraceJob`` records as the planner's jobs."""
-    return [
-        JobDemand(
-            j.arrival_seconds, j.duration_seconds, int(j.gpus), str(j.criticality) == "preemptible"
+def jobs_of_trace(trace_jobs: Sequence[Any], share_replicas: int = 1) -> list[JobDemand]:
+    """``sim.traces.TraceJob`` records as the planner's jobs. With ``share_replicas`` R > 1
+    (the plan's gpuSharing), a one-GPU job that needs a fraction of it (``gpu_milli``) takes
+    ceil(milli x R / 1000) shares of one GPU, as the simulator gives it units of a shared pool;
+    without, a whole GPU, as Kubernetes allocates nvidia.com/gpu."""
+    jobs: list[JobDemand] = []
+    for j in trace_jobs:
+        if j.gpus <= 0 or j.duration_seconds <= 0:
+            continue
+        milli = getattr(j, "gpu_milli", None)
+        shares = 0
+        if share_replicas > 1 and milli is not None and j.gpus == 1:
+            shares = max(1, math.ceil(milli * share_replicas / 1000))
+        jobs.append(
+            JobDemand(
+                j.arrival_seconds,
+                j.duration_seconds,
+                int(j.gpus),
+                str(j.criticality) == "preemptible",
+                shares=shares,
+                share_replicas=share_replicas if shares else 1,
+            )
         )
-        for j in trace_jobs
-        if j.gpus > 0 and j.duration_seconds > 0
-    ]
+    return jobs
 
 
 def history_from_jobs(jobs: Sequence[JobDemand]) -> list[DemandSample]:
-    """Demand samples of jobs: each holds its GPUs from arrival for its duration."""
+    """Demand samples of jobs: each holds its GPUs (or its share of one) from arrival for its
+    duration."""
     return history_from_intervals(
-        (j.arrival_seconds, j.arrival_seconds + j.duration_seconds, float(j.gpus), j.preemptible)
+        (j.arrival_seconds, j.arrival_seconds + j.duration_seconds, j.demand_gpus, j.preemptible)
         for j in jobs
     )
 
@@ -181,13 +198,19 @@ def history_from_spec_trace(
     *,
     largest_node: tuple[str, int] | None = None,
     skipped: list[str] | None = None,
+    share_replicas: int = 1,
 ) -> tuple[list[DemandSample], list[JobDemand]]:
     """The demand (and jobs) of a CapacityPlan's trace source; relative paths from ``base``."""
     path = Path(trace.path)
     if base is not None and not path.is_absolute():
         path = base / path
     return load_trace(
-        path, trace.format, time_scale=trace.time_scale, largest_node=largest_node, skipped=skipped
+        path,
+        trace.format,
+        time_scale=trace.time_scale,
+        largest_node=largest_node,
+        skipped=skipped,
+        share_replicas=share_replicas,
     )
 
 

@@ -161,12 +161,28 @@ class CloudRates:
 @dataclass(frozen=True, slots=True)
 class JobDemand:
     """One job of a trace: it asks for ``gpus`` at ``arrival_seconds`` and runs for
-    ``duration_seconds``."""
+    ``duration_seconds``; or, with ``shares``, for that many 1/``share_replicas`` shares of
+    one GPU (a fractional job on shared GPUs, as the simulator's ``share_fractional``)."""
 
     arrival_seconds: float
     duration_seconds: float
     gpus: int
     preemptible: bool
+    shares: int = 0
+    share_replicas: int = 1
+
+    @property
+    def demand_gpus(self) -> float:
+        """The GPUs it holds: whole ones, or its shares' part of one."""
+        return self.shares / self.share_replicas if self.shares else float(self.gpus)
+
+    def units(self, replicas: int) -> int:
+        """What it takes of GPUs advertised as ``replicas`` units each."""
+        if self.shares:
+            if self.share_replicas != replicas:
+                raise ValueError("a job's shares are of GPUs shared another number of ways")
+            return self.shares
+        return self.gpus * replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +199,9 @@ class PlanInputs:
     jobs: tuple[JobDemand, ...] = ()
     """When set, cloud usage comes from replaying the jobs (``replay_jobs``), not the fluid
     model; ``history`` is then their demand (for the duration curve)."""
+    share_replicas: int = 1
+    """GPUs are shared this many ways (the plan's gpuSharing.replicas) for jobs that need a
+    fraction of one; 1: no sharing, every job takes whole GPUs."""
 
     def __post_init__(self) -> None:
         if not self.node_types:

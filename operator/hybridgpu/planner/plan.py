@@ -370,7 +370,13 @@ def inputs_from_spec(
         demand_growth_per_year=spec.demand_growth_percent_per_year / 100.0,
         preemptible_share=spec.preemptible_share,
         jobs=tuple(jobs),
+        share_replicas=share_replicas(spec),
     )
+
+
+def share_replicas(spec: CapacityPlanSpec) -> int:
+    """How many ways GPUs are shared for fractional jobs (spec.gpuSharing), 1: not shared."""
+    return spec.gpu_sharing.replicas if spec.gpu_sharing is not None else 1
 
 
 def candidate_throughput(spec: CapacityPlanSpec, candidate: Any) -> tuple[float, str]:

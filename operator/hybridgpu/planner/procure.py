@@ -280,6 +280,7 @@ class ProcurementModel:
                 sizes,
                 self.inputs.cloud,
                 committed_node_gpus=[self.unit_gpus] * units,
+                share_replicas=self.inputs.share_replicas,
             ).scaled(HOURS_PER_MONTH / self._window_hours)
             self._replays[key] = usage
         return usage

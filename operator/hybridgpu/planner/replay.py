@@ -16,7 +16,10 @@ Rules (``replay_jobs``), each job once, in arrival order:
   a job arrives.
 
 Cloud GPUs are billed from launch (``node_startup_hours`` before the job can start) to
-``idle_release_hours`` after their last job, and reused by jobs arriving meanwhile.
+``idle_release_hours`` after their last job, and reused by jobs arriving meanwhile. With
+shared GPUs (``share_replicas`` R > 1) a cloud GPU is still rented whole: jobs needing shares
+of one are packed onto the fullest rented GPU with room (``_SharedCloudTier``), and it is
+billed until ``idle_release_hours`` after its last share leaves.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hybridgpu.core.placement import FreeGPUs, placement_tiers
 from hybridgpu.models.snapshot import Criticality
@@ -44,8 +48,8 @@ class _Run:
     ends: float
     node: int = -1
     """Owned node index (core runs)."""
-    launched: list[float] = field(default_factory=list)
-    """Launch times of its cloud GPUs (cloud runs)."""
+    launched: list[Any] = field(default_factory=list)
+    """What its cloud tier's ``take`` gave it (cloud runs), handed back to the tier."""
 
 
 class _CloudTier:
@@ -89,6 +93,73 @@ class _CloudTier:
         return self.billed_seconds
 
 
+class _SharedCloudTier:
+    """Cloud GPUs of one tier shared ``replicas`` ways, counted in units (1/replicas of a
+    GPU): a job needing shares of one GPU goes on the fullest rented GPU with room (the
+    placer's best fit), else an idle one, else a new one; a whole-GPU job takes whole idle
+    or new GPUs. A GPU is billed whole from launch to ``idle_release`` seconds after its last
+    unit came back, as a cloud node is. A run holds (GPU, units) pairs."""
+
+    def __init__(self, startup: float, idle_release: float, replicas: int) -> None:
+        self.startup = startup
+        self.idle_release = idle_release
+        self.replicas = replicas
+        self.launched_at: list[float] = []
+        self.ready_at: list[float] = []
+        self.partial: FreeGPUs[int] = FreeGPUs()  # GPUs in use, by free units
+        self.idle: list[tuple[float, int]] = []  # (idle since, GPU), oldest first
+        self.billed_seconds = 0.0
+
+    def _expire(self, now: float) -> None:
+        expired = 0
+        for since, gpu in self.idle:
+            if since + self.idle_release >= now:
+                break
+            self.billed_seconds += since + self.idle_release - self.launched_at[gpu]
+            expired += 1
+        del self.idle[:expired]
+
+    def _gpu(self, now: float) -> int:
+        """An idle GPU (the most recently idle), else a new one."""
+        if self.idle:
+            return self.idle.pop()[1]
+        self.launched_at.append(now)
+        self.ready_at.append(now + self.startup)
+        return len(self.launched_at) - 1
+
+    def take(self, units: int, now: float) -> tuple[float, list[tuple[int, int]]]:
+        """Units for a job arriving at ``now``: (when it can start, its (GPU, units))."""
+        self._expire(now)
+        replicas = self.replicas
+        if units < replicas:
+            gpu = self.partial.best_fit(units)
+            if gpu is None:
+                gpu = self._gpu(now)
+                self.partial.put(gpu, replicas - units)
+            else:
+                self.partial.put(gpu, self.partial.free(gpu) - units)  # type: ignore[operator]
+            return max(now, self.ready_at[gpu]), [(gpu, units)]
+        held = [(self._gpu(now), replicas) for _ in range(math.ceil(units / replicas))]
+        for gpu, _ in held:
+            self.partial.put(gpu, 0)
+        return max(now, *(self.ready_at[gpu] for gpu, _ in held)), held
+
+    def give_back(self, held: list[tuple[int, int]], now: float) -> None:
+        for gpu, units in held:
+            free = self.partial.free(gpu)
+            assert free is not None
+            if free + units < self.replicas:
+                self.partial.put(gpu, free + units)
+            else:
+                self.partial.discard(gpu)
+                self.idle.append((now, gpu))
+
+    def close(self) -> float:
+        """Billed GPU-seconds once every idle GPU is released."""
+        self._expire(math.inf)
+        return self.billed_seconds
+
+
 class _OwnedNodes:
     """Free GPUs of the owned (or committed) nodes, placed on by decide()'s best fit
     (``core.placement.FreeGPUs``), with the preemptible runs on each node (in start order)
@@ -127,18 +198,25 @@ class _Replay:
         cloud: CloudRates,
         spot_allowed: bool | None,
         committed_node_gpus: Sequence[int] = (),
+        share_replicas: int = 1,
     ) -> None:
+        # Everything is counted in units of 1/R of a GPU (R = share_replicas): a whole GPU is
+        # R units, a fractional job its shares; GPU-hours are unit-hours / R.
+        self.replicas = share_replicas
         self.use_spot = cloud.spot_is_used and spot_allowed is not False
         self.restart_seconds = cloud.spot_restart_overhead_hours * 3600.0
         self.spot_rerun = cloud.spot_rerun_factor if self.use_spot else 1.0
         self.settle_seconds = cloud.idle_release_hours * 3600.0
-        self.cloud = {
-            tier: _CloudTier(cloud.node_startup_hours * 3600.0, self.settle_seconds)
+        startup = cloud.node_startup_hours * 3600.0
+        self.cloud: dict[str, _CloudTier | _SharedCloudTier] = {
+            tier: _CloudTier(startup, self.settle_seconds)
+            if share_replicas == 1
+            else _SharedCloudTier(startup, self.settle_seconds, share_replicas)
             for tier in (ELASTIC, SPOT)
         }
-        self.owned = _OwnedNodes(owned_node_gpus)
+        self.owned = _OwnedNodes([g * share_replicas for g in owned_node_gpus])
         self.owned_gpu_seconds = 0.0
-        self.committed = _OwnedNodes(committed_node_gpus)
+        self.committed = _OwnedNodes([g * share_replicas for g in committed_node_gpus])
         self.committed_gpu_seconds = 0.0
         self.runs: dict[int, _Run] = {}
         self.cloud_preemptible: dict[int, None] = {}
@@ -165,14 +243,14 @@ class _Replay:
         # admission lets a job onto (core.placement) may use it; owned GPUs come next (they
         # cost only power, committed ones nothing more).
         if ELASTIC in self._tiers(job) and self.committed.sizes:
-            slot = self.committed.best_fit(job.gpus)
+            slot = self.committed.best_fit(job.units(self.replicas))
             if slot is not None:
                 key = next(self._keys)
-                self.committed.add(slot, -job.gpus)
+                self.committed.add(slot, -job.units(self.replicas))
                 self.runs[key] = _Run(job, COMMITTED, now, now + job.duration_seconds, slot)
                 heapq.heappush(self.finishes, (now + job.duration_seconds, key))
                 return
-        node = self.owned.best_fit(job.gpus)
+        node = self.owned.best_fit(job.units(self.replicas))
         if node is not None:
             self.start_on_core(job, node, now, job.duration_seconds)
             return
@@ -198,14 +276,14 @@ class _Replay:
             if run.tier == CORE:
                 self.leave_core(key, run, at)
             elif run.tier == COMMITTED:
-                self.committed.add(run.node, run.job.gpus)
-                self.committed_gpu_seconds += (at - run.started) * run.job.gpus
+                self.committed.add(run.node, run.job.units(self.replicas))
+                self.committed_gpu_seconds += (at - run.started) * run.job.demand_gpus
             else:
                 self.cloud[run.tier].give_back(run.launched, at)
 
     def start_on_core(self, job: JobDemand, node: int, now: float, seconds: float) -> None:
         key = next(self._keys)
-        self.owned.add(node, -job.gpus)
+        self.owned.add(node, -job.units(self.replicas))
         self.owned.idle_since[node] = None
         self.runs[key] = _Run(job, CORE, now, now + seconds, node)
         if job.preemptible:
@@ -220,7 +298,7 @@ class _Replay:
 
     def start_in_cloud(self, job: JobDemand, now: float, seconds: float) -> None:
         tier = SPOT if SPOT in self._tiers(job) and self.use_spot else ELASTIC
-        start, launched = self.cloud[tier].take(job.gpus, now)
+        start, launched = self.cloud[tier].take(job.units(self.replicas), now)
         ends = start + seconds * (self.spot_rerun if tier == SPOT else 1.0)
         key = next(self._keys)
         self.runs[key] = _Run(job, tier, start, ends, launched=launched)
@@ -230,11 +308,11 @@ class _Replay:
 
     def leave_core(self, key: int, run: _Run, now: float) -> None:
         owned = self.owned
-        owned.add(run.node, run.job.gpus)
+        owned.add(run.node, run.job.units(self.replicas))
         if owned.free[run.node] == owned.sizes[run.node]:
             owned.idle_since[run.node] = now
         owned.preemptible[run.node].pop(key, None)
-        self.owned_gpu_seconds += (now - run.started) * run.job.gpus
+        self.owned_gpu_seconds += (now - run.started) * run.job.demand_gpus
 
     def return_to_core(self, now: float) -> None:
         """Preemptible cloud runs move to owned nodes idle for ``idle_release_hours``, the
@@ -246,11 +324,12 @@ class _Replay:
             return
         movers = sorted(
             (k for k in self.cloud_preemptible if self.runs[k].started <= now),
-            key=lambda k: (-self.runs[k].job.gpus, k),
+            key=lambda k: (-self.runs[k].job.units(self.replicas), k),
         )
         for key in movers:
             run = self.runs[key]
-            node = next((n for n in settled if self.owned.free[n] >= run.job.gpus), None)
+            need = run.job.units(self.replicas)
+            node = next((n for n in settled if self.owned.free[n] >= need), None)
             if node is None:
                 continue
             del self.runs[key]
@@ -263,15 +342,16 @@ class _Replay:
         """The owned node where evicting the most recently started preemptible runs frees
         ``job.gpus`` with the fewest GPUs evicted, and those runs; None when none can."""
         best: tuple[int, int, list[int]] | None = None
+        need = job.units(self.replicas)
         for node, free in enumerate(self.owned.free):
             victims: list[int] = []
             room = free
             for key in reversed(self.owned.preemptible[node]):
-                if room >= job.gpus:
+                if room >= need:
                     break
                 victims.append(key)
-                room += self.runs[key].job.gpus
-            if room >= job.gpus:
+                room += self.runs[key].job.units(self.replicas)
+            if room >= need:
                 evicted = room - free
                 if best is None or evicted < best[0]:
                     best = (evicted, node, victims)
@@ -285,9 +365,14 @@ def replay_jobs(
     *,
     spot_allowed: bool | None = None,
     committed_node_gpus: Sequence[int] = (),
+    share_replicas: int = 1,
 ) -> Usage:
     """GPU-hours per tier over the trace's window when ``jobs`` meet owned nodes of
     ``owned_node_gpus`` GPUs each (and committed cloud nodes of ``committed_node_gpus``),
     placed as the module doc says. ``spot_allowed=False`` runs every cloud job on demand
-    (the all-on-demand reference)."""
-    return _Replay(owned_node_gpus, cloud, spot_allowed, committed_node_gpus).run(jobs)
+    (the all-on-demand reference). With ``share_replicas`` R > 1 every GPU, owned or rented,
+    is advertised as R units, as a pool with gpu.sharing: jobs with ``shares`` take that many,
+    whole-GPU jobs R each; cloud GPUs are still rented (and billed) whole."""
+    return _Replay(owned_node_gpus, cloud, spot_allowed, committed_node_gpus, share_replicas).run(
+        jobs
+    )
