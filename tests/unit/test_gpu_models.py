@@ -125,5 +125,23 @@ def test_a_model_no_pool_has_is_one_line_and_exit_2(tmp_path: Path, capsys) -> N
     assert main(["simulate", "--no-png", "--trace", str(trace)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert "job 'a' may run only on GPU model(s) B200, H100" in err
+    assert "job 'a' may run only on GPU model(s) B200, H100 (its gpu_spec" in err
+    assert "gpu_models in a CSV); the pools have V100-16GB" in err
     assert str(trace) in err
+
+
+def test_an_openb_gpu_spec_naming_no_pools_model_is_one_line_and_exit_2(
+    tmp_path: Path, capsys
+) -> None:
+    """Issue 9's bad input: the file, the field (gpu_spec) and what the pools have."""
+    openb = tmp_path / "openb.csv"
+    openb.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+        "deletion_time,scheduled_time\n"
+        "p0,1000,100,1,1000,H100,LS,Running,0,3600,10\n"
+    )
+    assert main(["simulate", "--no-png", "--trace", str(openb)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert str(openb) in err and "job 'p0'" in err
+    assert "H100 (its gpu_spec in an openb trace" in err and "the pools have V100-16GB" in err

@@ -155,8 +155,8 @@ def infeasible_jobs(jobs: Sequence[TraceJob], pools: Sequence[PoolState]) -> lis
             found.append(
                 Infeasible(
                     job,
-                    f"may run only on GPU model(s) {', '.join(models)}; the pools have "
-                    f"{', '.join(have)}",
+                    f"may run only on GPU model(s) {', '.join(models)} (its gpu_spec in an "
+                    f"openb trace, gpu_models in a CSV); the pools have {', '.join(have)}",
                 )
             )
             continue
