@@ -159,6 +159,9 @@ def _has_room(ledger: _PoolLedger) -> bool:
     return ledger.live_nodes + ledger.provisioning < ledger.state.spec.max_nodes
 
 
+_name = attrgetter("name")
+
+
 def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
     """Whether the pool's GPUs are among ``models`` (empty: any whole GPU will do)."""
     return serves_models(ledger.state.spec.gpu, models)
@@ -298,23 +301,30 @@ class _Decider:
             if node is None:
                 pending_pods.append(pod)
                 continue
-            allocated[node] = allocated.get(node, 0) + pod.gpus
             on_node = pods_on.get(node)
             if on_node is None:
+                allocated[node] = pod.gpus
                 pods_on[node] = [pod]
             else:
+                allocated[node] += pod.gpus
                 on_node.append(pod)
-        free_by_pool: dict[str, list[tuple[str, int]]] = {name: [] for name in self.pools}
-        for state in sorted(self.snap.nodes, key=lambda n: n.name):
-            ledger = self.pools.get(state.pool)
+        pools = self.pools
+        nodes = self.nodes
+        node_pool = self.node_pool
+        node_free = self.node_free
+        schedulable = self._schedulable
+        free_by_pool: dict[str, list[tuple[str, int]]] = {name: [] for name in pools}
+        for state in sorted(self.snap.nodes, key=_name):
+            ledger = pools.get(state.pool)
             if ledger is None:
                 continue
+            name = state.name
             if state.interruption_deadline is not None and not is_cloud(ledger.tier):
                 # Owned hardware is never interrupted, whatever a notice or annotation says.
-                self.notes.append(f"interruption notice for owned node {state.name} ignored")
+                self.notes.append(f"interruption notice for owned node {name} ignored")
                 state = replace(state, interruption_deadline=None)
-            self.nodes[state.name] = state
-            self.node_pool[state.name] = state.pool
+            nodes[name] = state
+            node_pool[name] = state.pool
             if state.billed:
                 ledger.billed_nodes += 1
             if state.leaving:
@@ -323,11 +333,11 @@ class _Decider:
                 continue
             if state.interruption_deadline is None and not state.releasing:
                 ledger.live_nodes += 1
-            if not self._schedulable(state):
+            if not schedulable(state):
                 continue
-            free = max(0, min(state.gpus, ledger.per_node) - allocated.get(state.name, 0))
-            self.node_free[state.name] = free
-            free_by_pool[ledger.name].append((state.name, free))
+            free = max(0, min(state.gpus, ledger.per_node) - allocated.get(name, 0))
+            node_free[name] = free
+            free_by_pool[ledger.name].append((name, free))
         for name, free_nodes in free_by_pool.items():
             self.pools[name].buckets = FreeGPUs(free_nodes)
         self._find_unhealthy()
@@ -342,8 +352,10 @@ class _Decider:
         in_pool: dict[str, int] = {}
         budget = self.policy.disruption.max_nodes_per_tick
         for node in self.nodes.values():
-            ledger = self.pools[node.pool]
             in_pool[node.pool] = in_pool.get(node.pool, 0) + 1
+            if node.ready and not node.cordoned:
+                continue  # neither cordoned for GPU errors nor NotReady
+            ledger = self.pools[node.pool]
             if (
                 not is_cloud(ledger.tier)
                 or node.releasing
@@ -1677,6 +1689,8 @@ class _Decider:
         candidates: list[tuple[float, float, str]] = []
         continuing: list[ReleaseNode] = []
         for node in self.nodes.values():
+            if node.idle_since is None and not node.releasing:
+                continue  # busy, and no release to continue
             ledger = self.pools[node.pool]
             owned = not is_cloud(ledger.tier)
             if owned and not powered(ledger.state.spec):

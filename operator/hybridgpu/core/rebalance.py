@@ -61,12 +61,14 @@ def rebalance_serving(d: _Decider) -> None:
     # off them saves nothing).
     paid = {name for name, ledger in d.pools.items() if paid_whether_used(ledger.state.spec)}
     candidates: list[tuple[float, str, list[GPUPod]]] = []
+    pool_of, node_pool, nodes = d.pools.get, d.node_pool.get, d.nodes.get
+    reserved, unhealthy, schedulable = d.reserved, d.unhealthy, d._schedulable
     for node_name, pods in d.pods_on.items():
-        ledger = d.pools.get(d.node_pool.get(node_name, ""))
-        if ledger is None or ledger.name in paid or node_name in d.reserved:
+        ledger = pool_of(node_pool(node_name, ""))
+        if ledger is None or ledger.name in paid or node_name in reserved:
             continue
-        node = d.nodes.get(node_name)
-        if node is None or not d._schedulable(node) or node_name in d.unhealthy:
+        node = nodes(node_name)
+        if node is None or not schedulable(node) or node_name in unhealthy:
             continue
         if _movable(pods, serving, paid, skipped, d.now):
             candidates.append((-ledger.node_price, node_name, pods))
