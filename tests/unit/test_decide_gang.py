@@ -195,3 +195,114 @@ def test_gang_demand_is_never_partially_placed(cluster) -> None:
     for name, _, _ in gangs:
         if added.get(name):
             assert name not in scaled(again), (plan.explain(), again.explain())
+
+
+# ------------------------------------------------------- a gang preempts on owned nodes
+
+
+def preemptible_on(name: str, node_name: str, hours: float = 2.0) -> list:
+    """A preemptible Job of one 8-GPU pod running on ``node_name`` for ``hours``."""
+    return [running(name, node_name, 8, "preemptible", started=NOW - hours * 3600)]
+
+
+def test_a_gang_takes_owned_gpus_from_preemptible_work_instead_of_buying_cloud() -> None:
+    """Two core nodes full of preemptible Jobs: a critical two-pod gang moves both (to spot)
+    and takes the core nodes; no elastic node is bought for it."""
+    pools = [*POOLS, pool("spot", "spot")]
+    work = preemptible_on("a", "c0") + preemptible_on("b", "c1") + gang("llm", 2, 8, "critical")
+    plan = decide(snapshot(pools, BUSY_CORE, work), policy(), NOW)
+    moves = sorted((m.job_key, m.to_pool) for m in plan.actions if isinstance(m, MoveJob))
+    assert moves == [("team/a", "spot"), ("team/b", "spot")], plan.explain()
+    assert "elastic" not in scaled(plan), plan.explain()
+    assert plan.gangs["team/llm"].pools == ("core",), plan.explain()
+    assert any("gang team/llm: 2 pod(s) on owned GPUs freed" in n for n in plan.notes)
+
+
+def test_a_gang_preempts_nothing_when_owned_gpus_cannot_hold_all_of_it() -> None:
+    """Three 8-GPU pods and two core nodes: preempting would not make room for all of it,
+    so nothing is moved and the gang gets cloud nodes for all three."""
+    pools = [*POOLS, pool("spot", "spot")]
+    work = preemptible_on("a", "c0") + preemptible_on("b", "c1") + gang("llm", 3, 8, "critical")
+    plan = decide(snapshot(pools, BUSY_CORE, work), policy(), NOW)
+    assert not [m for m in plan.actions if isinstance(m, MoveJob)], plan.explain()
+    assert scaled(plan) == {"elastic": 3}, plan.explain()
+
+
+def test_a_gang_moves_only_as_much_preemptible_work_as_it_needs_cheapest_first() -> None:
+    """One core node free of work, the other running a preemptible Job: a two-pod gang
+    moves that one Job, the one started last (least work lost)."""
+    pools = [pool("core", "core", max_nodes=3, min_nodes=3), POOLS[1], pool("spot", "spot")]
+    nodes = [*BUSY_CORE, node("c2", "core")]
+    work = (
+        preemptible_on("old", "c0", hours=5)
+        + preemptible_on("new", "c1", hours=1)
+        + gang("llm", 3, 8, "standard", created=3)
+    )
+    snap = snapshot(pools, nodes, work)
+    plan = decide(snap, policy(), NOW)
+    moves = [m.job_key for m in plan.actions if isinstance(m, MoveJob)]
+    # c2 is free: the gang needs two more nodes, so both Jobs go; with one pod fewer
+    # only the one that lost the least work does.
+    assert sorted(moves) == ["team/new", "team/old"], plan.explain()
+    two = snapshot(pools, nodes, work[:2] + gang("llm", 2, 8, "standard"))
+    plan = decide(two, policy(), NOW)
+    assert [m.job_key for m in plan.actions if isinstance(m, MoveJob)] == ["team/new"]
+    assert not scaled(plan).get("elastic"), plan.explain()
+
+
+def test_a_preemptible_gang_or_preemption_off_never_preempts() -> None:
+    pools = [*POOLS, pool("spot", "spot")]
+    work = preemptible_on("a", "c0") + preemptible_on("b", "c1")
+    for extra, pol in [
+        (gang("sweep", 2, 8, "preemptible"), {}),
+        (gang("llm", 2, 8, "critical"), {"preemption": {"enabled": False}}),
+    ]:
+        plan = decide(snapshot(pools, BUSY_CORE, work + extra), policy(**pol), NOW)
+        assert not [m for m in plan.actions if isinstance(m, MoveJob)], plan.explain()
+
+
+def test_a_gang_preempts_no_more_workloads_than_max_per_tick() -> None:
+    pools = [*POOLS, pool("spot", "spot")]
+    work = preemptible_on("a", "c0") + preemptible_on("b", "c1") + gang("llm", 2, 8, "critical")
+    plan = decide(snapshot(pools, BUSY_CORE, work), policy(preemption={"maxPerTick": 1}), NOW)
+    assert not [m for m in plan.actions if isinstance(m, MoveJob)], plan.explain()
+    assert scaled(plan) == {"elastic": 2}, plan.explain()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.lists(st.sampled_from([2, 4, 8]), max_size=3), min_size=1, max_size=4),
+    st.integers(1, 5),
+    st.sampled_from([2, 4, 8]),
+    st.integers(0, 3),
+)
+def test_a_gang_preempts_only_when_that_places_all_of_it_on_owned_gpus(
+    core_work: list[list[int]], size: int, gpus: int, max_moves: int
+) -> None:
+    """Random preemptible Jobs on 8-GPU core nodes and a critical gang: work is moved for it
+    only when every pod of the gang then has owned GPUs (never for part of it), within
+    maxPerTick, and then no cloud node is bought for it."""
+    nodes, work = [], []
+    for i, jobs in enumerate(core_work):
+        nodes.append(node(f"c{i}", "core"))
+        used = 0
+        for j, job_gpus in enumerate(jobs):
+            if used + job_gpus > 8:
+                break
+            used += job_gpus
+            work.append(running(f"p{i}-{j}", f"c{i}", job_gpus, "preemptible"))
+    pools = [pool("core", "core", max_nodes=len(nodes), min_nodes=len(nodes)), POOLS[1]]
+    pools.append(pool("spot", "spot"))
+    snap = snapshot(pools, nodes, work + gang("llm", size, gpus, "critical"))
+    plan = decide(snap, policy(preemption={"maxPerTick": max_moves}), NOW)
+    moved = {m.job_key for m in plan.actions if isinstance(m, MoveJob)}
+    assert len(moved) <= max_moves, plan.explain()
+    if moved:
+        assert plan.gangs["team/llm"].pools == ("core",), plan.explain()
+        assert "elastic" not in scaled(plan), plan.explain()
+        # The owned GPUs left after the moves hold every pod of the gang.
+        free = {n.name: 8 for n in snap.nodes}
+        for pod in snap.pods:
+            if pod.node is not None and pod.job not in moved:
+                free[pod.node] -= pod.gpus
+        assert sum(f // gpus for f in free.values()) >= size, plan.explain()

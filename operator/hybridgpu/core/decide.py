@@ -44,6 +44,7 @@ from hybridgpu.core.deadline import (
     slack_of,
 )
 from hybridgpu.core.forecast import NodeView, OwnedForecast
+from hybridgpu.core.gang_preempt import preempt_for_gang
 from hybridgpu.core.placement import FreeGPUs, placement_order
 from hybridgpu.core.rebalance import rebalance_serving
 from hybridgpu.core.shapes import Shape, pack
@@ -1029,7 +1030,7 @@ class _Decider:
                     later.append(demand)
             elif demand.gang in members:
                 gang = members.pop(demand.gang)
-                if self._place_gang(gang, buy=False):
+                if self._place_gang(gang, buy=False) or preempt_for_gang(self, gang):
                     continue
                 if demand.gang in self.snap.check_only_gangs:
                     self.gangs[demand.gang] = GangPlacement(GangState.BLOCKED, cause="no_room")
