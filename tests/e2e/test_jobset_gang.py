@@ -168,3 +168,56 @@ def test_a_preempted_jobset_moves_whole_to_spot(
     )
     moves = [e.message for e in cluster.events("Preempt")]
     assert any("sweep" in m for m in moves), moves
+
+
+def test_a_critical_jobset_takes_core_from_preemptible_jobs_instead_of_buying_cloud(
+    cluster: Cluster, operators: Operators, jobsets: list[str]
+) -> None:
+    policy = cluster.policy()
+    core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, per_node=8, max_nodes=2)
+    spot = cluster.pool(
+        "spot", tier="spot", policy=policy, per_node=8, max_nodes=2, taints=[SPOT_TAINT]
+    )
+    core_nodes = set(cluster.core_nodes(core, 2, gpus=8))
+    # Two preemptible Jobs fill both core nodes.
+    for name in ("sweep-a", "sweep-b"):
+        cluster.kube.create_job(
+            gpu_job(
+                name,
+                gpus=8,
+                run_duration="600s",
+                labels={"hybridgpu.io/criticality": "preemptible"},
+            )
+        )
+    wait_for(
+        lambda: all(
+            any(p.status.phase == "Running" for p in cluster.job_pods(n))
+            for n in ("sweep-a", "sweep-b")
+        ),
+        60,
+        "both preemptible Jobs running on core",
+    )
+    operators.start()
+    cluster.wait_ticking(policy)
+    create_jobset(cluster.kube, jobsets, jobset("llm", replicas=2, gpus=8, criticality="critical"))
+
+    def jobset_on_core() -> bool:
+        pods = [p for p in jobset_pods(cluster.kube, "llm") if p.status.phase == "Running"]
+        return len(pods) == 2 and {p.spec.node_name for p in pods} == core_nodes
+
+    wait_for(jobset_on_core, 120, "both JobSet pods running on the core nodes")
+    # Both preemptible Jobs were moved whole to spot; no on-demand node was bought.
+    moves = [e.message for e in cluster.events("Preempt")]
+    assert sum(1 for m in moves if "sweep-a" in m or "sweep-b" in m) >= 2, moves
+    assert cluster.pool_nodes(elastic) == []
+    assert scale_up_messages(cluster, elastic) == []
+
+    def jobs_on_spot() -> bool:
+        spot_nodes = {n.metadata.name for n in cluster.pool_nodes(spot)}
+        return all(
+            any(p.status.phase == "Running" and p.spec.node_name in spot_nodes for p in pods)
+            for pods in (cluster.job_pods("sweep-a"), cluster.job_pods("sweep-b"))
+        )
+
+    wait_for(jobs_on_spot, 120, "the preemptible Jobs running on spot")
