@@ -121,7 +121,8 @@ def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
 
     # A running pod of the workload, as its controller would have made it, holds the move.
     labels = {
-        "RayJob": {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": name},
+        # KubeRay v1.5.0's pods name only their RayCluster, <rayjob>-<5 random characters>.
+        "RayJob": {"ray.io/is-ray-node": "yes", "ray.io/cluster": f"{name}-x7k2q"},
         "PyTorchJob": {"training.kubeflow.org/job-name": name},
         "TrainJob": {"jobset.sigs.k8s.io/jobset-name": name},  # its JobSet's pods
     }[body["kind"]]

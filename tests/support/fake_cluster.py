@@ -271,6 +271,7 @@ class FakeCluster:
                 if ns == namespace
                 and all(p["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
                 and p["status"].get("phase") not in ("Succeeded", "Failed")
+                and (getattr(kind, "selector_exact", True) or kind.owner_of(p) == name)
             ]
         )
 

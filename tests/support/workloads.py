@@ -86,9 +86,17 @@ def rayjob(
     pool: str | None = None,
     criticality: str | None = None,
     namespace: str = "team",
+    job_id: str | None = None,
 ) -> dict[str, Any]:
-    """A RayJob whose cluster has a GPU-less head and ``workers`` GPU workers."""
+    """A RayJob whose cluster has a GPU-less head and ``workers`` GPU workers.
+
+    With ``job_id`` it is in KubeRay's InteractiveMode with that Ray job id given (no
+    submitter Job: the job is submitted by hand), which the KubeRay operator runs without a
+    Ray dashboard answering (tests/support/kuberay.py)."""
     labels = {"hybridgpu.io/criticality": criticality} if criticality else {}
+    submission: dict[str, Any] = {}
+    if job_id:
+        submission = {"submissionMode": "InteractiveMode", "jobId": job_id}
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
@@ -96,6 +104,7 @@ def rayjob(
         "spec": {
             "entrypoint": "python train.py",
             "shutdownAfterJobFinishes": True,
+            **submission,
             "rayClusterSpec": {
                 "headGroupSpec": {
                     "rayStartParams": {},

@@ -137,8 +137,21 @@ def test_finished_workloads_are_no_demand() -> None:
             ("RayCluster", "tune-raycluster-abc"),
             ("RayJob", "tune"),
         ),
-        # A RayCluster made by hand is not a RayJob's.
+        # KubeRay v1.5.0: the pod names only its RayCluster, <rayjob>-<5 random characters>.
+        (
+            {"ray.io/cluster": "tune-x7k2q", "ray.io/is-ray-node": "yes"},
+            ("RayCluster", "tune-x7k2q"),
+            ("RayJob", "tune"),
+        ),
+        (
+            {"ray.io/cluster": "my-llm-tune-bcd42", "ray.io/is-ray-node": "yes"},
+            ("RayCluster", "my-llm-tune-bcd42"),
+            ("RayJob", "my-llm-tune"),
+        ),
+        # A RayCluster made by hand is not a RayJob's (nor one without KubeRay's suffix).
         ({"ray.io/originated-from-crd": "RayCluster"}, ("RayCluster", "c"), None),
+        ({"ray.io/cluster": "serving"}, ("RayCluster", "serving"), None),
+        ({"ray.io/cluster": "serving-aeiou"}, ("RayCluster", "serving-aeiou"), None),
         (
             {"training.kubeflow.org/job-name": "ddp"},
             ("PyTorchJob", "ddp"),

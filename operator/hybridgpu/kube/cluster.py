@@ -261,6 +261,9 @@ class KubeCluster:
                 namespace, _preload_content=False, label_selector=kind.pod_selector(name)
             ),
         )["items"]
+        if not getattr(kind, "selector_exact", True):
+            # The selector picks more than the workload's pods (a RayJob's: every Ray pod).
+            items = [p for p in items if kind.owner_of(p) == name]
         return [
             p for p in items if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]

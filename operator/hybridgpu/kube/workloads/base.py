@@ -97,7 +97,9 @@ class WorkloadKind(Protocol):
         ...
 
     def pod_selector(self, name: str) -> str:
-        """A label selector for the pods of the workload ``name``."""
+        """A label selector for the pods of the workload ``name`` (a kind whose
+        ``selector_exact`` is False selects more, and its pods are those ``owner_of`` names
+        ``name``)."""
         ...
 
 

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hybridgpu.kube.convert import Obj, job_is_finished, owner_job
@@ -112,6 +113,11 @@ class JobSet(_SuspendInSpec):
 
 RAY_CR_NAME_LABEL = "ray.io/originated-from-cr-name"
 RAY_CRD_LABEL = "ray.io/originated-from-crd"
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_LABEL = "ray.io/is-ray-node"
+RAY_CLUSTER_NAME = re.compile(r"^(.+)-[bcdfghjklmnpqrstvwxz2456789]{5}$")
+"""A RayCluster KubeRay made for a RayJob: ``<rayjob>-`` and 5 characters of the alphabet of
+k8s.io/apimachinery's rand.String (utils.GenerateRayClusterName)."""
 
 
 class RayJob(_SuspendInSpec):
@@ -148,13 +154,23 @@ class RayJob(_SuspendInSpec):
             )
         return out
 
+    # Its pods are selected as all Ray pods of the namespace, then by owner_of (cluster.py):
+    # KubeRay's pods carry only their RayCluster's name.
+    selector_exact = False
+
     def owner_of(self, pod: Obj) -> str | None:
-        if _label(pod, RAY_CRD_LABEL) != "RayJob":
-            return None
-        return _label(pod, RAY_CR_NAME_LABEL)
+        # KubeRay v1.5.0 labels the RayCluster it makes for a RayJob with the RayJob's name
+        # (ray.io/originated-from-cr-name), but not the cluster's pods: they carry
+        # ray.io/cluster, the RayCluster's name, which is the RayJob's name and a random
+        # suffix. Pods labelled with the RayJob itself (as earlier versions did) say so.
+        crd = _label(pod, RAY_CRD_LABEL)
+        if crd is not None:
+            return _label(pod, RAY_CR_NAME_LABEL) if crd == "RayJob" else None
+        match = RAY_CLUSTER_NAME.match(_label(pod, RAY_CLUSTER_LABEL) or "")
+        return match.group(1) if match else None
 
     def pod_selector(self, name: str) -> str:
-        return f"{RAY_CRD_LABEL}=RayJob,{RAY_CR_NAME_LABEL}={name}"
+        return f"{RAY_NODE_LABEL}=yes"
 
 
 KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
