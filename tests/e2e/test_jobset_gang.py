@@ -206,7 +206,20 @@ def test_a_critical_jobset_takes_core_from_preemptible_jobs_instead_of_buying_cl
         pods = [p for p in jobset_pods(cluster.kube, "llm") if p.status.phase == "Running"]
         return len(pods) == 2 and {p.spec.node_name for p in pods} == core_nodes
 
-    wait_for(jobset_on_core, 120, "both JobSet pods running on the core nodes")
+    try:
+        wait_for(jobset_on_core, 120, "both JobSet pods running on the core nodes")
+    except TimeoutError as exc:
+        # Once seen to time out at load ~30 (and pass on the rerun): say where everything was.
+        ns = cluster.kube.namespace
+        pods = {
+            p.metadata.name: (p.status.phase, p.spec.node_name, bool(p.metadata.deletion_timestamp))
+            for p in cluster.kube.core.list_namespaced_pod(ns).items
+        }
+        nodes = {
+            pool: [n.metadata.name for n in cluster.pool_nodes(pool)]
+            for pool in (core, elastic, spot)
+        }
+        raise AssertionError(f"{exc}: pods {pods}, nodes {nodes}") from exc
     # Both preemptible Jobs were moved whole to spot; no on-demand node was bought.
     moves = [e.message for e in cluster.events("Preempt")]
     assert sum(1 for m in moves if "sweep-a" in m or "sweep-b" in m) >= 2, moves
