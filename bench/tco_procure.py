@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from hybridgpu.core.cost import gpu_hour_dollars
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import GPUPoolSpec, Tier
@@ -125,24 +127,36 @@ def main() -> int:
     plan = optimal_procurement(inputs, offers)
     plan_seconds = time.perf_counter() - started
 
-    # The grid: every owned count up to the cap and every committed level, every offer.
+    # The grid: every owned count up to the cap and every constant committed level of
+    # nothing, every offer and both offers together (growth 0: every window is alike).
     started = time.perf_counter()
     grid_best = math.inf
-    grid_at: tuple[str, int, int] = ("none", 0, 0)
+    grid_at: tuple[str, int, tuple[int, ...]] = ("none", 0, ())
     evaluated = 0
-    for offer in (None, *offers):
-        model = ProcurementModel(inputs, offer)
+    for choice in ((), *((o,) for o in offers), tuple(offers)):
+        model = ProcurementModel(inputs, choice)
         for owned in range(args.owned_max_nodes + 1):
-            for units in range(model.max_units + 1):
-                cost = sum(model.period_dollars(p, (owned,), units) for p in model.periods)
-                evaluated += 1
-                if cost < grid_best:
-                    grid_best = cost
-                    grid_at = (offer.name if offer else "none", owned, units)
+            if len(choice) < 2:
+                for units in range(model.max_units + 1):
+                    levels = (units,) if choice else ()
+                    cost = sum(model.period_dollars(p, (owned,), levels) for p in model.periods)
+                    evaluated += 1
+                    if cost < grid_best:
+                        grid_best, grid_at = cost, ("none", owned, ())
+                        if choice:
+                            grid_at = (choice[0].name, owned, levels)
+                continue
+            # Both together: every pair of levels at once, from the model's cost tables.
+            table = sum(model.cost_table(p, (owned,)) for p in model.periods)
+            evaluated += table.size
+            at = np.unravel_index(int(np.argmin(table)), table.shape)
+            if float(table[at]) < grid_best:
+                grid_best = float(table[at])
+                grid_at = ("+".join(o.name for o in choice), owned, tuple(int(i) for i in at))
     grid_seconds = time.perf_counter() - started
 
     (owned_nodes,) = plan.nodes
-    units = plan.schedule[0]
+    first_levels = plan.levels[0]
     window_hours = (
         max(j.arrival_seconds + j.duration_seconds for j in jobs)
         - min(j.arrival_seconds for j in jobs)
@@ -154,17 +168,19 @@ def main() -> int:
     if owned_nodes:
         sized = core_pool.spec.model_copy(update={"max_nodes": owned_nodes, "min_nodes": 0})
         pools.append(PoolState(name=core_pool.name, spec=sized))
-    if units and plan.offer is not None:
+    for signed, units in zip(plan.offers, first_levels, strict=True):
+        if not units:
+            continue
         body = cheapest.spec.model_dump(by_alias=True, exclude_none=True)
         body["maxNodes"] = units
         body["gpu"] = {**body["gpu"], "perNode": unit_gpus}
         body["committed"] = {
             "nodes": units,
-            "termYears": plan.offer.term_years,
-            "perNodeHour": plan.offer.per_gpu_hour * unit_gpus,
+            "termYears": signed.term_years,
+            "perNodeHour": signed.per_gpu_hour * unit_gpus,
         }
         committed = GPUPoolSpec.model_validate(body)
-        pools.append(PoolState(name="committed", spec=committed))
+        pools.append(PoolState(name=f"committed-{signed.name}", spec=committed))
     pools += cloud_pools
     costs = []
     started = time.perf_counter()
@@ -195,9 +211,9 @@ def main() -> int:
                 "on_demand_per_gpu_hour": round(on_demand, 4),
                 "offers": {o.name: round(o.per_gpu_hour, 4) for o in offers},
                 "plan": {
-                    "offer": plan.offer.name if plan.offer else None,
+                    "offers": [o.name for o in plan.offers],
                     "owned_nodes": owned_nodes,
-                    "committed_nodes": units,
+                    "committed_nodes": list(first_levels),
                     "mix_gpu_hours_percent": {
                         k: round(100 * v, 1) for k, v in shares.gpu_hours.items()
                     },
@@ -212,7 +228,7 @@ def main() -> int:
                     "best": {
                         "offer": grid_at[0],
                         "owned_nodes": grid_at[1],
-                        "committed": grid_at[2],
+                        "committed_nodes": list(grid_at[2]),
                     },
                     "plan_over_grid_best_percent": round(
                         100 * (plan.total_dollars / grid_best - 1), 6

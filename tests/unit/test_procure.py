@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,9 +23,7 @@ from hybridgpu.planner.model import (
 from hybridgpu.planner.procure import (
     CommittedOffer,
     ProcurementModel,
-    is_renewal,
     optimal_procurement,
-    periods,
 )
 
 pytestmark = pytest.mark.unit
@@ -89,49 +88,70 @@ def plan_inputs(
 
 
 def direct_total(
-    plan: PlanInputs, deal: CommittedOffer | None, nodes: tuple[int, ...], schedule: tuple[int, ...]
+    plan: PlanInputs,
+    deals: CommittedOffer | tuple[CommittedOffer, ...] | None,
+    nodes: tuple[int, ...],
+    schedule: tuple[int, ...] | tuple[tuple[int, ...], ...],
 ) -> float:
     """The cost of a fleet and committed schedule walking every month and every sample: firm
     work on committed GPUs first, then owned; preemptible work on what owned GPUs leave. A
-    term that runs past the horizon costs, for its months there, what the last window's
-    level costs more than committing nothing at the last window's demand (never less than
-    nothing)."""
+    period starts wherever any signed offer's window starts (quarters without an offer). A
+    term that runs past the horizon costs, for each of its months there, what the levels of
+    the last period of the offers still bound cost more than committing nothing at the last
+    period's demand (never less than nothing)."""
+    if deals is None:
+        deals = ()
+    elif isinstance(deals, CommittedOffer):
+        deals = (deals,)
+    rows = [r if isinstance(r, tuple) else (r,) if deals else () for r in schedule]
     owned = sum(n * t.gpus_per_node for n, t in zip(nodes, plan.node_types, strict=True))
     per_hour = sum(n * t.node_hour_dollars for n, t in zip(nodes, plan.node_types, strict=True))
     total = per_hour * plan.horizon_months * HOURS_PER_MONTH
-    window = deal.adjustment_months if deal is not None else 3
-    ago = deal.started_months_ago if deal is not None else 0
-    # The window of each month, on the calendar of today's term (started ``ago`` months ago).
+    calendars = [(d.adjustment_months, d.started_months_ago) for d in deals] or [(3, 0)]
+    # The period of each month: a new one wherever a window of any calendar starts.
     index = [0] * plan.horizon_months
     for month in range(1, plan.horizon_months):
-        index[month] = index[month - 1] + ((month + ago) % window == 0)
+        starts = any((month + ago) % window == 0 for window, ago in calendars)
+        index[month] = index[month - 1] + starts
     for month in range(plan.horizon_months):
-        total += month_dollars(plan, deal, owned, schedule[index[month]], month)
-    if deal is not None and schedule[-1] > 0:
-        term = 12 * deal.term_years
+        total += month_dollars(plan, deals, owned, rows[index[month]], month)
+    if deals and any(rows[-1]):
         last_start = index.index(index[-1])
-        tail = ((last_start + ago) // term + 1) * term - ago - plan.horizon_months
         last = range(last_start, plan.horizon_months)
-        extra = sum(
-            month_dollars(plan, deal, owned, schedule[-1], m)
-            - month_dollars(plan, deal, owned, 0, m)
-            for m in last
-        )
-        total += max(extra * tail / len(last), 0.0) if tail > 0 else 0.0
+        tails = []
+        for d in deals:
+            term = 12 * d.term_years
+            ago = d.started_months_ago
+            tails.append(((last_start + ago) // term + 1) * term - ago - plan.horizon_months)
+        before = 0
+        for end in sorted({t for t in tails if t > 0}):
+            bound = tuple(u if t >= end else 0 for u, t in zip(rows[-1], tails, strict=True))
+            extra = sum(
+                month_dollars(plan, deals, owned, bound, m)
+                - month_dollars(plan, deals, owned, (0,) * len(deals), m)
+                for m in last
+            )
+            total += max(extra * (end - before) / len(last), 0.0)
+            before = end
     return total
 
 
 def month_dollars(
-    plan: PlanInputs, deal: CommittedOffer | None, owned: int, units: int, month: int
+    plan: PlanInputs,
+    deals: tuple[CommittedOffer, ...],
+    owned: int,
+    units: tuple[int, ...],
+    month: int,
 ) -> float:
     """Committed payments and cloud spend of one month with ``owned`` GPUs."""
     cloud = plan.cloud
     spot = min(cloud.spot_per_gpu_hour, cloud.on_demand_per_gpu_hour)
     history_hours = sum(s.hours for s in plan.history)
-    committed = units * (deal.gpus_per_unit if deal else 0)
-    total = 0.0
-    if deal is not None:
-        total += committed * deal.effective_per_gpu_hour * HOURS_PER_MONTH
+    committed = sum(u * d.gpus_per_unit for u, d in zip(units, deals, strict=True))
+    total = sum(
+        u * d.gpus_per_unit * d.effective_per_gpu_hour * HOURS_PER_MONTH
+        for u, d in zip(units, deals, strict=True)
+    )
     factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
     for s in plan.history:
         hours = s.hours * HOURS_PER_MONTH / history_hours
@@ -145,108 +165,132 @@ def month_dollars(
 
 
 def schedules(model: ProcurementModel) -> list[tuple[int, ...]]:
-    """Every committed schedule the offer's rules allow."""
+    """Every committed schedule the (one) offer's rules allow."""
     levels = range(model.max_units + 2)  # one past the bound: the bound must not cut it
     return [s for s in itertools.product(levels, repeat=len(model.periods)) if model.feasible(s)]
 
 
+def level_rows(model: ProcurementModel) -> list[tuple[tuple[int, ...], ...]]:
+    """Every combination of the signed offers' feasible level sequences, per period."""
+    columns = [
+        [
+            c
+            for c in itertools.product(range(top + 2), repeat=len(model.periods))
+            if model.feasible_levels(i, c)
+        ]
+        for i, top in enumerate(model.max_units_by_offer)
+    ]
+    if not columns:
+        return [((),) * len(model.periods)]
+    return [tuple(zip(*combo, strict=True)) for combo in itertools.product(*columns)]
+
+
 def brute_force(plan: PlanInputs, offers: list[CommittedOffer]) -> float:
-    """The cheapest total over every node count up to past the peak, every offer (and none)
-    and every feasible committed schedule, costed directly."""
+    """The cheapest total over every node count up to past the peak, nothing, every offer and
+    every two offers together, and every feasible committed schedule, costed directly."""
     peak = max(s.total_gpus for s in plan.history) * max(1.0, 1 + plan.demand_growth_per_year)
     ranges = [range(math.ceil(peak / t.gpus_per_node) + 2) for t in plan.node_types]
     best = math.inf
-    held = [o for o in offers if o.current_units]  # held today: paid, so the only choice
-    for deal in held or (None, *offers):
-        model = ProcurementModel(plan, deal)
+    held = [o for o in offers if o.current_units]  # held today: paid, so always signed
+    choices = [(), *((o,) for o in offers), *itertools.combinations(offers, 2)]
+    for deals in choices:
+        if not all(h in deals for h in held):
+            continue
+        model = ProcurementModel(plan, deals)
+        rows = level_rows(model)
         for nodes in itertools.product(*ranges):
-            for schedule in schedules(model):
-                best = min(best, direct_total(plan, deal, nodes, schedule))
+            for levels in rows:
+                best = min(best, direct_total(plan, deals, nodes, levels))
     return best
 
 
-def milp_total(plan: PlanInputs, deal: CommittedOffer | None) -> float:
-    """The same problem as a MILP: integer owned nodes and committed units per period; per
-    month and sample, continuous GPUs of firm work on committed, owned and on-demand
-    capacity and of preemptible work on owned capacity and spot."""
+def milp_total(
+    plan: PlanInputs, deals: CommittedOffer | tuple[CommittedOffer, ...] | None
+) -> float:
+    """The same problem as a MILP: integer owned nodes and committed units of every signed
+    offer per period; per month and sample, continuous GPUs of firm work on committed, owned
+    and on-demand capacity and of preemptible work on owned capacity and spot."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
 
+    if deals is None:
+        deals = ()
+    elif isinstance(deals, CommittedOffer):
+        deals = (deals,)
     cloud = plan.cloud
     spot = min(cloud.spot_per_gpu_hour, cloud.on_demand_per_gpu_hour)
-    window = deal.adjustment_months if deal is not None else 3
-    parts = periods(plan.horizon_months, window)
+    calendars = [(d.adjustment_months, 0) for d in deals] or [(3, 0)]
+    starts = [0] + [
+        m for m in range(1, plan.horizon_months) if any(m % window == 0 for window, _ in calendars)
+    ]
+    period_of = [sum(1 for s in starts if s <= m) - 1 for m in range(plan.horizon_months)]
+    p = len(starts)
     history_hours = sum(s.hours for s in plan.history)
     rows = []  # (period, hours, firm, preemptible)
     for month in range(plan.horizon_months):
         factor = (1 + plan.demand_growth_per_year) ** ((month + 0.5) / 12)
         for s in plan.history:
             hours = s.hours * HOURS_PER_MONTH / history_hours
-            rows.append((month // window, hours, s.firm_gpus * factor, s.preemptible_gpus * factor))
-    t, p, r = len(plan.node_types), len(parts), len(rows)
-    # Variables: nodes[t], units[p], then per row: committed, owned-firm, on-demand,
-    # owned-preemptible, spot.
-    width = t + p + 5 * r
+            rows.append(
+                (period_of[month], hours, s.firm_gpus * factor, s.preemptible_gpus * factor)
+            )
+    t, k, r = len(plan.node_types), len(deals), len(rows)
+    # Variables: nodes[t], units[deal][period], then per row: committed, owned-firm,
+    # on-demand, owned-preemptible, spot.
+    first_row = t + k * p
+    width = first_row + 5 * r
     cost = np.zeros(width)
     horizon = plan.horizon_months * HOURS_PER_MONTH
     for j, node in enumerate(plan.node_types):
         cost[j] = node.node_hour_dollars * horizon
-    unit = deal.gpus_per_unit if deal is not None else 0
-    for q, part in enumerate(parts):
-        cost[t + q] = unit * deal.effective_per_gpu_hour * part.hours if deal is not None else 0
+    for d, deal in enumerate(deals):
+        for q in range(p):
+            months = (starts[q + 1] if q + 1 < p else plan.horizon_months) - starts[q]
+            hours = months * HOURS_PER_MONTH
+            cost[t + d * p + q] = deal.gpus_per_unit * deal.effective_per_gpu_hour * hours
     a_rows: list[np.ndarray] = []
     low: list[float] = []
     high: list[float] = []
+
+    def constraint(coefficients: dict[int, float], lo: float, hi: float) -> None:
+        row = np.zeros(width)
+        for i, c in coefficients.items():
+            row[i] = c
+        a_rows.append(row)
+        low.append(lo)
+        high.append(hi)
+
     for i, (q, hours, firm, preemptible) in enumerate(rows):
-        base = t + p + 5 * i
+        base = first_row + 5 * i
         cost[base + 2] = hours * cloud.on_demand_per_gpu_hour
         cost[base + 4] = hours * spot
-        row = np.zeros(width)
-        row[base : base + 3] = 1  # firm work is served
-        a_rows.append(row)
-        low.append(firm)
-        high.append(firm)
-        row = np.zeros(width)
-        row[base + 3] = row[base + 4] = 1  # preemptible work is served
-        a_rows.append(row)
-        low.append(preemptible)
-        high.append(preemptible)
-        row = np.zeros(width)
-        row[base] = 1  # committed GPUs used <= committed GPUs
-        row[t + q] = -unit
-        a_rows.append(row)
-        low.append(-np.inf)
-        high.append(0)
-        row = np.zeros(width)
-        row[base + 1] = row[base + 3] = 1  # owned GPUs used <= owned GPUs
-        row[:t] = [-n.gpus_per_node for n in plan.node_types]
-        a_rows.append(row)
-        low.append(-np.inf)
-        high.append(0)
-    if deal is not None:
-        for q, part in enumerate(parts[1:], start=1):
-            if not is_renewal(deal, part):
-                row = np.zeros(width)  # units[q] >= (1 - decrease) * units[q - 1]
-                row[t + q] = 1
-                row[t + q - 1] = -(1 - deal.max_decrease)
-                a_rows.append(row)
-                low.append(0)
-                high.append(np.inf)
-                if deal.max_increase is not None:
-                    row = np.zeros(width)  # units[q] <= (1 + increase) * units[q - 1]
-                    row[t + q] = 1
-                    row[t + q - 1] = -(1 + deal.max_increase)
-                    a_rows.append(row)
-                    low.append(-np.inf)
-                    high.append(0)
-    upper = np.full(width, np.inf)
-    if deal is None:
-        upper[t : t + p] = 0
+        constraint({base: 1, base + 1: 1, base + 2: 1}, firm, firm)  # firm work is served
+        constraint({base + 3: 1, base + 4: 1}, preemptible, preemptible)
+        # committed GPUs used <= committed GPUs
+        used = {base: 1.0} | {t + d * p + q: -deal.gpus_per_unit for d, deal in enumerate(deals)}
+        constraint(used, -np.inf, 0)
+        # owned GPUs used <= owned GPUs
+        owned = {base + 1: 1.0, base + 3: 1.0} | {
+            j: -n.gpus_per_node for j, n in enumerate(plan.node_types)
+        }
+        constraint(owned, -np.inf, 0)
+    for d, deal in enumerate(deals):
+        term = 12 * deal.term_years
+        for q in range(1, p):
+            now, before = t + d * p + q, t + d * p + q - 1
+            if starts[q] % term == 0:
+                continue  # a renewal: any level
+            if starts[q] % deal.adjustment_months:
+                constraint({now: 1, before: -1}, 0, 0)  # not this offer's window: it holds
+                continue
+            constraint({now: 1, before: -(1 - deal.max_decrease)}, 0, np.inf)
+            if deal.max_increase is not None:
+                constraint({now: 1, before: -(1 + deal.max_increase)}, -np.inf, 0)
     result = milp(
         cost,
         constraints=LinearConstraint(np.array(a_rows), np.array(low), np.array(high)),
-        integrality=np.array([1] * (t + p) + [0] * 5 * r),
-        bounds=Bounds(np.zeros(width), upper),
+        integrality=np.array([1] * first_row + [0] * 5 * r),
+        bounds=Bounds(np.zeros(width), np.full(width, np.inf)),
         # HiGHS stops within 0.01% of the optimum by default: too loose to compare with.
         options={"mip_rel_gap": 1e-9},
     )
@@ -289,17 +333,64 @@ types_st = st.lists(
 @given(
     samples=samples_st,
     types=types_st,
-    offers=st.lists(offer_st, min_size=1, max_size=2),
+    deal=offer_st,
     growth=st.sampled_from([0.0, 0.5, 1.5, -0.6, -0.9]),
 )
-def test_the_mix_is_the_brute_force_optimum(samples, types, offers, growth):
+def test_the_mix_is_the_brute_force_optimum(samples, types, deal, growth):
     plan = plan_inputs(samples, types, months=12, growth=growth)
-    got = optimal_procurement(plan, offers)
-    assert got.total_dollars == pytest.approx(brute_force(plan, offers), rel=1e-9, abs=1e-6)
+    got = optimal_procurement(plan, [deal])
+    assert got.total_dollars == pytest.approx(brute_force(plan, [deal]), rel=1e-9, abs=1e-6)
     # And its figures are the direct cost of what it recommends.
     assert got.total_dollars == pytest.approx(
-        direct_total(plan, got.offer, got.nodes, got.schedule), rel=1e-9, abs=1e-6
+        direct_total(plan, got.offers, got.nodes, got.levels), rel=1e-9, abs=1e-6
     )
+
+
+small_samples_st = st.lists(
+    st.tuples(
+        st.sampled_from([0.5, 1.0, 2.0]),
+        st.integers(0, 4).map(float),
+        st.integers(0, 2).map(float),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@st.composite
+def two_offers_st(draw: st.DrawFn) -> tuple[int, list[CommittedOffer]]:
+    """A 6- or 12-month horizon and two offers of at most two windows each in it (so brute
+    force over every pair of schedules stays small)."""
+    months = draw(st.sampled_from([6, 12]))
+    deals = []
+    for name in ("a", "b"):
+        deal = draw(offer_st)
+        window = 6 if months == 12 else draw(st.sampled_from([3, 6]))
+        deals.append(replace(deal, name=name, adjustment_months=window))
+    return months, deals
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    samples=small_samples_st,
+    types=types_st,
+    horizon_and_offers=two_offers_st(),
+    growth=st.sampled_from([0.0, 0.5, -0.6]),
+)
+def test_two_offers_signed_together_are_the_brute_force_optimum(
+    samples, types, horizon_and_offers, growth
+):
+    """Nothing, either offer or both together (each on its own windows, terms and rules):
+    the plan is the cheapest over every fleet and every pair of feasible schedules, and its
+    figures are the direct cost of what it signs."""
+    months, offers = horizon_and_offers
+    plan = plan_inputs(samples, types, months=months, growth=growth)
+    got = optimal_procurement(plan, offers)
+    assert got.total_dollars == pytest.approx(brute_force(plan, offers), rel=1e-9, abs=1e-6)
+    assert got.total_dollars == pytest.approx(
+        direct_total(plan, got.offers, got.nodes, got.levels), rel=1e-9, abs=1e-6
+    )
+    assert ProcurementModel(plan, got.offers).feasible(got.levels)
 
 
 @FAST
@@ -309,6 +400,44 @@ def test_the_mix_agrees_with_a_milp(samples, types, deal, growth):
     plan = plan_inputs(samples, types, months=12 * deal.term_years, growth=growth)
     got = optimal_procurement(plan, [deal])
     want = min(milp_total(plan, None), milp_total(plan, deal))
+    assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
+
+
+def test_a_three_year_base_and_one_year_top_ups_on_falling_demand():
+    """Firm demand of 8 GPUs falling 50% a year over 36 months, owning too dear: a 3-year
+    lease at 55% off cannot be lowered within its term, a 1-year one at 37% off can at each
+    renewal. The plan signs both: the 3-year base at what is left at the end, 1-year top-ups
+    that follow demand down year by year; cheaper than either alone, and the MILP's optimum
+    over nothing, either offer and both."""
+    three = offer(price=3.0 * 0.45, unit=1, term=3)
+    one = replace(offer(price=3.0 * 0.63, unit=1, term=1), name="1y")
+    plan = plan_inputs([(1.0, 8.0, 0.0)], [node_type(gpu_hour=5.0)], months=36, growth=-0.5)
+    got = optimal_procurement(plan, [one, three])
+    assert [o.name for o in got.offers] == ["3y", "1y"]  # the longer term first: the base
+    base, top_up = got.schedule_of(0), got.schedule_of(1)
+    assert len(set(base)) == 1 and 0 < base[0] < 8
+    yearly = [top_up[4 * y] for y in range(3)]
+    assert yearly == sorted(yearly, reverse=True) and yearly[0] > yearly[-1]
+    alone = [optimal_procurement(plan, [o]).total_dollars for o in (one, three)]
+    assert got.total_dollars < min(alone)
+    want = min(milp_total(plan, c) for c in (None, one, three, (three, one)))
+    assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    samples=small_samples_st,
+    types=types_st,
+    deals=st.lists(offer_st, min_size=2, max_size=2),
+    growth=st.sampled_from([0.0, 0.6, -0.6]),
+)
+def test_two_offers_agree_with_a_milp(samples, types, deals, growth):
+    """Two offers on a horizon of whole terms of both (36 months): the plan equals the
+    MILP's optimum over nothing, each offer and both."""
+    a, b = replace(deals[0], name="a"), replace(deals[1], name="b")
+    plan = plan_inputs(samples, types, months=36, growth=growth)
+    got = optimal_procurement(plan, [a, b])
+    want = min(milp_total(plan, c) for c in (None, a, b, (a, b)))
     assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
 
 
@@ -568,12 +697,17 @@ def test_a_replan_keeps_the_held_level_until_a_window_may_change_it():
     assert ProcurementModel(plan, mid).periods[0].months == 2
 
 
-def test_only_one_offer_may_be_held():
+def test_at_most_two_offers_may_be_held():
     plan = plan_inputs([(1.0, 2.0, 0.0)], [node_type()], months=12)
     a = CommittedOffer("a", 1, 1.5, current_units=1, started_months_ago=2)
     b = CommittedOffer("b", 3, 1.0, current_units=2, started_months_ago=2)
-    with pytest.raises(ValueError, match="only one can be held today"):
-        optimal_procurement(plan, [a, b])
+    c = CommittedOffer("c", 3, 1.2, current_units=1, started_months_ago=5)
+    with pytest.raises(ValueError, match="at most two can be held today"):
+        optimal_procurement(plan, [a, b, c])
+    # Two held: both are signed (paid until their terms end), each within its own rules.
+    got = optimal_procurement(plan, [a, b])
+    assert {o.name for o in got.offers} == {"a", "b"}
+    assert ProcurementModel(plan, got.offers).feasible(got.levels)
 
 
 def test_the_base_split_owned_versus_committed():

@@ -162,11 +162,12 @@ BAD = {
         "discountPercent: 37, termStartedMonthsAgo: 12}}",
         ["plan.yaml", "termStartedMonthsAgo must be less than the term's months"],
     ),
-    "nodes held under two offers": (
+    "nodes held under three offers": (
         "discountPercent: 37}}\n  - {{name: 3y, termYears: 3, discountPercent: 55,",
         "discountPercent: 37, currentNodes: 1}}\n"
+        "  - {{name: 1y-b, termYears: 1, discountPercent: 30, currentNodes: 1}}\n"
         "  - {{name: 3y, termYears: 3, discountPercent: 55, currentNodes: 2,",
-        ["plan.yaml", "only one offer may hold currentNodes"],
+        ["plan.yaml", "at most two offers may hold currentNodes"],
     ),
     "negative nodes held": (
         "discountPercent: 37}}",
@@ -272,3 +273,59 @@ def test_mfu_of_a_busy_gpu_and_of_the_capacity_paid_for(capsys, files):
     assert code == 0, err
     mfu = json.loads(out)["procurement"]["mfu"]
     assert (mfu["peakTflopsPerGpu"], mfu["peakSource"]) == (1307.0, "spec")
+
+
+FALLING = """\
+horizonMonths: 36
+costOfCapitalPercentPerYear: 0
+demandGrowthPercentPerYear: -50
+candidates:
+  - {name: 8xH100, gpusPerNode: 8, capexPerNode: 900000, powerWattsPerNode: 10200}
+cloud: {onDemandPerGpuHour: 6.88, spotPerGpuHour: 2.75}
+committed:
+  - {name: 1y, termYears: 1, discountPercent: 37, gpusPerNode: 1}
+  - {name: 3y, termYears: 3, discountPercent: 55, gpusPerNode: 1}
+"""
+
+
+def test_a_three_year_base_and_a_one_year_top_up_are_signed_together(capsys, tmp_path):
+    """Firm demand of 8 GPUs falling 50% a year, owning far too dear: the 3-year lease
+    (which cannot be lowered in its term) takes what is left at the end, the 1-year one the
+    rest, lowered at each renewal. --json lists both with their levels, the adjustments name
+    the offer, the text report prints both, and the CapacityPlan's status and Ready message
+    carry both."""
+    from hybridgpu.handlers.capacityplan import compute_status
+
+    config = tmp_path / "plan.yaml"
+    config.write_text(FALLING)
+    history = tmp_path / "demand.csv"
+    history.write_text("time,standard\n" + "".join(f"{h * 3600},8\n" for h in range(24)))
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    procurement = json.loads(out)["procurement"]
+    signed = procurement["committedOffers"]
+    assert [o["name"] for o in signed] == ["3y", "1y"]
+    assert procurement["committedOffer"]["name"] == "3y"  # the base
+    base = [w["nodes"] for w in signed[0]["nodesByWindow"]]
+    top_up = [w["nodes"] for w in signed[1]["nodesByWindow"]]
+    assert len(set(base)) == 1 and base[0] > 0
+    assert top_up[0] > top_up[-1] >= 0
+    assert base == [w["nodes"] for w in procurement["committedNodesByWindow"]]
+    assert {a["offer"] for a in procurement["adjustments"]} == {"1y"}
+    assert procurement["nextAdjustment"].startswith("lower the 1y commitment from ")
+
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history))
+    assert code == 0, err
+    assert "commit: 3y (3-year" in out and "commit: 1y (1-year" in out
+
+    import yaml
+
+    spec = yaml.safe_load(FALLING) | {
+        "history": {"trace": {"path": str(history), "format": "demand"}}
+    }
+    status = compute_status(spec, {}, 1, 0.0)
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert ready["status"] == "True", ready
+    commitments = status["procurement"]["commitments"]
+    assert [(c["offer"], c["termYears"]) for c in commitments] == [("3y", 3), ("1y", 1)]
+    assert f"commit {base[0]} node(s) of 3y and {top_up[0]} node(s) of 1y:" in ready["message"]

@@ -63,10 +63,11 @@ def _procurement_note(procurement: Mapping[str, Any] | None) -> str:
     """The commitment to sign and the next adjustment window, when there is an offer."""
     if not procurement or not procurement.get("committedOffer"):
         return ""
-    return (
-        f"; commit {procurement.get('committedNodes', 0)} node(s) of "
-        f"{procurement['committedOffer']}: {procurement.get('nextAdjustment', '')}"
-    )
+    signed = procurement.get("commitments") or [
+        {"offer": procurement["committedOffer"], "nodes": procurement.get("committedNodes", 0)}
+    ]
+    what = " and ".join(f"{c.get('nodes', 0)} node(s) of {c['offer']}" for c in signed)
+    return f"; commit {what}: {procurement.get('nextAdjustment', '')}"
 
 
 def _read_history(spec: CapacityPlanSpec, now: float) -> tuple[list[Any], list[Any]]:

@@ -176,7 +176,7 @@ class CommittedOfferSpec(SpecModel):
         ge=0,
         description="Committed today under this offer (a re-plan): paid until the term ends, "
         "so the plan keeps at least what the adjustment windows allow and says when a "
-        "window should change it. At most one offer may hold nodes.",
+        "window should change it. At most two offers may hold nodes.",
     )
     term_started_months_ago: int = Field(
         default=0,
@@ -235,9 +235,10 @@ class CapacityPlanSpec(SpecModel):
         ),
         Rule(
             cel="!has(self.committed) || "
-            "self.committed.filter(o, has(o.currentNodes) && o.currentNodes > 0).size() <= 1",
-            message="committed: only one offer may hold currentNodes (one plan signs one offer)",
-            check=lambda s: sum(1 for o in s.committed if o.current_nodes > 0) <= 1,
+            "self.committed.filter(o, has(o.currentNodes) && o.currentNodes > 0).size() <= 2",
+            message="committed: at most two offers may hold currentNodes (a plan signs at most "
+            "two offers together)",
+            check=lambda s: sum(1 for o in s.committed if o.current_nodes > 0) <= 2,
         ),
     )
 
@@ -265,7 +266,8 @@ class CapacityPlanSpec(SpecModel):
         default_factory=list,
         max_length=20,
         description="Committed cloud capacity on offer (reservations, savings plans, leases); "
-        "each name once. The plan picks the best one, if any, and its level per window.",
+        "each name once. The plan signs the best of nothing, one offer or two together (a "
+        "long-term base and a shorter top-up), and each one's level per window.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     gpu_sharing: GPUSharing | None = Field(
@@ -392,13 +394,33 @@ class CommitmentChange(SpecModel):
     month: int = Field(description="Month of the horizon the window starts (0 = now).")
     from_nodes: int = Field(description="Committed nodes before.")
     to_nodes: int = Field(description="Committed nodes from then on.")
+    offer: str | None = Field(default=None, description="The offer whose level changes.")
+
+
+class Commitment(SpecModel):
+    """One committed offer the plan signs."""
+
+    offer: str = Field(description="The offer's name.")
+    term_years: int = Field(description="Its term, years.")
+    nodes: int = Field(description="Committed nodes to sign for now.")
 
 
 class ProcurementStatus(SpecModel):
     """What to sign: owned nodes, committed capacity and what is left to on demand and spot."""
 
-    committed_offer: str | None = Field(default=None, description="The offer to sign (none).")
-    committed_nodes: int = Field(default=0, description="Committed nodes to sign for now.")
+    committed_offer: str | None = Field(
+        default=None,
+        description="The offer to sign (none); with two signed together, the base (the "
+        "longer term): all of them are in commitments.",
+    )
+    committed_nodes: int = Field(
+        default=0, description="Committed nodes of committedOffer to sign for now."
+    )
+    commitments: list[Commitment] = Field(
+        default_factory=list,
+        description="Every offer signed (none, one, or two together: e.g. a 3-year base and a "
+        "1-year top-up) and its nodes for now.",
+    )
     owned_nodes: int = Field(default=0, description="Owned nodes to buy.")
     base_owned_percent: float = Field(
         default=0.0,

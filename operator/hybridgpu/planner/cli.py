@@ -395,6 +395,20 @@ SUPPLY_COLORS = {
 }
 
 
+def _offer_json(offer: Any) -> dict[str, Any]:
+    return {
+        "name": offer.name,
+        "termYears": offer.term_years,
+        "effectivePerGpuHour": round(offer.effective_per_gpu_hour, 4),
+        "gpusPerNode": offer.gpus_per_unit,
+        "adjustmentMonths": offer.adjustment_months,
+        "maxDecreasePercent": round(100 * offer.max_decrease, 2),
+        "maxIncreasePercent": (
+            None if offer.max_increase is None else round(100 * offer.max_increase, 2)
+        ),
+    }
+
+
 def _procurement_json(result: Any) -> dict[str, Any] | None:
     """The mix to sign, its cash flow by quarter and NPV (``--json``)."""
     from hybridgpu.planner.finance import adjustments, mix, next_adjustment_text
@@ -404,20 +418,18 @@ def _procurement_json(result: Any) -> dict[str, Any] | None:
         return None
     shares = mix(result.inputs, plan)
     offer = plan.offer
+    signed = [
+        _offer_json(o)
+        | {
+            "nodesByWindow": [
+                {"month": p.period.start_month, "nodes": u}
+                for p, u in zip(plan.periods, plan.schedule_of(i), strict=True)
+            ]
+        }
+        for i, o in enumerate(plan.offers)
+    ]
     return {
-        "committedOffer": None
-        if offer is None
-        else {
-            "name": offer.name,
-            "termYears": offer.term_years,
-            "effectivePerGpuHour": round(offer.effective_per_gpu_hour, 4),
-            "gpusPerNode": offer.gpus_per_unit,
-            "adjustmentMonths": offer.adjustment_months,
-            "maxDecreasePercent": round(100 * offer.max_decrease, 2),
-            "maxIncreasePercent": (
-                None if offer.max_increase is None else round(100 * offer.max_increase, 2)
-            ),
-        },
+        "committedOffer": None if offer is None else _offer_json(offer),
         "ownedNodes": {
             t.name: n for t, n in zip(result.inputs.node_types, plan.nodes, strict=True)
         },
@@ -425,6 +437,7 @@ def _procurement_json(result: Any) -> dict[str, Any] | None:
             {"month": p.period.start_month, "nodes": u}
             for p, u in zip(plan.periods, plan.schedule, strict=True)
         ],
+        "committedOffers": signed,
         "mix": {
             "gpuHoursPercent": {k: round(100 * v, 2) for k, v in shares.gpu_hours.items()},
             "dollarsPercent": {k: round(100 * v, 2) for k, v in shares.dollars.items()},
@@ -461,7 +474,7 @@ def _procurement_json(result: Any) -> dict[str, Any] | None:
             "paidCapacityPercent": round(100 * result.mfu.paid, 2),
         },
         "adjustments": [
-            {"month": a.month, "fromNodes": a.from_units, "toNodes": a.to_units}
+            {"month": a.month, "offer": a.offer, "fromNodes": a.from_units, "toNodes": a.to_units}
             for a in adjustments(plan)
         ],
         "nextAdjustment": next_adjustment_text(plan),
@@ -529,19 +542,22 @@ def _procurement_lines(result: Any) -> list[str]:
         offered = ", ".join(o.name for o in result.offers) or "none offered"
         lines.append(f"  commit: nothing ({offered})")
     else:
-        schedule = ", ".join(
-            f"m{p.period.start_month}:{u}" for p, u in zip(plan.periods, plan.schedule, strict=True)
-        )
-        lines.append(
-            f"  commit: {offer.name} ({offer.term_years}-year, "
-            f"${offer.effective_per_gpu_hour:,.2f}/GPU-hour), nodes of {offer.gpus_per_unit} "
-            f"GPUs by window start month: {schedule}"
-        )
+        for i, signed in enumerate(plan.offers):
+            schedule = ", ".join(
+                f"m{p.period.start_month}:{u}"
+                for p, u in zip(plan.periods, plan.schedule_of(i), strict=True)
+            )
+            lines.append(
+                f"  commit: {signed.name} ({signed.term_years}-year, "
+                f"${signed.effective_per_gpu_hour:,.2f}/GPU-hour), nodes of "
+                f"{signed.gpus_per_unit} GPUs by window start month: {schedule}"
+            )
         lines.append(f"  next adjustment window: {next_adjustment_text(plan)}")
         last = plan.periods[-1]
         if last.after_horizon_paid_dollars > 0:
             lines.append(
-                f"  the term runs {last.after_horizon_months} month(s) past the horizon: "
+                f"  the term{'s run' if len(plan.offers) > 1 else ' runs'} "
+                f"{last.after_horizon_months} month(s) past the horizon: "
                 f"{_money(last.after_horizon_paid_dollars)} more to pay, "
                 f"{_money(last.after_horizon_dollars)} of it not earned back at the last "
                 "window's demand (in the total)"
@@ -665,7 +681,7 @@ def _draw_procurement(result: Any, cash_axis: Any, mix_axis: Any) -> None:
         lefts = [a + b for a, b in zip(lefts, widths, strict=True)]
     mix_axis.set_xlim(0, 100)
     mix_axis.set_xlabel("% of the horizon")
-    offer = plan.offer.name if plan.offer is not None else "no commitment"
+    offer = " + ".join(o.name for o in plan.offers) or "no commitment"
     mix_axis.set_title(f"Mix of supply ({offer}; base {shares.base_owned_share:.0%} owned)")
     mix_axis.legend(fontsize="small")
 

@@ -155,49 +155,57 @@ def _shares(values: dict[str, float]) -> dict[str, float]:
 
 @dataclass(frozen=True, slots=True)
 class Adjustment:
-    """The committed level changes at the start of ``month``."""
+    """The committed level of ``offer`` changes at the start of ``month``."""
 
     month: int
     from_units: int
     to_units: int
+    offer: str = ""
 
 
 def adjustments(plan: Procurement) -> list[Adjustment]:
-    """Every window whose level differs from the one before (the first window from what is
-    held today, when something is)."""
-    held = plan.offer.current_units if plan.offer is not None else 0
-    first = (
-        [Adjustment(0, held, plan.schedule[0])]
-        if held and plan.schedule and plan.schedule[0] != held
-        else []
-    )
-    return first + [
-        Adjustment(plan.periods[i].period.start_month, plan.schedule[i - 1], plan.schedule[i])
-        for i in range(1, len(plan.periods))
-        if plan.schedule[i] != plan.schedule[i - 1]
-    ]
+    """Every window whose level differs from the one before, for each offer signed (the
+    first window from what is held today, when something is), in the order of the months."""
+    out: list[Adjustment] = []
+    for i, offer in enumerate(plan.offers):
+        levels = plan.schedule_of(i)
+        held = offer.current_units
+        if held and levels and levels[0] != held:
+            out.append(Adjustment(0, held, levels[0], offer.name))
+        out += [
+            Adjustment(plan.periods[k].period.start_month, levels[k - 1], levels[k], offer.name)
+            for k in range(1, len(levels))
+            if levels[k] != levels[k - 1]
+        ]
+    return sorted(out, key=lambda a: a.month)
 
 
 def next_adjustment_text(plan: Procurement) -> str:
     """The next adjustment window to use, in words (the plan is recomputed on its schedule:
     it always starts from now)."""
-    if plan.offer is None:
+    if not plan.offers:
         return "no commitment: nothing to adjust"
     changes = adjustments(plan)
+    named = len(plan.offers) > 1  # with one offer, "the commitment" is unambiguous
     if not changes:
-        return (
-            f"keep {plan.schedule[0]} committed node(s) through every window of the horizon"
-            if plan.schedule
-            else "nothing to adjust"
+        if not plan.levels:
+            return "nothing to adjust"
+        held = " and ".join(
+            f"{u} node(s) of {o.name}" if named else f"{u} committed node(s)"
+            for o, u in zip(plan.offers, plan.levels[0], strict=True)
         )
-    first = changes[0]
-    verb = "raise" if first.to_units > first.from_units else "lower"
+        return f"keep {held} through every window of the horizon"
+    month = changes[0].month
     when = (
-        "now (the window open today)"
-        if first.month == 0
-        else f"at the window starting in month {first.month}"
+        "now (the window open today)" if month == 0 else f"at the window starting in month {month}"
     )
-    return f"{verb} the commitment from {first.from_units} to {first.to_units} node(s) {when}"
+    parts = [
+        f"{'raise' if a.to_units > a.from_units else 'lower'} the "
+        f"{a.offer + ' ' if named else ''}commitment from {a.from_units} to {a.to_units} node(s)"
+        for a in changes
+        if a.month == month
+    ]
+    return f"{' and '.join(parts)} {when}"
 
 
 def cost_per_million_tokens(

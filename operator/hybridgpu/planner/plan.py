@@ -11,6 +11,7 @@ from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import (
     CapacityPlanSpec,
     CapacityPlanStatus,
+    Commitment,
     CommitmentChange,
     MonthlyCost,
     OwnedCapital,
@@ -398,6 +399,14 @@ def procurement_status(result: CapacityPlanResult) -> ProcurementStatus | None:
     return ProcurementStatus(
         committed_offer=plan.offer.name if plan.offer is not None else None,
         committed_nodes=plan.schedule[0] if plan.offer is not None and plan.schedule else 0,
+        commitments=[
+            Commitment(
+                offer=o.name,
+                term_years=o.term_years,
+                nodes=plan.schedule_of(i)[0] if plan.levels else 0,
+            )
+            for i, o in enumerate(plan.offers)
+        ],
         owned_nodes=sum(plan.nodes),
         base_owned_percent=round(100 * shares.base_owned_share, 2),
         mix=[
@@ -421,7 +430,9 @@ def procurement_status(result: CapacityPlanResult) -> ProcurementStatus | None:
             None if result.mfu is None else round(100 * result.mfu.paid, 2)
         ),
         adjustments=[
-            CommitmentChange(month=a.month, from_nodes=a.from_units, to_nodes=a.to_units)
+            CommitmentChange(
+                month=a.month, from_nodes=a.from_units, to_nodes=a.to_units, offer=a.offer
+            )
             for a in changes
         ],
         next_adjustment=next_adjustment_text(plan),

@@ -39,10 +39,12 @@ best of all is the plan.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from hybridgpu.core.cost import HOURS_PER_YEAR
 from hybridgpu.planner.cost import CostModel, SharedWork, _fluid_usage
@@ -150,11 +152,19 @@ class Period:
 def periods(horizon_months: int, months_per_period: int, offset: int = 0) -> list[Period]:
     """The horizon cut into periods of ``months_per_period`` on a calendar that started
     ``offset`` months ago (the first and last may be shorter)."""
+    return periods_of(horizon_months, [(months_per_period, offset)])
+
+
+def periods_of(horizon_months: int, calendars: Sequence[tuple[int, int]]) -> list[Period]:
+    """The horizon cut at the start of every window of every calendar ``(months per window,
+    months since the calendar started)``: one period per stretch with no window starting."""
     out: list[Period] = []
     start = 0
     while start < horizon_months:
-        to_boundary = months_per_period - (start + offset) % months_per_period
-        months = min(to_boundary, horizon_months - start)
+        months = min(
+            [horizon_months - start]
+            + [length - (start + offset) % length for length, offset in calendars]
+        )
         out.append(Period(len(out), start, months))
         start += months
     return out
@@ -164,6 +174,11 @@ def is_renewal(offer: CommittedOffer, period: Period) -> bool:
     """A term of ``offer`` starts with this period (today's term's calendar: the first
     period without a current term, then every term length)."""
     return (period.start_month + offer.started_months_ago) % (12 * offer.term_years) == 0
+
+
+def is_window(offer: CommittedOffer, period: Period) -> bool:
+    """An adjustment window of ``offer`` starts with this period."""
+    return (period.start_month + offer.started_months_ago) % offer.adjustment_months == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +197,8 @@ class PeriodCost:
     elastic_gpu_hours: float
     spot_gpu_hours: float
     after_horizon_months: int = 0
-    """Months the commitment of this (last) period runs past the horizon."""
+    """Months the commitment of this (last) period runs past the horizon (the longest term
+    when several offers are signed)."""
     after_horizon_paid_dollars: float = 0.0
     """Committed payments due in those months."""
     after_horizon_dollars: float = 0.0
@@ -200,45 +216,88 @@ class PeriodCost:
         )
 
 
+Levels = tuple[int, ...]
+"""Committed units (nodes) of each offer signed together, in the model's order of offers."""
+
+
 class ProcurementModel:
-    """The cost of any owned fleet and committed level in any period of the horizon."""
+    """The cost of any owned fleet and committed levels in any period of the horizon, with
+    no offer, one, or two offers signed together (e.g. a 3-year base and a 1-year top-up)."""
 
     def __init__(
         self,
         inputs: PlanInputs,
-        offer: CommittedOffer | None,
+        offers: CommittedOffer | Sequence[CommittedOffer] | None,
         shared: SharedWork | None = None,
     ) -> None:
+        if offers is None:
+            offers = ()
+        elif isinstance(offers, CommittedOffer):
+            offers = (offers,)
+        if len(offers) > 2:
+            raise ValueError("committed offers: at most two are signed together")
         self.inputs = inputs
-        self.offer = offer
+        self.offers: tuple[CommittedOffer, ...] = tuple(offers)
         self.shared = SharedWork() if shared is None else shared
         self.owned_model = CostModel(inputs, self.shared)
-        self.periods = periods(
+        self.periods = periods_of(
             inputs.horizon_months,
-            offer.adjustment_months if offer is not None else 3,
-            offer.started_months_ago if offer is not None else 0,
+            [(o.adjustment_months, o.started_months_ago) for o in self.offers] or [(3, 0)],
         )
-        self.unit_gpus = offer.gpus_per_unit if offer is not None else 1
-        self.after_horizon_months = _after_horizon_months(offer, self.periods)
+        self.after_horizon_by_offer = tuple(_after_horizon_months(o, self.periods) for o in offers)
+        self.after_horizon_months = max(self.after_horizon_by_offer, default=0)
         self._levels = _history_levels(inputs)
         self._window_hours = _window_hours(inputs)
         self._curves: dict[tuple[tuple[float, ...], int], tuple[DurationCurve, DurationCurve]] = {}
         self._committed_used: dict[tuple[tuple[float, ...], int], float] = {}
-        self._replays: dict[tuple[tuple[int, ...], int], Usage] = {}
+        self._replays: dict[tuple[tuple[int, ...], tuple[int, ...]], Usage] = {}
         self._factors = {p.index: _period_factors(inputs, p) for p in self.periods}
         self._period_costs: dict[
-            tuple[tuple[float, ...], int, tuple[int, ...], int, bool], PeriodCost
+            tuple[tuple[float, ...], int, tuple[int, ...], Levels, bool], PeriodCost
         ] = {}
         firm_peak = max((f for f, _, _ in self._levels), default=0.0)
         grown = max((max(fs) for fs in self._factors.values()), default=1.0)
-        units = math.ceil(firm_peak * grown / self.unit_gpus - 1e-9) if offer is not None else 0
-        if offer is not None and offer.max_units is not None:
-            units = min(units, offer.max_units)
-        if offer is not None:
-            units = max(units, offer.current_units)
-        self.max_units = units
-        """Committing to more than the firm peak never pays: the level could be lowered to it
-        (every window allows that) and serve the same work for less."""
+        self.firm_peak_gpus = math.ceil(firm_peak * grown)
+        caps = []
+        for offer in self.offers:
+            units = math.ceil(firm_peak * grown / offer.gpus_per_unit - 1e-9)
+            if offer.max_units is not None:
+                units = min(units, offer.max_units)
+            caps.append(max(units, offer.current_units))
+        self.max_units_by_offer: Levels = tuple(caps)
+        """Committing to more than the firm peak under any one offer never pays: its level
+        could be lowered to it (every window allows that) and serve the same work for less."""
+        self._level_windows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def offer(self) -> CommittedOffer | None:
+        """The first offer (the only one, when one is signed)."""
+        return self.offers[0] if self.offers else None
+
+    @property
+    def max_units(self) -> int:
+        """The first offer's highest level searched (0 without an offer)."""
+        return self.max_units_by_offer[0] if self.offers else 0
+
+    def levels(self, units: int | Sequence[int]) -> Levels:
+        """``units`` as one level per offer (an int: the only offer's; 0 without an offer)."""
+        if isinstance(units, int):
+            if not self.offers:
+                if units:
+                    raise ValueError("no committed offer to commit to")
+                return ()
+            if len(self.offers) != 1:
+                raise ValueError("give one level per offer")
+            return (units,)
+        return tuple(units)
+
+    def committed_node_gpus(self, levels: Levels) -> tuple[int, ...]:
+        """The committed nodes' sizes, in GPUs (sorted: the replay's key)."""
+        return tuple(
+            sorted(
+                o.gpus_per_unit for o, u in zip(self.offers, levels, strict=True) for _ in range(u)
+            )
+        )
 
     # ------------------------------------------------------------------ usage
     def _fluid(self, factors: tuple[float, ...], committed_gpus: int, owned_gpus: int) -> Usage:
@@ -262,11 +321,11 @@ class ProcurementModel:
         usage = _fluid_usage(curves[0], curves[1], owned_gpus, self.inputs.cloud)
         return replace(usage, committed=self._committed_used[key])
 
-    def _replay(self, nodes: tuple[int, ...], units: int) -> Usage:
+    def _replay(self, nodes: tuple[int, ...], committed_nodes: tuple[int, ...]) -> Usage:
         """GPU-hours per calendar month of the trace replayed on this fleet."""
-        key = (nodes, units)
+        key = (nodes, committed_nodes)
         usage = self._replays.get(key)
-        if usage is None and units == 0 and self.inputs.demand_growth_per_year == 0:
+        if usage is None and not committed_nodes and self.inputs.demand_growth_per_year == 0:
             # The owned-only replay the plan's fleet search made already (shared cache).
             usage = self.owned_model.usage(nodes).scaled(1.0 / self.inputs.horizon_months)
         if usage is None:
@@ -279,21 +338,26 @@ class ProcurementModel:
                 self.inputs.jobs,
                 sizes,
                 self.inputs.cloud,
-                committed_node_gpus=[self.unit_gpus] * units,
+                committed_node_gpus=list(committed_nodes),
                 share_replicas=self.inputs.share_replicas,
             ).scaled(HOURS_PER_MONTH / self._window_hours)
             self._replays[key] = usage
         return usage
 
-    def usage(self, period: Period, nodes: Sequence[int], units: int) -> Usage:
+    def usage(self, period: Period, nodes: Sequence[int], units: int | Sequence[int]) -> Usage:
         """GPU-hours of ``period`` with ``nodes`` owned (per type) and ``units`` committed."""
+        return self._usage(period, tuple(nodes), self.committed_node_gpus(self.levels(units)))
+
+    def _usage(
+        self, period: Period, nodes: tuple[int, ...], committed_nodes: tuple[int, ...]
+    ) -> Usage:
         owned = self.owned_model.owned_gpus(nodes)
-        committed = units * self.unit_gpus
+        committed = sum(committed_nodes)
         factors = self._factors[period.index]
         if not self.inputs.jobs:
             monthly = self._fluid(factors, committed, owned)
         else:
-            monthly = self._replay(tuple(nodes), units)
+            monthly = self._replay(nodes, committed_nodes)
             if any(f != 1.0 for f in factors):
                 flat = self._fluid((1.0,), committed, owned)
                 grown = self._fluid(factors, committed, owned)
@@ -305,78 +369,220 @@ class ProcurementModel:
                 )
         return monthly.scaled(period.months)
 
-    def period_cost(self, period: Period, nodes: Sequence[int], units: int) -> PeriodCost:
+    def _cloud_dollars(
+        self, period: Period, nodes: tuple[int, ...], committed_nodes: tuple[int, ...]
+    ) -> float:
+        """On-demand and spot dollars of ``period``."""
+        usage = self._usage(period, nodes, committed_nodes)
+        cloud = self.inputs.cloud
+        return usage.elastic * cloud.on_demand_per_gpu_hour + usage.spot * cloud.spot_per_gpu_hour
+
+    def period_cost(
+        self, period: Period, nodes: Sequence[int], units: int | Sequence[int]
+    ) -> PeriodCost:
         """The full breakdown of one period (periods of the same months and demand factors
         cost the same: without growth, every full window)."""
+        levels = self.levels(units)
         last = period.index == len(self.periods) - 1 and self.after_horizon_months > 0
-        key = (self._factors[period.index], period.months, tuple(nodes), units, last)
+        key = (self._factors[period.index], period.months, tuple(nodes), levels, last)
         known = self._period_costs.get(key)
         if known is not None:
             return replace(known, period=period)
-        cost = self._period_cost(period, nodes, units)
-        if last and units > 0:
-            cost = self._with_tail(cost, nodes)
+        cost = self._period_cost(period, nodes, levels)
+        if last and any(levels):
+            cost = self._with_tail(cost, tuple(nodes), levels)
         self._period_costs[key] = cost
         return cost
 
-    def _with_tail(self, cost: PeriodCost, nodes: Sequence[int]) -> PeriodCost:
-        """``cost`` of the last period with the commitment's months past the horizon."""
+    def _tail_segments(self) -> list[tuple[int, tuple[bool, ...]]]:
+        """The months past the horizon in stretches: (months, which offers still bind)."""
+        ends = sorted(set(self.after_horizon_by_offer) - {0})
+        out = []
+        before = 0
+        for end in ends:
+            out.append((end - before, tuple(m >= end for m in self.after_horizon_by_offer)))
+            before = end
+        return out
+
+    def _with_tail(self, cost: PeriodCost, nodes: tuple[int, ...], levels: Levels) -> PeriodCost:
+        """``cost`` of the last period with the commitments' months past the horizon: in each
+        stretch, what the offers still bound then cost more than committing nothing, at the
+        last period's demand (never a gain)."""
         period = cost.period
-        months = self.after_horizon_months
-        none = self.period_cost(period, nodes, 0)
-        scale = months / period.months
-        # Owned nodes cost the same either way: only cloud spend and payments differ.
-        extra = (cost.total_dollars - none.total_dollars) * scale
+        none = self._cloud_dollars(period, nodes, ())
+        charged = 0.0
+        for months, binding in self._tail_segments():
+            bound = tuple(u if b else 0 for u, b in zip(levels, binding, strict=True))
+            payments = self._payments(period, bound)
+            cloud = self._cloud_dollars(period, nodes, self.committed_node_gpus(bound))
+            charged += max(payments + cloud - none, 0.0) * months / period.months
+        paid = sum(
+            self._payments(period, tuple(u if i == j else 0 for j, u in enumerate(levels)))
+            * self.after_horizon_by_offer[i]
+            / period.months
+            for i in range(len(levels))
+        )
         return replace(
             cost,
-            after_horizon_months=months,
-            after_horizon_paid_dollars=cost.committed_dollars * scale,
-            after_horizon_dollars=max(extra, 0.0),
+            after_horizon_months=self.after_horizon_months,
+            after_horizon_paid_dollars=paid,
+            after_horizon_dollars=charged,
         )
 
-    def _period_cost(self, period: Period, nodes: Sequence[int], units: int) -> PeriodCost:
-        cloud = self.inputs.cloud
-        usage = self.usage(period, nodes, units)
-        owned_hourly = sum(
+    def _payments(self, period: Period, levels: Levels) -> float:
+        """Committed dollars of ``period`` at ``levels``."""
+        return sum(
+            u * o.gpus_per_unit * o.effective_per_gpu_hour * period.hours
+            for o, u in zip(self.offers, levels, strict=True)
+        )
+
+    def _owned_hourly(self, nodes: Sequence[int]) -> float:
+        return sum(
             n * t.node_hour_dollars for n, t in zip(nodes, self.inputs.node_types, strict=True)
         )
-        committed_gpu_hours = units * self.unit_gpus * period.hours
-        price = self.offer.effective_per_gpu_hour if self.offer is not None else 0.0
+
+    def _period_cost(self, period: Period, nodes: Sequence[int], levels: Levels) -> PeriodCost:
+        cloud = self.inputs.cloud
+        committed_nodes = self.committed_node_gpus(levels)
+        usage = self._usage(period, tuple(nodes), committed_nodes)
         return PeriodCost(
             period=period,
-            owned_dollars=owned_hourly * period.hours,
-            committed_dollars=committed_gpu_hours * price,
+            owned_dollars=self._owned_hourly(nodes) * period.hours,
+            committed_dollars=self._payments(period, levels),
             elastic_dollars=usage.elastic * cloud.on_demand_per_gpu_hour,
             spot_dollars=usage.spot * cloud.spot_per_gpu_hour,
             owned_used_gpu_hours=usage.owned,
-            committed_gpu_hours=committed_gpu_hours,
+            committed_gpu_hours=sum(committed_nodes) * period.hours,
             committed_used_gpu_hours=usage.committed,
             elastic_gpu_hours=usage.elastic,
             spot_gpu_hours=usage.spot,
         )
 
-    def period_dollars(self, period: Period, nodes: Sequence[int], units: int) -> float:
+    def period_dollars(
+        self, period: Period, nodes: Sequence[int], units: int | Sequence[int]
+    ) -> float:
         return self.period_cost(period, nodes, units).total_dollars
 
-    def feasible(self, schedule: Sequence[int]) -> bool:
-        """Whether a committed level per period keeps the offer's adjustment rules."""
-        if len(schedule) != len(self.periods) or any(u < 0 for u in schedule):
+    def cost_table(self, period: Period, nodes: Sequence[int]) -> np.ndarray:
+        """``period_dollars`` at every level of every offer (an array indexed by the levels;
+        shape (1,) without an offer), the same figures without building each breakdown."""
+        nodes = tuple(nodes)
+        shape = tuple(u + 1 for u in self.max_units_by_offer)
+        grids = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
+        table = np.full(shape or (1,), self._owned_hourly(nodes) * period.hours)
+        for offer, grid in zip(self.offers, grids, strict=True):
+            table = table + grid * (
+                offer.gpus_per_unit * offer.effective_per_gpu_hour * period.hours
+            )
+        table = table + self._cloud_table(period, nodes, shape, grids)
+        last = period.index == len(self.periods) - 1 and self.after_horizon_months > 0
+        if last and self.offers:
+            none = self._cloud_dollars(period, nodes, ())
+            for months, binding in self._tail_segments():
+                bound = [g if b else 0 * g for g, b in zip(grids, binding, strict=True)]
+                extra = self._cloud_table(period, nodes, shape, bound) - none
+                for offer, grid in zip(self.offers, bound, strict=True):
+                    extra = extra + grid * (
+                        offer.gpus_per_unit * offer.effective_per_gpu_hour * period.hours
+                    )
+                table = table + np.maximum(extra, 0.0) * (months / period.months)
+        return np.asarray(table, dtype=float)
+
+    def _cloud_table(
+        self,
+        period: Period,
+        nodes: tuple[int, ...],
+        shape: tuple[int, ...],
+        grids: Sequence[np.ndarray],
+    ) -> np.ndarray:
+        """Cloud dollars at the levels of ``grids`` (arrays of each offer's level)."""
+        if not self.offers:
+            return np.array([self._cloud_dollars(period, nodes, ())])
+        if not self.inputs.jobs:
+            # The fluid model depends on the committed GPUs only, and not past the firm peak.
+            gpus = sum(
+                (g * o.gpus_per_unit for o, g in zip(self.offers, grids, strict=True)),
+                start=np.zeros(shape, dtype=int),
+            )
+            gpus = np.minimum(gpus, self.firm_peak_gpus)
+            counts, where = np.unique(gpus, return_inverse=True)
+            values = np.array(
+                [self._cloud_dollars(period, nodes, (int(k),) if k else ()) for k in counts]
+            )
+            return np.asarray(values[where.reshape(shape)])
+        out = np.empty(shape)
+        for index in np.ndindex(*shape):
+            levels = tuple(int(g[index]) for g in grids)
+            out[index] = self._cloud_dollars(period, nodes, self.committed_node_gpus(levels))
+        return out
+
+    def level_window(self, i: int, period: Period, before: int) -> tuple[int, int]:
+        """The levels offer ``i`` may take in ``period`` after ``before`` in the one before
+        (the first period: from what is held today)."""
+        offer = self.offers[i]
+        top = self.max_units_by_offer[i]
+        if period.index == 0:
+            lowest, highest = offer.first_levels
+            return min(lowest, top), top if highest is None else min(highest, top)
+        if is_renewal(offer, period):
+            return 0, top
+        if not is_window(offer, period):
+            return before, before
+        highest = offer.highest_after(before)
+        return offer.lowest_after(before), top if highest is None else min(highest, top)
+
+    def level_windows(self, i: int, period: Period) -> tuple[np.ndarray, np.ndarray]:
+        """``level_window`` after every level of offer ``i``: the lowest and highest levels."""
+        key = (i, period.index)
+        known = self._level_windows.get(key)
+        if known is None:
+            windows = [
+                self.level_window(i, period, u) for u in range(self.max_units_by_offer[i] + 1)
+            ]
+            known = (np.array([w[0] for w in windows]), np.array([w[1] for w in windows]))
+            self._level_windows[key] = known
+        return known
+
+    def feasible(self, schedule: Sequence[int | Sequence[int]]) -> bool:
+        """Whether committed levels per period (an int per period for one offer, a level per
+        offer otherwise) keep every offer's adjustment rules."""
+        if len(schedule) != len(self.periods):
             return False
-        if self.offer is None:
-            return all(u == 0 for u in schedule)
-        cap = self.offer.max_units
-        if cap is not None and max(schedule) > max(cap, self.offer.current_units):
+        if not self.offers:
+            return all(not s for s in schedule)
+        rows = [self.levels(s) if isinstance(s, int) else tuple(s) for s in schedule]
+        if any(len(r) != len(self.offers) for r in rows):
             return False
-        low, high = self.offer.first_levels
-        if schedule[0] < low or (high is not None and schedule[0] > high):
+        return all(self.feasible_levels(i, [r[i] for r in rows]) for i in range(len(self.offers)))
+
+    def feasible_levels(self, i: int, column: Sequence[int]) -> bool:
+        """Whether offer ``i``'s level per period keeps its rules (on the model's periods:
+        between two of its windows the level holds)."""
+        offer = self.offers[i]
+        if len(column) != len(self.periods) or any(u < 0 for u in column):
             return False
-        for period, before, after in zip(self.periods[1:], schedule, schedule[1:], strict=False):
-            if is_renewal(self.offer, period):
-                continue
-            highest = self.offer.highest_after(before)
-            if after < self.offer.lowest_after(before) or (highest is not None and after > highest):
+        cap = offer.max_units
+        if cap is not None and max(column) > max(cap, offer.current_units):
+            return False
+        before = 0
+        for period, level in zip(self.periods, column, strict=True):
+            if not self._allowed(i, period, before, level):
                 return False
+            before = level
         return True
+
+    def _allowed(self, i: int, period: Period, before: int, level: int) -> bool:
+        """``level`` keeps offer ``i``'s rules after ``before`` (no cap on the level)."""
+        offer = self.offers[i]
+        if period.index == 0:
+            lowest, highest = offer.first_levels
+        elif is_renewal(offer, period):
+            return True
+        elif not is_window(offer, period):
+            return level == before
+        else:
+            lowest, highest = offer.lowest_after(before), offer.highest_after(before)
+        return level >= lowest and (highest is None or level <= highest)
 
 
 def _history_levels(inputs: PlanInputs) -> list[tuple[float, float, float]]:
@@ -425,79 +631,116 @@ def _window_hours(inputs: PlanInputs) -> float:
 
 @dataclass(frozen=True)
 class Procurement:
-    """A fleet, a committed offer and its level per period, and what they cost."""
+    """A fleet, the committed offers signed (none, one, or two together) and their levels
+    per period, and what they cost."""
 
-    offer: CommittedOffer | None
+    offers: tuple[CommittedOffer, ...]
     nodes: tuple[int, ...]
-    schedule: tuple[int, ...]
-    """Committed units (nodes of the offer) per period."""
+    levels: tuple[Levels, ...]
+    """Committed units (nodes) of each offer, per period."""
     periods: tuple[PeriodCost, ...] = field(default=())
+
+    @property
+    def offer(self) -> CommittedOffer | None:
+        """The first offer signed (the base: the longest term), if any."""
+        return self.offers[0] if self.offers else None
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        """The first offer's level per period (0 without an offer)."""
+        return tuple(row[0] if row else 0 for row in self.levels)
+
+    def schedule_of(self, i: int) -> tuple[int, ...]:
+        """Offer ``i``'s level per period."""
+        return tuple(row[i] for row in self.levels)
 
     @property
     def total_dollars(self) -> float:
         return sum(p.total_dollars for p in self.periods)
 
 
-def _window_argmins(values: Sequence[float], windows: Sequence[tuple[int, int]]) -> list[int]:
-    """For each ``(lo, hi)`` window (both bounds non-decreasing from one window to the next),
-    the index of the cheapest of ``values[lo..hi]``, the lowest among equals (a monotone
-    queue: O(len(values) + len(windows)))."""
-    out: list[int] = []
-    queue: deque[int] = deque()
-    pushed = 0
-    for lo, hi in windows:
-        while pushed <= hi:
-            value = values[pushed]
-            while queue and values[queue[-1]] > value * (1.0 + _COST_EPS) + 1e-9:
-                queue.pop()
-            queue.append(pushed)
-            pushed += 1
-        while queue[0] < lo:
-            queue.popleft()
-        out.append(queue[0])
-    return out
+def _range_min(values: np.ndarray, lows: np.ndarray, highs: np.ndarray, axis: int) -> np.ndarray:
+    """Along ``axis``, position k of the result is the minimum of ``values`` over positions
+    ``lows[k]..highs[k]`` (a sparse table: O(n log n))."""
+    values = np.moveaxis(values, axis, 0)
+    n = values.shape[0]
+    tables = [values]
+    width = 1
+    while 2 * width <= n:
+        prior = tables[-1]
+        tables.append(np.minimum(prior[: n - 2 * width + 1], prior[width : n - width + 1]))
+        width *= 2
+    span = highs - lows + 1
+    level = np.floor(np.log2(span)).astype(int)
+    out = np.empty_like(values)
+    for k in np.unique(level):
+        at = np.nonzero(level == k)[0]
+        table = tables[k]
+        out[at] = np.minimum(table[lows[at]], table[highs[at] - (1 << k) + 1])
+    return np.moveaxis(out, 0, axis)
 
 
-def _next_window(model: ProcurementModel, period: Period, units: int) -> tuple[int, int]:
-    """The levels ``period`` may set after ``units`` (all of them at a renewal)."""
-    assert model.offer is not None
-    top = model.max_units
-    if is_renewal(model.offer, period):
-        return 0, top
-    highest = model.offer.highest_after(units)
-    return model.offer.lowest_after(units), top if highest is None else min(highest, top)
+def _cheapest_in(values: np.ndarray, box: Sequence[tuple[int, int]]) -> Levels:
+    """The levels of the cheapest entry of ``values`` within ``box`` (per axis, lowest and
+    highest level), the lowest levels among equals."""
+    part = values[tuple(slice(lo, hi + 1) for lo, hi in box)]
+    best = float(part.min())
+    flat = int(np.argmax(part.ravel() <= best * (1.0 + _COST_EPS) + 1e-9))
+    return tuple(
+        int(i) + lo for i, (lo, _) in zip(np.unravel_index(flat, part.shape), box, strict=True)
+    )
 
 
-def best_schedule(model: ProcurementModel, nodes: Sequence[int]) -> tuple[tuple[int, ...], float]:
-    """The cheapest committed level per period with ``nodes`` owned, and the total dollars.
+def best_schedule(
+    model: ProcurementModel, nodes: Sequence[int]
+) -> tuple[tuple[Levels, ...], float]:
+    """The cheapest committed levels per period with ``nodes`` owned, and the total dollars.
 
-    Backward over the periods: the cheapest rest of the horizon from each level; a window
-    may go to any level from ``lowest_after`` to ``highest_after`` of the level before (any
-    level at a renewal). Both bounds grow with the level, so the best next level of every
-    level is a sliding-window minimum. Ties go to the lower level.
+    Backward over the periods: the cheapest rest of the horizon from every combination of
+    levels. Each offer moves on its own rules (at its windows from ``lowest_after`` to
+    ``highest_after`` of its level before, anything at a renewal, nothing between windows);
+    both bounds grow with the level, so the best next levels of every combination are a
+    minimum over a box, taken one offer's axis at a time with range-minimum tables. Ties go
+    to the lower levels.
     """
-    periods_ = model.periods
-    levels = range(model.max_units + 1)
-    if model.offer is None:
-        total = sum(model.period_dollars(p, nodes, 0) for p in periods_)
-        return (0,) * len(periods_), total
-    after = [0.0] * (model.max_units + 1)  # cheapest from the next period on, by level
-    here_by_period: list[list[float]] = []  # per period: the cheapest from it on, by level
-    for period in reversed(periods_):
-        here = [model.period_dollars(period, nodes, u) + after[u] for u in levels]
+    parts = model.periods
+    if not model.offers:
+        total = sum(model.period_dollars(p, nodes, ()) for p in parts)
+        return ((),) * len(parts), total
+    shape = tuple(u + 1 for u in model.max_units_by_offer)
+    after = np.zeros(shape)  # cheapest from the next period on, by the levels of this one
+    here_by_period: list[np.ndarray] = []
+    for period in reversed(parts):
+        here = model.cost_table(period, nodes) + after
         here_by_period.append(here)
         if period.index > 0:
-            windows = [_next_window(model, period, u) for u in levels]
-            after = [here[i] for i in _window_argmins(here, windows)]
+            after = here
+            for axis in range(len(shape)):
+                lows, highs = model.level_windows(axis, period)
+                after = _range_min(after, lows, highs, axis)
     here_by_period.reverse()
-    lowest, highest = model.offer.first_levels
-    top = model.max_units if highest is None else min(highest, model.max_units)
-    schedule = _window_argmins(here_by_period[0], [(lowest, top)])
-    for period in periods_[1:]:
-        window = _next_window(model, period, schedule[-1])
-        schedule += _window_argmins(here_by_period[period.index], [window])
-    total = sum(model.period_dollars(p, nodes, u) for p, u in zip(periods_, schedule, strict=True))
+    schedule: list[Levels] = []
+    before: Levels = (0,) * len(shape)
+    for period in parts:
+        box = [model.level_window(i, period, u) for i, u in enumerate(before)]
+        before = _cheapest_in(here_by_period[period.index], box)
+        schedule.append(before)
+    total = sum(model.period_dollars(p, nodes, u) for p, u in zip(parts, schedule, strict=True))
     return tuple(schedule), total
+
+
+def offer_choices(offers: Sequence[CommittedOffer]) -> list[tuple[CommittedOffer, ...]]:
+    """What a plan may sign: nothing, any one offer, or any two together (the longer term
+    first); offers held today (``current_units``) must be in it."""
+    held = [o for o in offers if o.current_units > 0]
+    if len(held) > 2:
+        raise ValueError(
+            "committed offers: at most two can be held today (currentNodes): "
+            + ", ".join(o.name for o in held)
+        )
+    ordered = sorted(offers, key=lambda o: -o.term_years)  # stable: input order within a term
+    choices = [()] + [(o,) for o in ordered] + list(itertools.combinations(ordered, 2))
+    return [c for c in choices if all(h in c for h in held)]
 
 
 def optimal_procurement(
@@ -505,38 +748,31 @@ def optimal_procurement(
     offers: Sequence[CommittedOffer],
     shared: SharedWork | None = None,
 ) -> Procurement:
-    """The cheapest owned fleet, committed offer and committed level per period: every owned
-    size (its cheapest node mix), every offer (and none), the best schedule of each. An offer
-    held today (``current_units``) is the only choice: it is paid until its term ends, and
-    one plan signs one offer."""
+    """The cheapest owned fleet, committed offers and committed levels per period: every
+    owned size (its cheapest node mix), nothing, every offer and every two offers signed
+    together, the best schedule of each. Offers held today (``current_units``) are paid
+    until their terms end, so every choice includes them."""
     shared = SharedWork() if shared is None else shared
-    held = [o for o in offers if o.current_units > 0]
-    if len(held) > 1:
-        raise ValueError(
-            "committed offers: only one can be held today (currentNodes): "
-            + ", ".join(o.name for o in held)
-        )
-    choices: Sequence[CommittedOffer | None] = held or (None, *offers)
     best: Procurement | None = None
     best_dollars = math.inf
-    for offer in choices:
-        model = ProcurementModel(inputs, offer, shared)
+    for choice in offer_choices(offers):
+        model = ProcurementModel(inputs, choice, shared)
         for _, nodes in cheapest_mixes(model.owned_model):
             schedule, dollars = best_schedule(model, nodes)
             if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
                 best_dollars = dollars
-                best = Procurement(offer, tuple(nodes), schedule)
+                best = Procurement(choice, tuple(nodes), schedule)
     assert best is not None
     return costed(inputs, best, shared)
 
 
 def costed(inputs: PlanInputs, plan: Procurement, shared: SharedWork | None = None) -> Procurement:
     """``plan`` with the cost of each of its periods."""
-    model = ProcurementModel(inputs, plan.offer, shared)
+    model = ProcurementModel(inputs, plan.offers, shared)
     return replace(
         plan,
         periods=tuple(
             model.period_cost(p, plan.nodes, u)
-            for p, u in zip(model.periods, plan.schedule, strict=True)
+            for p, u in zip(model.periods, plan.levels, strict=True)
         ),
     )
