@@ -41,6 +41,9 @@ class SharedWork:
 
     def __init__(self) -> None:
         self.replays: dict[ReplayKey, Usage] = {}
+        self.committed_replays: dict[tuple[tuple[int, ...], ReplayKey], Usage] = {}
+        """Replays with committed nodes (their sizes first): one plan's offers and pairs of
+        offers commit the same node counts."""
         self.curves: dict[CurvesKey, tuple[DurationCurve, DurationCurve]] = {}
 
     def horizon_curves(self, inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:

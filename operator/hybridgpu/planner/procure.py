@@ -334,13 +334,27 @@ class ProcurementModel:
                 for n, k in zip(nodes, self.owned_model.gpus_per_node, strict=True)
                 for _ in range(n)
             ]
-            usage = replay_jobs(
-                self.inputs.jobs,
-                sizes,
-                self.inputs.cloud,
-                committed_node_gpus=list(committed_nodes),
-                share_replicas=self.inputs.share_replicas,
-            ).scaled(HOURS_PER_MONTH / self._window_hours)
+            cloud = self.inputs.cloud
+            timing = (
+                cloud.spot_is_used,
+                cloud.spot_rerun_factor,
+                cloud.spot_restart_overhead_hours,
+                cloud.node_startup_hours,
+                cloud.idle_release_hours,
+            )
+            replicas = self.inputs.share_replicas
+            shared_key = (committed_nodes, (tuple(sorted(sizes)), timing, replicas))
+            raw = self.shared.committed_replays.get(shared_key)
+            if raw is None:
+                raw = replay_jobs(
+                    self.inputs.jobs,
+                    sizes,
+                    cloud,
+                    committed_node_gpus=list(committed_nodes),
+                    share_replicas=replicas,
+                )
+                self.shared.committed_replays[shared_key] = raw
+            usage = raw.scaled(HOURS_PER_MONTH / self._window_hours)
             self._replays[key] = usage
         return usage
 
