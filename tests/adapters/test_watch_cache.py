@@ -1,5 +1,6 @@
-"""The watch caches against the real apiserver: they see adds, updates and deletes, resume a
-dropped watch from the last resourceVersion without listing, list again after 410 Gone, keep
+"""The watch caches against the real apiserver: they sync by streaming lists (no LIST), see
+adds, updates and deletes, resume a dropped watch from the last resourceVersion without
+listing, sync again after 410 Gone while the last store stays readable, keep
 only GPU pods and GPU Jobs, give the same snapshot and serving workloads as a fresh LIST of
 the cluster, take a kind that is not installed as empty, and a steady tick makes no LIST."""
 
@@ -15,7 +16,15 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from hybridgpu.kube.cache import DEPLOYMENTS, HPAS, REPLICASETS, Kind, Reflector, WatchCache
+from hybridgpu.kube.cache import (
+    DEPLOYMENTS,
+    HPAS,
+    REPLICASETS,
+    Kind,
+    Reflector,
+    WatchCache,
+    custom_lister,
+)
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import IdleTracker
 from hybridgpu.kube.errors import KubeError
@@ -214,27 +223,119 @@ def test_a_dropped_watch_resumes_from_the_last_version_without_listing(
     assert pods.counters.watches > watches
 
 
-def test_410_gone_lists_again(kube: KubeTest, cache: WatchCache, recorder: Recorder) -> None:
+def test_410_gone_syncs_again_without_a_list_and_the_last_store_is_read_meanwhile(
+    kube: KubeTest, recorder: Recorder
+) -> None:
     """GPUPools: their CRD was installed after the apiserver started, so its watch cache
-    begins later than version 1 and a watch from 1 is answered with 410 Gone (Expired)."""
-    pools = cache.reflectors[GPUPOOLS]
+    begins later than version 1 and a watch from 1 is answered with 410 Gone (Expired). The
+    reflector syncs again at once by a streaming list (no LIST request), the store stays
+    whole and readable (synced) while it does, and afterwards it is the apiserver's."""
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    custom = custom_lister(api)
+    at_resync: list[tuple[bool, set[str]]] = []
+
+    def list_call(*args: Any, **kwargs: Any) -> Any:
+        syncing = not kwargs.get("watch") or kwargs.get("send_initial_events")
+        if syncing and pools.counters.relists:  # the sync after the 410, as it starts
+            at_resync.append((pools.synced.is_set(), keys(pools)))
+        return custom(*args, **kwargs)
+
+    pools = Reflector(
+        Kind(GPUPOOLS, list_call, (GROUP, VERSION, GPUPOOLS)),
+        listener=lambda event, old, new: recorder(GPUPOOLS, event, old, new),
+    )
     old, new = f"{kube.namespace}-old", f"{kube.namespace}-new"
-    create_pool(kube, old)
-    eventually(lambda: old in keys(pools), "the first pool")
-    lists = pools.counters.lists
+    pools.start()
+    try:
+        eventually(pools.synced.is_set, "the first sync")
+        create_pool(kube, old)
+        eventually(lambda: old in keys(pools), "the first pool")
+        disconnect(pools)
+        create_pool(kube, new)
+        kube.custom.delete_cluster_custom_object(GROUP, VERSION, GPUPOOLS, old)
+        pools.resource_version = "1"  # older than the apiserver keeps
+        lists_before = apiserver_lists(kube).get(GPUPOOLS, 0.0)
+        pools.release()
 
-    disconnect(pools)
-    create_pool(kube, new)
-    kube.custom.delete_cluster_custom_object(GROUP, VERSION, GPUPOOLS, old)
-    pools.resource_version = "1"  # older than the apiserver keeps
-    pools.release()
+        eventually(
+            lambda: pools.counters.relists == 1 and new in keys(pools) and old not in keys(pools),
+            "a second sync after 410 Gone",
+        )
+        synced_meanwhile, store_meanwhile = at_resync[0]
+        assert synced_meanwhile, "the store was marked unsynced while it synced again"
+        assert old in store_meanwhile and new not in store_meanwhile
+        assert recorder.saw(GPUPOOLS, "RELISTED", None)
+        assert pools.counters.lists == 0
+        assert apiserver_lists(kube).get(GPUPOOLS, 0.0) == lists_before
+        # And it watches on from the new sync's version: later changes arrive.
+        kube.custom.delete_cluster_custom_object(GROUP, VERSION, GPUPOOLS, new)
+        eventually(lambda: new not in keys(pools), "a pool deleted after the second sync")
+    finally:
+        pools.stop()
+        api.close()
 
-    eventually(lambda: pools.counters.relists == 1, "a relist after 410 Gone")
-    eventually(lambda: new in keys(pools), "the pool created while disconnected")
-    eventually(lambda: old not in keys(pools), "the pool deleted while disconnected")
-    assert pools.counters.lists > lists
-    assert recorder.saw(GPUPOOLS, "RELISTED", None)
-    assert pools.synced.is_set()
+
+def test_the_first_sync_streams_from_the_watch_cache_without_a_list(kube: KubeTest) -> None:
+    """Every stream syncs by a streaming list (``sendInitialEvents``), as client-go's
+    reflector does: the apiserver counts no LIST of any kind while a new cache syncs (a paged
+    LIST from etcd was too slow at 5,000 nodes for its version to outlive it)."""
+    ns = kube.namespace
+    kube.core.create_namespaced_pod(ns, pod("streamed", 1, pool="nowhere"))
+    kube.core.create_namespaced_pod(ns, pod("not-kept", 0))
+    before = apiserver_lists(kube)
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    watch_cache = WatchCache.for_api(api, sync_timeout=60)
+    watch_cache.start()
+    try:
+        assert watch_cache.wait_synced(60), watch_cache.problems()
+        after = apiserver_lists(kube)
+        pods = watch_cache.reflectors["pods"]
+        assert f"{ns}/streamed" in keys(pods)
+        assert f"{ns}/not-kept" not in keys(pods)
+        for name, reflector in watch_cache.reflectors.items():
+            assert reflector.counters.lists == 0, name
+            assert reflector.stream_lists, name
+            assert after.get(name, 0.0) == before.get(name, 0.0), name
+            if reflector.absent_since is None:
+                assert reflector.counters.syncs == 1, name
+    finally:
+        watch_cache.stop()
+        api.close()
+
+
+def test_an_apiserver_that_refuses_streaming_lists_is_listed_from_its_watch_cache(
+    kube: KubeTest,
+) -> None:
+    """Before v1.32 (or with the WatchList gate off) ``sendInitialEvents`` is refused: the
+    stream LISTs instead (``resourceVersion=0``, one response from the apiserver's watch
+    cache) and watches from that list's version."""
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    core = client.CoreV1Api(api)
+    refused: list[dict[str, Any]] = []
+    listed: list[dict[str, Any]] = []
+
+    def list_node(**kwargs: Any) -> Any:
+        if kwargs.get("send_initial_events"):
+            refused.append(kwargs)
+            raise client.ApiException(status=422, reason="sendInitialEvents is forbidden")
+        if not kwargs.get("watch"):
+            listed.append(kwargs)
+        return core.list_node(**kwargs)
+
+    nodes = Reflector(Kind("nodes", list_node))
+    nodes.start()
+    try:
+        eventually(nodes.synced.is_set, "the store listed")
+        assert not nodes.stream_lists
+        assert len(refused) == 1
+        assert [k.get("resource_version") for k in listed] == ["0"]
+        assert "limit" not in listed[0]
+        (node,) = kube.create_gpu_nodes("wc-refused", 1, tier="elastic", wait_ready=False)
+        eventually(lambda: node in keys(nodes), "a node created after the list, watched")
+        assert nodes.counters.lists == 1
+    finally:
+        nodes.stop()
+        api.close()
 
 
 def create_pool(kube: KubeTest, name: str) -> None:
@@ -567,15 +668,15 @@ def test_an_optional_kind_is_empty_and_synced_without_its_crd_and_filled_once_in
     group = f"{kube.namespace}.cache.test"
     crd_name = f"widgets.{group}"
     api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
-    custom = client.CustomObjectsApi(api)
+    custom = custom_lister(api)
     reflector = Reflector(
-        Kind("widgets", custom.list_cluster_custom_object, (group, "v1", "widgets"), optional=True),
+        Kind("widgets", custom, (group, "v1", "widgets"), optional=True),
         absent_recheck_seconds=0.1,
     )
     caplog.set_level("DEBUG", logger="hybridgpu.kube.cache")
     reflector.start()
     try:
-        eventually(lambda: reflector.counters.absent >= 5, "five LISTs answered 404")
+        eventually(lambda: reflector.counters.absent >= 5, "five syncs answered 404")
         assert reflector.synced.is_set()
         assert reflector.absent_since is not None
         assert reflector.items() == []
@@ -590,7 +691,7 @@ def test_an_optional_kind_is_empty_and_synced_without_its_crd_and_filled_once_in
             "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd_name}"
         )
         widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}}
-        custom.create_namespaced_custom_object(group, "v1", kube.namespace, "widgets", widget)
+        kube.custom.create_namespaced_custom_object(group, "v1", kube.namespace, "widgets", widget)
         eventually(lambda: f"{kube.namespace}/w" in keys(reflector), "the widget listed")
         assert reflector.absent_since is None
 

@@ -2,11 +2,23 @@
 
 Each kind (Nodes, GPU pods, GPU Jobs, GPUPools, ScalingPolicies, and JobSets, RayJobs,
 PyTorchJobs and Kueue's ProvisioningRequests when their CRD is installed) has a
-:class:`Reflector`: a thread that LISTs once (in pages), then WATCHes from the list's
-resourceVersion with bookmarks. A watch that ends (the server's timeout, a dropped
-connection) is resumed from the last resourceVersion seen, without a LIST; only ``410 Gone``
-(that version was compacted away) makes it LIST again. The tick builds its snapshot from the
-stores, without a round trip to the apiserver (:meth:`WatchCache.read_objects`).
+:class:`Reflector`: a thread that syncs its store the way client-go's reflector does now, by
+a *streaming list* (a WATCH with ``sendInitialEvents=true``, served from the apiserver's
+watch cache: the current objects as ``ADDED`` events, then a bookmark annotated
+``k8s.io/initial-events-end`` carrying their resourceVersion), and then keeps the same watch
+going. No LIST request, and no window between a list and its watch in which the list's
+version can be compacted away (a paged LIST of 20,000 pods from etcd took minutes on a
+loaded machine and its version was gone by the time the watch started). An apiserver that
+refuses streaming lists (before v1.32, or the ``WatchList`` gate off) is listed instead with
+``resourceVersion=0`` (from its watch cache, one response), then watched.
+
+The objects of a sync are collected aside and replace the store in one step when the sync
+is complete: a tick reads the last whole store, never a half-synced one. A watch that ends
+(the server's timeout, a dropped connection) is resumed from the last resourceVersion seen;
+``410 Gone`` (that version is older than the apiserver keeps) starts a new sync at once,
+and the store stays readable, whole and as it was, until the new one replaces it (as an
+informer's does). The tick builds its snapshot from the stores, without a round trip to the
+apiserver (:meth:`WatchCache.read_objects`).
 
 Pods: the apiserver has no selector on resource requests, so the pod stream is every pod
 not yet finished (a field selector on ``status.phase``) and only pods that request GPUs are
@@ -18,7 +30,8 @@ node's ``status.images`` (nothing here reads them and they are most of an object
 stores are replaced object by object, never mutated, so a tick may hold the dicts it read.
 
 Built on the official ``kubernetes`` client the operator already uses (its generated list
-functions with ``watch=True``, raw JSON with ``_preload_content=False``); see
+functions with ``watch=True`` and ``send_initial_events``, raw JSON with
+``_preload_content=False``); see
 docs/operator.md for why not kopf's indexes, kubernetes_asyncio or kr8s.
 """
 
@@ -59,9 +72,9 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Listener = Callable[[str, Obj | None, Obj | None], None]
 """Called on the reflector's thread with (event type, old object, new object) after the
-store changed; ``RELISTED`` with (None, None) after a LIST replaced the whole store."""
+store changed; ``RELISTED`` with (None, None) after a sync replaced the whole store."""
 
-PAGE_SIZE = 500
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 WATCH_SECONDS = 300
 """Server-side timeout of one watch request (jittered), after which it is resumed."""
 CONNECT_SECONDS = 10.0
@@ -133,7 +146,7 @@ class Kind:
     optional: bool = False
     """A kind whose CRD may not be installed (JobSet, RayJob, PyTorchJob, TrainJob,
     ProvisioningRequest): while the apiserver answers 404 (no such resource) or 403 (the
-    operator may not list it), its store is empty and counts as synced, and the LIST is tried
+    operator may not list it), its store is empty and counts as synced, and the sync is tried
     again every ``absent_recheck_seconds``."""
 
 
@@ -142,19 +155,22 @@ class Counters:
     """What a reflector did, for tests, metrics and the benchmark."""
 
     lists: int = 0
-    """LIST requests (pages included)."""
+    """LIST requests (only against an apiserver that refuses streaming lists)."""
+    syncs: int = 0
+    """Whole stores received (a streaming list's initial events, or a LIST)."""
     relists: int = 0
-    """Full LISTs after the first (410 Gone, or a watch that could not be resumed)."""
+    """Syncs started after the first (410 Gone)."""
     watches: int = 0
-    """WATCH requests (each resume is one)."""
+    """WATCH requests (each resume is one; a streaming list is one too)."""
     events: int = 0
     errors: int = 0
     absent: int = 0
-    """LISTs of an optional kind answered 404 or 403 (its CRD is not installed, or RBAC)."""
+    """Syncs of an optional kind answered 404 or 403 (its CRD is not installed, or RBAC)."""
 
 
 class Reflector:
-    """One kind's store, kept by a LIST and then WATCHes resumed from the last version."""
+    """One kind's store, synced by a streaming list (or a LIST) and kept by WATCHes resumed
+    from the last version."""
 
     def __init__(
         self,
@@ -175,7 +191,10 @@ class Reflector:
         """The last version seen (list, event or bookmark); where a resumed watch starts."""
         self.counters = Counters()
         self.synced = threading.Event()
-        """Set once a LIST has filled the store; cleared while a relist is needed."""
+        """Set once a sync has filled the store; it stays set while a later sync (after 410
+        Gone) runs: the store keeps its last whole state until the new one replaces it."""
+        self.stream_lists = True
+        """Sync by a streaming list; False once the apiserver refused one (then LIST)."""
         self.last_error: str | None = None
         self._store: dict[str, Obj] = {}
         self._lock = threading.Lock()
@@ -242,18 +261,17 @@ class Reflector:
             if self._stop.is_set():
                 return
             try:
-                if self.resource_version is None:
+                if self.resource_version is None and not self.stream_lists:
                     self._list()
                 self._watch()
                 backoff = 0.5
             except Gone:
                 log.info(
-                    "watch of %s: version %s is gone, listing again",
+                    "watch of %s: version %s is gone, syncing again",
                     self.kind.name,
                     self.resource_version,
                 )
                 self.resource_version = None
-                self.synced.clear()
                 self.counters.relists += 1
             except KubeError as err:
                 if self._stop.is_set():
@@ -261,6 +279,11 @@ class Reflector:
                 if self.kind.optional and err.status in (403, 404):
                     self._absent(err)
                     self._stop.wait(self.absent_recheck_seconds)
+                    continue
+                if self.resource_version is None and self.stream_lists and err.status in (400, 422):
+                    # Refused sendInitialEvents (no WatchList): LIST, then watch, from now on.
+                    log.info("%s: no streaming list (%s); listing instead", self.kind.name, err)
+                    self.stream_lists = False
                     continue
                 backoff = self._failed(err, backoff)
             except Exception as err:  # any failure: wait, then resume from the last version
@@ -307,62 +330,66 @@ class Reflector:
             out["label_selector"] = self.kind.label_selector
         return out
 
-    def _list(self) -> None:
-        """Fill the store from a paginated LIST (a consistent read), then tell the listener."""
-        fresh: dict[str, Obj] = {}
-        keep = self.kind.keep
-        token: str | None = None
-        version: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": PAGE_SIZE, **self._selectors()}
-            if token:
-                kwargs["_continue"] = token
-            self.counters.lists += 1
-            try:
-                response = self.kind.list_call(
-                    *self.kind.args,
-                    _preload_content=False,
-                    _request_timeout=(CONNECT_SECONDS, 120),
-                    **kwargs,
-                )
-            except ApiException as exc:
-                if exc.status == 410:  # the continue token expired: start over
-                    raise Gone(str(exc)) from exc
-                raise from_api_exception(exc, f"list {self.kind.name}") from exc
-            page = json.loads(response.data)
-            del response
-            for obj in page.get("items") or []:
-                if keep is None or keep(obj):
-                    fresh[key_of(obj)] = strip(obj)
-            meta = page.get("metadata") or {}
-            version = meta.get("resourceVersion") or version
-            token = meta.get("continue") or None
-            if not token:
-                break
+    def _replace(self, fresh: dict[str, Obj], version: str | None) -> None:
+        """A whole sync's objects become the store in one step, then the listener hears it."""
         with self._lock:
             self._store = fresh
         self.resource_version = version
+        self.counters.syncs += 1
         self.synced.set()
         self.last_error = None
         if self.absent_since is not None:
-            log.info("%s: served again, %d listed", self.kind.name, len(fresh))
+            log.info("%s: served again, %d found", self.kind.name, len(fresh))
             self.absent_since = self.absent_reason = None
-        log.debug("listed %d %s at version %s", len(fresh), self.kind.name, version)
+        log.debug("synced %d %s at version %s", len(fresh), self.kind.name, version)
         self._notify(RELISTED, None, None)
 
+    def _list(self) -> None:
+        """Fill the store from one LIST served by the apiserver's watch cache
+        (``resourceVersion=0``: no paging through etcd), for an apiserver without streaming
+        lists."""
+        self.counters.lists += 1
+        try:
+            response = self.kind.list_call(
+                *self.kind.args,
+                resource_version="0",
+                _preload_content=False,
+                _request_timeout=(CONNECT_SECONDS, 300),
+                **self._selectors(),
+            )
+        except ApiException as exc:
+            raise from_api_exception(exc, f"list {self.kind.name}") from exc
+        page = json.loads(response.data)
+        del response
+        keep = self.kind.keep
+        fresh = {
+            key_of(obj): strip(obj) for obj in page.get("items") or [] if keep is None or keep(obj)
+        }
+        self._replace(fresh, (page.get("metadata") or {}).get("resourceVersion"))
+
     def _watch(self) -> None:
-        """One WATCH request from the last version, applied event by event until it ends."""
+        """One WATCH request, applied event by event until it ends: from the last version
+        seen, or (no version yet, or 410 Gone) a streaming list whose initial events are
+        collected aside and replace the store at the bookmark that ends them."""
         timeout = int(self.watch_seconds * (1 + 0.2 * random.random()))
         self.counters.watches += 1
+        version: dict[str, Any]
+        if self.resource_version is None:
+            # A consistent read: the initial events are at least as new as this request.
+            version = {"send_initial_events": True, "resource_version_match": "NotOlderThan"}
+            initial: dict[str, Obj] | None = {}
+        else:
+            version = {"resource_version": self.resource_version}
+            initial = None
         try:
             response = self.kind.list_call(
                 *self.kind.args,
                 watch=True,
-                resource_version=self.resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout,
                 _preload_content=False,
                 _request_timeout=(CONNECT_SECONDS, timeout + READ_SLACK_SECONDS),
+                **version,
                 **self._selectors(),
             )
         except ApiException as exc:
@@ -370,11 +397,27 @@ class Reflector:
                 raise Gone(str(exc)) from exc
             raise from_api_exception(exc, f"watch {self.kind.name}") from exc
         self._response = response
+        keep = self.kind.keep
         try:
             for line in _lines(response):
                 if self._stop.is_set():
                     return
-                self._apply(json.loads(line))
+                event = json.loads(line)
+                if initial is None:
+                    self._apply(event)
+                    continue
+                obj = event.get("object") or {}
+                kind = event.get("type")
+                if kind == "ADDED":
+                    if keep is None or keep(obj):
+                        initial[key_of(obj)] = strip(obj)
+                elif kind == "BOOKMARK":
+                    meta = obj.get("metadata") or {}
+                    if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        self._replace(initial, meta.get("resourceVersion"))
+                        initial = None
+                else:  # an ERROR (or anything else) before the store was whole
+                    self._apply(event)
         finally:
             self._response = None
             response.close()
@@ -419,6 +462,57 @@ class Reflector:
             log.exception("listener of %s failed", self.kind.name)
 
 
+_QUERY = {
+    "_continue": "continue",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "limit": "limit",
+    "field_selector": "fieldSelector",
+    "label_selector": "labelSelector",
+    "resource_version": "resourceVersion",
+    "resource_version_match": "resourceVersionMatch",
+    "send_initial_events": "sendInitialEvents",
+    "timeout_seconds": "timeoutSeconds",
+    "watch": "watch",
+}
+
+
+def custom_lister(api: client.ApiClient) -> Callable[..., Any]:
+    """A list-and-watch call for custom resources, as the generated
+    ``list_cluster_custom_object`` but taking ``send_initial_events`` (the client's generated
+    custom-object functions lack it); the same arguments as the generated list functions."""
+
+    def list_custom(
+        group: str,
+        version: str,
+        plural: str,
+        *,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        unknown = set(kwargs) - set(_QUERY)
+        if unknown:
+            raise TypeError(f"list_custom: unexpected {', '.join(sorted(unknown))}")
+        query = [(_QUERY[k], v) for k, v in kwargs.items() if v is not None]
+        return api.call_api(
+            f"/apis/{group}/{version}/{plural}",
+            "GET",
+            query_params=query,
+            header_params={
+                "Accept": api.select_header_accept(
+                    ["application/json", "application/json;stream=watch"]
+                )
+            },
+            auth_settings=["BearerToken"],
+            response_types_map={200: "object"},
+            _return_http_data_only=True,
+            _preload_content=_preload_content,
+            _request_timeout=_request_timeout,
+        )
+
+    return list_custom
+
+
 def _lines(response: Any) -> Iterator[str]:
     for line in iter_resp_lines(response):
         if line:
@@ -431,7 +525,7 @@ class WatchCache:
 
     It answers the same reads as :class:`~hybridgpu.kube.cluster.KubeCluster`
     (``read_objects``, ``list_pools``, ``list_policies``, ``get_policy``), so the tick reads
-    either. Reads wait (up to ``sync_timeout``) until every store has been listed, and raise
+    either. Reads wait (up to ``sync_timeout``) until every store has been synced, and raise
     a retryable :class:`KubeError` when one has not: nothing is decided from half a cluster.
     """
 
@@ -458,7 +552,7 @@ class WatchCache:
         batch = client.BatchV1Api(api)
         apps = client.AppsV1Api(api)
         autoscaling = client.AutoscalingV2Api(api)
-        custom = client.CustomObjectsApi(api)
+        custom = custom_lister(api)
         kinds = [
             Kind("nodes", core.list_node),
             Kind(
@@ -468,15 +562,15 @@ class WatchCache:
                 keep=is_gpu_pod,
             ),
             Kind("jobs", batch.list_job_for_all_namespaces, keep=is_gpu_job),
-            Kind(GPUPOOLS, custom.list_cluster_custom_object, (GROUP, VERSION, GPUPOOLS)),
+            Kind(GPUPOOLS, custom, (GROUP, VERSION, GPUPOOLS)),
             Kind(
                 SCALINGPOLICIES,
-                custom.list_cluster_custom_object,
+                custom,
                 (GROUP, VERSION, SCALINGPOLICIES),
             ),
             Kind(
                 PROVREQ_PLURAL,
-                custom.list_cluster_custom_object,
+                custom,
                 (PROVREQ_GROUP, PROVREQ_VERSION, PROVREQ_PLURAL),
                 optional=True,
             ),
@@ -502,7 +596,7 @@ class WatchCache:
             *(
                 Kind(
                     workload.plural,
-                    custom.list_cluster_custom_object,
+                    custom,
                     (workload.group, workload.version, workload.plural),
                     optional=True,
                 )
@@ -537,7 +631,8 @@ class WatchCache:
             reflector.stop()
 
     def unsynced(self) -> list[str]:
-        """Kinds whose store has not been listed (yet, or again after a 410)."""
+        """Kinds whose store has not been synced yet (after a 410 the last whole store is
+        read while the next sync runs)."""
         return [name for name, r in self.reflectors.items() if not r.synced.is_set()]
 
     def problems(self) -> list[str]:
