@@ -38,7 +38,7 @@ from hybridgpu.kube.lease import LeaderLease
 from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, PROVREQ_PLURAL, SCALINGPOLICIES
 from hybridgpu.kube.provisioning import read_requests
 from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
-from hybridgpu.kube.snapshot import Measurements, build_snapshot
+from hybridgpu.kube.snapshot import Conversions, Measurements, build_snapshot
 from hybridgpu.kube.status import policy_status, pool_status
 from hybridgpu.metrics.exported import METRICS, ExportedMetrics
 from hybridgpu.metrics.prometheus import PrometheusClient, TokenCounter
@@ -152,6 +152,7 @@ class Reconciler:
         self.preflight = Preflight(_PreflightReads(cluster, self.reads), self.providers, options)
         """Whether the operator can work at all; started by the start-up handler."""
         self.idle_by_policy: dict[str, IdleTracker] = {}
+        self.conversions_by_policy: dict[str, Conversions] = {}
         """Idle clocks by policy, then node: a policy's snapshot forgets only its own nodes."""
         self.tokens_by_policy: dict[str, TokenCounter] = {}
         """Last tokens counter values by policy (each reads on its own ticks)."""
@@ -178,6 +179,7 @@ class Reconciler:
         self._wake.pop(policy, None)
         self.metrics.forget_policy(policy)
         self.idle_by_policy.pop(policy, None)
+        self.conversions_by_policy.pop(policy, None)
         self.tokens_by_policy.pop(policy, None)
 
     def trigger_all(self) -> None:
@@ -272,6 +274,7 @@ class Reconciler:
             self.idle_by_policy.setdefault(policy_name, IdleTracker()),
             now,
             unpinned_demand=owns_unpinned,
+            conversions=self.conversions_by_policy.setdefault(policy_name, Conversions()),
         )
         snapshot = with_serving(snapshot, serving, objects.pods)
         # ProvisioningRequests (Kueue's admission check): each is a gang, placed whole or not.
