@@ -318,3 +318,82 @@ def test_a_replica_on_a_committed_node_is_not_moved_to_owned_gpus() -> None:
         [replica("web-a", "core-1"), replica("web-b", "r1")],
     )
     assert rebalances(with_serving(snap, deployment())) == []
+
+
+def test_a_headroom_of_owned_gpus_is_left_free_for_new_arrivals() -> None:
+    # 16 owned GPUs, 8 free on core-2: a 4-GPU replica on e1 could take 4 of them.
+    snap = one_replica_on_elastic()
+    assert rebalances(snap, rebalance={"headroomPercent": 50}) == []  # keeps 8: none spare
+    plan = decide(snap, policy(rebalance={"headroomPercent": 50}), NOW)
+    assert any(
+        "the 8 kept free for new arrivals (rebalance.headroomPercent 50%)" in n for n in plan.notes
+    )
+    [move] = rebalances(snap, rebalance={"headroomPercent": 25})  # keeps 4: 4 spare
+    assert move.node == "e1"
+    assert len(rebalances(snap, rebalance={"headroomPercent": 0})) == 1
+    # The default (0.5%) keeps no GPU of 16 (rounded down): a small fleet rebalances as before.
+    assert len(rebalances(snap)) == 1
+
+
+def test_the_headroom_counts_gpus_free_on_every_owned_node_and_each_move_spends_them() -> None:
+    # Two 4-GPU replicas on two elastic nodes; 16 owned GPUs, 12 free (4 on core-1, 8 on
+    # core-2). Keeping 4 (25%) leaves 8 spare: both move; keeping 5 (the 31.25% of 16) one.
+    snap = snapshot(
+        STANDARD_POOLS,
+        [
+            node("core-1", "core"),
+            node("core-2", "core"),
+            node("e1", "elastic"),
+            node("e2", "elastic"),
+        ],
+        [
+            running("fill", "core-1", 4),
+            replica("a-1", "e1", workload="a"),
+            replica("b-1", "e2", workload="b"),
+        ],
+    )
+    snap = with_serving(snap, deployment("a", replicas=1), deployment("b", replicas=1))
+    assert len(rebalances(snap, rebalance={"headroomPercent": 25})) == 2
+    assert len(rebalances(snap, rebalance={"headroomPercent": 31.25})) == 1
+    assert rebalances(snap, rebalance={"headroomPercent": 75}) == []
+
+
+def test_gpus_promised_to_a_waiting_pod_are_not_counted_as_free_for_the_headroom() -> None:
+    # core-2 has 8 free; a 4-GPU replica on e1; keeping 4 (25%) leaves 4 spare, unless a
+    # pending pod takes some of the free owned GPUs first.
+    snap = one_replica_on_elastic()
+    assert len(rebalances(snap, rebalance={"headroomPercent": 25})) == 1
+    pod, job = pending("urgent", 2, "critical")
+    snap = replace(snap, pods=(*snap.pods, pod), jobs=(*snap.jobs, job))  # type: ignore[arg-type]
+    assert rebalances(snap, rebalance={"headroomPercent": 25}) == []
+    assert len(rebalances(snap, rebalance={"headroomPercent": 0})) == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    core_free=st.lists(st.integers(0, 8), min_size=1, max_size=3),
+    gpus=st.lists(st.integers(1, 8), max_size=6),
+    percent=st.sampled_from([0.0, 0.5, 10.0, 12.5, 25.0, 40.0, 100.0]),
+    max_per_tick=st.integers(0, 5),
+)
+def test_a_rebalance_never_takes_the_headroom(
+    core_free: list[int], gpus: list[int], percent: float, max_per_tick: int
+) -> None:
+    nodes = [node(f"core-{i}", "core") for i in range(len(core_free))]
+    workloads: list[tuple[GPUPod, JobState | None]] = [
+        running(f"fill{i}", f"core-{i}", 8 - free, "critical")
+        for i, free in enumerate(core_free)
+        if free < 8
+    ]
+    for i, g in enumerate(gpus):
+        nodes.append(node(f"e{i}", "elastic"))
+        workloads.append(replica(f"w{i}-0", f"e{i}", g, workload=f"w{i}"))
+    serving = [deployment(f"w{i}", replicas=1) for i in range(len(gpus))]
+    snap = with_serving(snapshot(STANDARD_POOLS, nodes, workloads), *serving)
+    spec = {"headroomPercent": percent, "maxPerTick": max_per_tick}
+    moves = rebalances(snap, rebalance=spec)
+    headroom = int(8 * len(core_free) * percent / 100)
+    assert sum(m.gpus for m in moves) <= max(0, sum(core_free) - headroom)
+    # Without a headroom at least as many GPUs move (the dearest node first either way).
+    unkept = rebalances(snap, rebalance={"headroomPercent": 0, "maxPerTick": max_per_tick})
+    assert sum(m.gpus for m in unkept) >= sum(m.gpus for m in moves) or percent == 0

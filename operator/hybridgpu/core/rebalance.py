@@ -11,6 +11,11 @@ workload with replicas there, the executor (kube/serving.py) cordons the node, a
 replicas, waits until they are Ready, then removes the cloud ones. The node is then
 released.
 
+Owned GPUs a rebalance takes are no longer free for the next arrival, which would then wait
+for a cloud node to boot: a rebalance leaves ``rebalance.headroomPercent`` of the owned and
+committed GPUs free (summed over those pools; GPUs promised to waiting pods are not free) and
+takes only the free GPUs beyond them (measured in docs/benchmarks.md#serving-rebalance).
+
 Not rebalanced, with a note saying why: workloads an HPA scales (a surge would fight it),
 workloads mid-rollout or short of Ready replicas, replicas pinned to a cloud pool, and for an
 hour workloads whose last rebalance was rolled back or aborted.
@@ -81,6 +86,10 @@ def rebalance_serving(d: _Decider) -> None:
     # The most free GPUs on a paid node: a node whose largest pod needs more is skipped
     # (``_take_owned`` would take nothing); looked at again once GPUs were taken.
     most_free: int | None = None
+    # Free paid GPUs beyond the headroom kept for arrivals (computed at the first candidate).
+    spare: int | None = None
+    headroom = 0
+    kept = 0
     for _, node_name, pods in sorted(candidates):
         if room <= 0:
             break
@@ -88,19 +97,29 @@ def rebalance_serving(d: _Decider) -> None:
             most_free = max((ledger.buckets.most_free for ledger in d._paid_pools()), default=0)
         if max(p.gpus for p in pods) > most_free:
             continue
+        gpus = sum(p.gpus for p in pods)
+        if spec.headroom_percent:
+            if spare is None:
+                free, total = paid_gpus(d)
+                headroom = int(total * spec.headroom_percent / 100)
+                spare = free - headroom
+            if gpus > spare:
+                kept += 1
+                continue
         taken = d._take_owned(pods)
         if taken is None:
             continue
         most_free = None
         source = d.pools[d.node_pool[node_name]]
         target = d.pools[d.node_pool[taken[0][0]]]
-        gpus = sum(p.gpus for p in pods)
         savings = source.node_price - sum(g * d.pools[d.node_pool[n]].gpu_price for n, g in taken)
         if savings < min_savings:
             for where, taken_gpus in taken:
                 d._adjust(where, taken_gpus)
             continue
         room -= 1
+        if spare is not None:
+            spare -= gpus
         by_workload: dict[str, list[GPUPod]] = {}
         for pod in pods:
             assert pod.serving is not None
@@ -129,6 +148,26 @@ def rebalance_serving(d: _Decider) -> None:
                 )
             )
         d.reserved.add(node_name)  # no other rule empties or fills it this tick
+    if kept:
+        d.notes.append(
+            f"{kept} cloud node(s) of serving replicas not rebalanced: the owned and committed "
+            f"GPUs free beyond the {headroom} kept free for new arrivals "
+            f"(rebalance.headroomPercent {spec.headroom_percent:g}%) do not hold them"
+        )
+
+
+def paid_gpus(d: _Decider) -> tuple[int, int]:
+    """GPUs free now on the existing nodes of pools paid for whether used or not (less those
+    promised to pods that wait for them), and all the GPUs of those nodes."""
+    paid = d._paid_pools()
+    free = sum(ledger.buckets.total for ledger in paid)
+    total = sum(ledger.per_node * len(ledger.buckets) for ledger in paid)
+    if d.claimed:
+        names = {ledger.name for ledger in paid}
+        for node, claimed in d.claimed.items():
+            if d.node_pool.get(node) in names and node not in d.future_nodes:
+                free -= min(claimed, d.node_free.get(node, 0))
+    return free, total
 
 
 def _note_stateful(d: _Decider) -> None:

@@ -106,6 +106,15 @@ class RebalanceSpec(SpecModel):
         description="A surge replica not Ready after this long is given up: the workload is "
         "scaled back (the unready replica goes) and the cloud node uncordoned.",
     )
+    headroom_percent: float = Field(
+        default=0.5,
+        ge=0,
+        le=100,
+        description="Percent of the owned and committed GPUs (on their nodes that exist) a "
+        "rebalance leaves free for new arrivals, rounded down: it takes only the free GPUs "
+        "beyond them, so a critical pod created next starts at once instead of waiting for a "
+        "cloud node to boot. 0: take every free GPU.",
+    )
 
 
 class DisruptionSpec(SpecModel):
