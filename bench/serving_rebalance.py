@@ -8,7 +8,7 @@ free owned GPU may be taken). The slice keeps the instances that exist in its fi
 ``--days`` days, each cut at the slice's end (so both runs bill the same window). Prints one
 JSON object.
 
-    .venv/bin/python bench/serving_rebalance.py --days 3 --headroom 0,0.5
+    .venv/bin/python bench/serving_rebalance.py --days 3 --headroom 0,1
 
 ``--core-nodes N`` sizes the owned pool differently (the shipped fleet has 250 nodes, 2,000
 GPUs, against 3,100-3,300 GPUs of demand: its owned GPUs are never free for long).

@@ -331,7 +331,7 @@ def test_a_headroom_of_owned_gpus_is_left_free_for_new_arrivals() -> None:
     [move] = rebalances(snap, rebalance={"headroomPercent": 25})  # keeps 4: 4 spare
     assert move.node == "e1"
     assert len(rebalances(snap, rebalance={"headroomPercent": 0})) == 1
-    # The default (0.5%) keeps no GPU of 16 (rounded down): a small fleet rebalances as before.
+    # The default (1%) keeps no GPU of 16 (rounded down): a small fleet rebalances as before.
     assert len(rebalances(snap)) == 1
 
 

@@ -107,7 +107,7 @@ class RebalanceSpec(SpecModel):
         "scaled back (the unready replica goes) and the cloud node uncordoned.",
     )
     headroom_percent: float = Field(
-        default=0.5,
+        default=1.0,
         ge=0,
         le=100,
         description="Percent of the owned and committed GPUs (on their nodes that exist) a "
