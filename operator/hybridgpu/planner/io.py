@@ -166,6 +166,7 @@ def jobs_of_trace(trace_jobs: Sequence[Any], share_replicas: int = 1) -> list[Jo
     for j in trace_jobs:
         if j.gpus <= 0 or j.duration_seconds <= 0:
             continue
+        duration = reclaimed_duration(j)
         milli = getattr(j, "gpu_milli", None)
         shares = 0
         if share_replicas > 1 and milli is not None and j.gpus == 1:
@@ -173,7 +174,7 @@ def jobs_of_trace(trace_jobs: Sequence[Any], share_replicas: int = 1) -> list[Jo
         jobs.append(
             JobDemand(
                 j.arrival_seconds,
-                j.duration_seconds,
+                duration,
                 int(j.gpus),
                 str(j.criticality) == "preemptible",
                 shares=shares,
@@ -181,6 +182,22 @@ def jobs_of_trace(trace_jobs: Sequence[Any], share_replicas: int = 1) -> list[Jo
             )
         )
     return jobs
+
+
+def reclaimed_duration(job: Any) -> float:
+    """How long a trace job holds its GPUs under the operator: a job opted in to idle reclaim
+    (``idle_timeout_seconds``) whose utilization stays below the default idle threshold
+    (a pool's scaleDown.idleUtilizationPercent) is reclaimed once idle that long, as the
+    simulator's hybridgpu does; any other job runs its duration."""
+    timeout = getattr(job, "idle_timeout_seconds", None)
+    used = getattr(job, "utilization_percent", None)
+    if timeout is not None and used is not None and used < _IDLE_PERCENT:
+        return float(min(job.duration_seconds, timeout))
+    return float(job.duration_seconds)
+
+
+_IDLE_PERCENT = 10.0
+"""ScaleDownSpec.idle_utilization_percent's default (the CapacityPlan names no pools)."""
 
 
 def history_from_jobs(jobs: Sequence[JobDemand]) -> list[DemandSample]:
