@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import datetime
 import os
-import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,22 +21,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from support.controlplane import REPO_ROOT, ControlPlane, install_crds
+from support.controlplane import ControlPlane, install_crds
+from support.gocontroller import controller_process, hack_paths
 
-JOBSET_SCRIPT = REPO_ROOT / "hack" / "jobset.sh"
 _installed: set[str] = set()
 
 
 def jobset_paths(command: str = "build") -> dict[str, Path]:
     """JOBSET_BIN, JOBSET_CRDS, WORKLOAD_CRDS: built or fetched on first use, then cached
     (``command`` "crds" fetches only the RayJob and PyTorchJob CRDs)."""
-    result = subprocess.run(
-        [str(JOBSET_SCRIPT), command], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"hack/jobset.sh {command} failed:\n{result.stderr}")
-    pairs = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-    return {key: Path(value) for key, value in pairs.items()}
+    return hack_paths("jobset.sh", command)
 
 
 def install_workload_crds(plane: ControlPlane, which: str) -> list[str]:
@@ -100,29 +92,11 @@ def jobset_controller(plane: ControlPlane, work_dir: Path) -> Iterator[subproces
         'metrics: {bindAddress: "0"}\n'
         'health: {healthProbeBindAddress: "0"}\n'
     )
-    log_path = work_dir / "jobset-controller.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [str(paths["JOBSET_BIN"]), f"--config={config}"],
-            env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while b"Starting workers" not in log_path.read_bytes():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "the JobSet controller did not start:\n" + log_path.read_text()[-4000:]
-                )
-            time.sleep(0.2)
+    with controller_process(
+        [str(paths["JOBSET_BIN"]), f"--config={config}"],
+        {**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
+        work_dir / "jobset-controller.log",
+        "the JobSet controller",
+        lambda log: b"Starting workers" in log,
+    ) as process:
         yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
