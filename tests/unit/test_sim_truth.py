@@ -9,15 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.support.sim import BUNDLED_CLUSTER as _BUNDLED
 from tests.support.sim import sim_cluster as _cluster
 from tests.support.sim import sim_pool as _pool
 
+from hybridgpu.errors import UserError
 from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.sim.compare import BOUND, WaitSLO, compare, unserved_gpu_seconds
-from hybridgpu.sim.config import load_cluster
+from hybridgpu.sim.config import BOOT_TIME_ANNOTATION, load_cluster
 from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.traces import TraceJob
 
@@ -145,6 +147,51 @@ def test_a_cloud_node_is_billed_at_least_the_minimum() -> None:
     quick = SimSettings(provisioning_delay_seconds=0, billing_minimum_seconds=3600)
     result = Simulation("h", pools, policy, jobs, quick).run()
     assert result.cost_by_tier_dollars["elastic"] == pytest.approx(3.6)
+
+
+def _boot_cluster(tmp_path: Path, annotation: str | None) -> Path:
+    """One elastic pool of one-GPU nodes, with ``sim.hybridgpu.io/boot-time`` when given."""
+    metadata: dict[str, Any] = {"name": "od"}
+    if annotation is not None:
+        metadata["annotations"] = {BOOT_TIME_ANNOTATION: annotation}
+    pool = {
+        "apiVersion": "hybridgpu.io/v1alpha1",
+        "kind": "GPUPool",
+        "metadata": metadata,
+        "spec": {
+            "tier": "elastic",
+            "gpu": {"model": "A100", "perNode": 1},
+            "maxNodes": 4,
+            "provider": {"type": "fake"},
+            "pricing": {"perNodeHour": 3.6},
+        },
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(pool))
+    return path
+
+
+@pytest.mark.parametrize(("annotation", "boot"), [(None, 300.0), ("20m", 1200.0), ("90s", 90.0)])
+def test_a_pool_boots_in_the_time_its_cluster_file_gives(tmp_path, annotation, boot) -> None:
+    config = load_cluster(_boot_cluster(tmp_path, annotation))
+    assert dict(config.boot_seconds) == ({} if annotation is None else {"od": boot})
+    policy = config.policy.spec.model_copy(update={"interval": "10s"})
+    jobs = [TraceJob("a", 0, 600, 1, Criticality.CRITICAL)]
+    physics = SimSettings(provisioning_delay_seconds=300, boot_seconds_by_pool=config.boot_seconds)
+    result = Simulation("h", list(config.pools), policy, jobs, physics).run()
+    # The job waits for the one node its pool boots: launched within a tick and the grace
+    # period of its arrival, Ready ``boot`` later.
+    wait = result.wait_seconds["critical"]["p50"]
+    assert boot <= wait <= boot + 30
+
+
+def test_a_boot_time_that_is_not_a_duration_is_one_line_naming_the_pool(tmp_path) -> None:
+    with pytest.raises(UserError) as err:
+        load_cluster(_boot_cluster(tmp_path, "eight minutes"))
+    message = str(err.value)
+    assert "\n" not in message
+    for part in ("cluster.yaml (document 1)", "GPUPool 'od'", BOOT_TIME_ANNOTATION, "8m"):
+        assert part in message
 
 
 def test_unserved_work_is_what_earliest_deadline_first_cannot_fit() -> None:

@@ -95,7 +95,8 @@ def add_parsers(sub: Any) -> None:
         type=non_negative_number,
         default=DEFAULT_BOOT_SECONDS,
         help="seconds from launching a cloud GPU node to it running work, image pull "
-        f"included (default {DEFAULT_BOOT_SECONDS:g})",
+        f"included (default {DEFAULT_BOOT_SECONDS:g}); a GPUPool of the cluster file may say "
+        "its own with the annotation sim.hybridgpu.io/boot-time (e.g. 8m)",
     )
     parser.add_argument(
         "--restart-overhead",
@@ -301,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = SimSettings(
         provisioning_delay_seconds=args.provisioning_delay,
+        boot_seconds_by_pool=config.boot_seconds,
         restart_overhead_seconds=args.restart_overhead,
         checkpoint_interval_seconds=args.checkpoint_interval,
         billing_minimum_seconds=args.billing_minimum,

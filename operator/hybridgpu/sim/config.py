@@ -4,8 +4,8 @@ kubectl, so the simulator and the operator read one configuration."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from hybridgpu.core.placement import placement_tiers
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import describe_validation_error, read_yaml_documents
+from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import Tier, product_label, serves_models
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
 from hybridgpu.models.snapshot import PoolState
@@ -31,6 +32,29 @@ class ClusterConfig:
 
     pools: tuple[PoolState, ...]
     policy: ScalingPolicy
+    boot_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Launch to Ready of the pools that say (annotation BOOT_TIME_ANNOTATION), by pool
+    name; the others boot in the simulation's default (``simulate --provisioning-delay``)."""
+
+
+BOOT_TIME_ANNOTATION = "sim.hybridgpu.io/boot-time"
+"""On a GPUPool of a cluster file: how long the pool's nodes take from launch to Ready in
+the simulator (image pull included), e.g. ``8m`` for an 8-GPU node with a large image. The
+operator ignores it: on a real cluster the provider's nodes take the time they take."""
+
+
+def _boot_seconds(pool: GPUPool, source: str) -> float | None:
+    """The pool's BOOT_TIME_ANNOTATION in seconds; None when absent."""
+    text = (pool.metadata.annotations or {}).get(BOOT_TIME_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return parse_duration_seconds(text)
+    except ValueError:
+        raise UserError(
+            f"{source}: GPUPool {pool.metadata.name!r}: annotation {BOOT_TIME_ANNOTATION} is "
+            f"{text!r}; expected a duration from launch to Ready, e.g. 300s, 8m or 1h"
+        ) from None
 
 
 def parse_manifest(doc: Any, source: str) -> GPUPool | ScalingPolicy:
@@ -62,10 +86,15 @@ def load_cluster(path: str | Path) -> ClusterConfig:
     docs = read_yaml_documents(path, "cluster file")
     pools: list[PoolState] = []
     policies: list[ScalingPolicy] = []
+    boot: dict[str, float] = {}
     for i, doc in enumerate(docs, start=1):
-        obj = parse_manifest(doc, f"{path} (document {i})")
+        source = f"{path} (document {i})"
+        obj = parse_manifest(doc, source)
         if isinstance(obj, GPUPool):
             pools.append(PoolState(name=obj.metadata.name, spec=obj.spec))
+            seconds = _boot_seconds(obj, source)
+            if seconds is not None:
+                boot[obj.metadata.name] = seconds
         else:
             policies.append(obj)
     if not pools:
@@ -87,7 +116,7 @@ def load_cluster(path: str | Path) -> ClusterConfig:
                 }
             )
         )
-    return ClusterConfig(pools=tuple(pools), policy=policy)
+    return ClusterConfig(pools=tuple(pools), policy=policy, boot_seconds=boot)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
 
@@ -90,6 +90,9 @@ class SimSettings:
 
     provisioning_delay_seconds: float = DEFAULT_BOOT_SECONDS
     """Launch to Ready for a cloud GPU node, image pull included (docs/concepts.md#physics)."""
+    boot_seconds_by_pool: Mapping[str, float] = field(default_factory=dict)
+    """Launch to Ready of the pools whose nodes boot in another time than
+    ``provisioning_delay_seconds`` (the cluster file's ``sim.hybridgpu.io/boot-time``)."""
     restart_overhead_seconds: float = 300.0
     """Start-up time a job spends again on every restart before it makes progress."""
     checkpoint_interval_seconds: float = DEFAULT_CHECKPOINT_SECONDS
@@ -1090,8 +1093,11 @@ class Simulation:
                 if not self._launchable(pool.name):
                     continue  # decide() plans none there; a launch would fail for capacity
                 self.scale_ups += 1
+                boot = self.settings.boot_seconds_by_pool.get(
+                    pool.name, self.settings.provisioning_delay_seconds
+                )
                 for _ in range(action.nodes):
-                    self._launch(pool, ready_at=self.now + self.settings.provisioning_delay_seconds)
+                    self._launch(pool, ready_at=self.now + boot)
             elif isinstance(action, ReleaseNode):
                 node = self.nodes.get(action.node)
                 if node is None:
