@@ -84,9 +84,14 @@ def test_throttling_bursts_and_timeouts_after_acting_launch_nothing_twice(
         [THROTTLE, TOO_MANY, UNAVAILABLE],
         times=6,
     )
+    # 60 s each: both need a node at once. With 5 s, std-2's pod came late on a loaded
+    # machine and ran on std-1's node once std-1 finished, so one launch was right and the
+    # count below failed.
     for name in ("std-1", "std-2"):
         cluster.kube.create_job(
-            gpu_job(name, gpus=4, pool=elastic, run_duration="5s", labels={CRITICALITY: "standard"})
+            gpu_job(
+                name, gpus=4, pool=elastic, run_duration="60s", labels={CRITICALITY: "standard"}
+            )
         )
     cluster.kube.create_job(
         gpu_job(
