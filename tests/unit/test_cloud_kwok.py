@@ -7,7 +7,14 @@ import pytest
 from kubernetes import client
 
 from hybridgpu.cloud.base import ProviderError
-from hybridgpu.cloud.kwok import KwokProvider, default_boot_delay_seconds, kwok_node
+from hybridgpu.cloud.kwok import (
+    BOOT_DELAY_ENV,
+    TERMINATION_ENV,
+    KwokProvider,
+    default_boot_delay_seconds,
+    default_termination_seconds,
+    kwok_node,
+)
 from hybridgpu.models.pool import GPUPoolSpec
 
 pytestmark = pytest.mark.unit
@@ -68,3 +75,21 @@ def test_a_pools_own_boot_delay_wins_over_the_providers() -> None:
 
     assert kwok.boot_delay_for(spot_spec()) == 7.0
     assert kwok.boot_delay_for(spot_spec(kwok={"bootDelay": "1m30s"})) == 90.0
+
+
+@pytest.mark.parametrize(
+    ("name", "read", "unset"),
+    [
+        (BOOT_DELAY_ENV, default_boot_delay_seconds, 10.0),
+        (TERMINATION_ENV, default_termination_seconds, 0.0),
+    ],
+)
+def test_the_kwok_seconds_from_the_environment(monkeypatch, name, read, unset) -> None:
+    monkeypatch.delenv(name, raising=False)
+    assert read() == unset
+    monkeypatch.setenv(name, "2.5")
+    assert read() == 2.5
+    for bad in ("soon", "-1", "inf", "nan"):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ProviderError, match=f"{name}=.*finite number of seconds >= 0"):
+            read()

@@ -58,38 +58,30 @@ TERMINATION_FINALIZER = "hybridgpu.io/kwok-termination"
 """Holds a terminated kwok Node, deleting, while its machine 'shuts down'."""
 
 
-def default_boot_delay_seconds() -> float:
-    """$HYBRIDGPU_KWOK_DELAY_SECONDS, else 10 s: the boot delay of pools that set none."""
-    text = os.environ.get(BOOT_DELAY_ENV)
+def _seconds_from_env(name: str, default: float) -> float:
+    """$``name`` as a finite number of seconds >= 0, else ``default`` when unset or empty."""
+    text = os.environ.get(name)
     if not text:
-        return DEFAULT_BOOT_DELAY_SECONDS
+        return default
     try:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
     if not 0 <= seconds < float("inf"):
         raise ProviderError(
-            f"{BOOT_DELAY_ENV}={text!r}: expected a finite number of seconds >= 0",
-            retryable=False,
+            f"{name}={text!r}: expected a finite number of seconds >= 0", retryable=False
         )
     return seconds
+
+
+def default_boot_delay_seconds() -> float:
+    """$HYBRIDGPU_KWOK_DELAY_SECONDS, else 10 s: the boot delay of pools that set none."""
+    return _seconds_from_env(BOOT_DELAY_ENV, DEFAULT_BOOT_DELAY_SECONDS)
 
 
 def default_termination_seconds() -> float:
     """$HYBRIDGPU_KWOK_TERMINATION_SECONDS, else 0: how long a terminated Node lingers."""
-    text = os.environ.get(TERMINATION_ENV)
-    if not text:
-        return 0.0
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise ProviderError(
-            f"{TERMINATION_ENV}={text!r}: expected a finite number of seconds >= 0",
-            retryable=False,
-        )
-    return seconds
+    return _seconds_from_env(TERMINATION_ENV, 0.0)
 
 
 def provider_id(pool: str, node: str) -> str:
