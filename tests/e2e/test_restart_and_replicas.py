@@ -169,9 +169,12 @@ def test_two_replicas_only_the_lease_holder_acts(cluster: Cluster, operators: Op
     a = operators.start("replica-a")
     b = operators.start("replica-b")
     cluster.wait_ticking(policy)
+    # The first Job holds its node to the end of the test, so the second one needs a node of
+    # its own. (With a 60 s Job, on a loaded machine the first one ended before the standby
+    # took over, the second Job ran on its node, and "two nodes" never came.)
     cluster.kube.create_job(
         gpu_job(
-            "one-node", gpus=4, run_duration="60s", labels={"hybridgpu.io/criticality": "standard"}
+            "one-node", gpus=4, run_duration="1h", labels={"hybridgpu.io/criticality": "standard"}
         )
     )
     cluster.within_ticks(policy, lambda: len(cluster.pool_nodes(elastic)) == 1, "one elastic node")

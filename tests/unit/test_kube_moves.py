@@ -114,18 +114,19 @@ def test_a_move_to_spot_records_that_the_operator_pinned_the_job() -> None:
 
 
 @pytest.mark.parametrize(
-    ("holder", "renewed", "now", "want"),
+    ("holder", "seen_since", "now", "want"),
     [
-        (None, None, 100.0, True),
+        (None, 100.0, 100.0, True),
         ("me", 99.0, 100.0, True),
         ("other", 95.0, 100.0, False),
+        ("other", 85.0, 100.0, False),
         ("other", 80.0, 100.0, True),
     ],
 )
 def test_lease_is_taken_only_from_an_expired_holder(
-    holder: str | None, renewed: float | None, now: float, want: bool
+    holder: str | None, seen_since: float, now: float, want: bool
 ) -> None:
-    assert holder_may_take(holder, renewed, 15.0, "me", now) is want
+    assert holder_may_take(holder, seen_since, 15.0, "me", now) is want
 
 
 class FakeApiException(Exception):

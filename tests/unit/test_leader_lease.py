@@ -1,12 +1,19 @@
 """The leader Lease renews with one request a tick (no read first) while nobody else wrote it,
-and still sees a takeover or a deletion (the renewal is conditional on the version it wrote)."""
+and still sees a takeover or a deletion (the renewal is conditional on the version it wrote).
+Expiry is measured on each replica's own monotonic clock, never against another replica's
+wall clock, and a holder whose renewal fails stops acting before anyone can take over."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+
 from hybridgpu.kube.cluster import KubeCluster
+from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
+from hybridgpu.models.actions import Plan, ScaleUp
+from support import builders
 from support.fake_cluster import FakeCluster
 
 
@@ -28,18 +35,37 @@ class CountingCluster(FakeCluster):
         return super().replace_lease(namespace, name, body)
 
 
-def lease(cluster: FakeCluster, identity: str) -> LeaderLease:
-    return LeaderLease(cast(KubeCluster, cluster), "ns", "lease", identity, 15.0)
+class Clock:
+    """One replica's monotonic clock, set by the test."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def lease(cluster: FakeCluster, identity: str, clock: Clock | None = None) -> LeaderLease:
+    return LeaderLease(
+        cast(KubeCluster, cluster), "ns", "lease", identity, 15.0, monotonic=clock or Clock()
+    )
+
+
+def at(me: LeaderLease, t: float, *, wall_skew: float = 0.0) -> bool:
+    """``me`` acquires at monotonic ``t``; its wall clock is ``t + wall_skew``."""
+    assert isinstance(me.monotonic, Clock)
+    me.monotonic.t = t
+    return me.acquire(t + wall_skew)
 
 
 def test_the_holder_renews_with_one_request_a_tick() -> None:
     cluster = CountingCluster()
     me = lease(cluster, "me")
-    assert me.acquire(100.0)
+    assert at(me, 100.0)
     assert cluster.calls == ["read", "create"]
     cluster.calls.clear()
     for t in (110.0, 120.0, 130.0):
-        assert me.acquire(t)
+        assert at(me, t)
     assert cluster.calls == ["replace"] * 3
     stored = cluster.leases[("ns", "lease")]
     assert stored["spec"]["holderIdentity"] == "me"
@@ -49,23 +75,99 @@ def test_the_holder_renews_with_one_request_a_tick() -> None:
 def test_a_takeover_after_expiry_is_seen_by_the_old_holder() -> None:
     cluster = CountingCluster()
     me, other = lease(cluster, "me"), lease(cluster, "other")
-    assert me.acquire(100.0)
-    assert not other.acquire(105.0)  # my lease is live
-    assert other.acquire(200.0)  # expired: taken over
+    assert at(me, 100.0)
+    assert not at(other, 105.0)  # my lease is live
+    assert not at(other, 115.0)  # unchanged for 10 s of other's clock: still live
+    assert at(other, 121.0)  # unchanged for 16 s > 15 s: expired, taken over
     cluster.calls.clear()
-    assert not me.acquire(201.0)  # my renewal conflicts; the read shows a live holder
+    assert not at(me, 201.0)  # my renewal conflicts; the read shows a live holder
     assert cluster.calls == ["replace", "read"]
+    assert not me.held()
     assert cluster.leases[("ns", "lease")]["spec"]["holderIdentity"] == "other"
-    assert not me.acquire(202.0)
-    assert other.acquire(203.0)
+    assert not at(me, 202.0)
+    assert at(other, 203.0)
 
 
 def test_a_deleted_lease_is_created_again() -> None:
     cluster = CountingCluster()
     me = lease(cluster, "me")
-    assert me.acquire(100.0)
+    assert at(me, 100.0)
     del cluster.leases[("ns", "lease")]
     cluster.calls.clear()
-    assert me.acquire(110.0)
+    assert at(me, 110.0)
     assert cluster.calls == ["replace", "read", "create"]
     assert cluster.leases[("ns", "lease")]["spec"]["holderIdentity"] == "me"
+
+
+@pytest.mark.parametrize("skew", [-3600.0, -20.0, 20.0, 3600.0])
+def test_a_live_holder_is_never_taken_over_whatever_the_clocks_say(skew: float) -> None:
+    """The holder's wall clock is ``skew`` seconds off the candidate's: its renewTime looks
+    an hour old (or an hour ahead). Judged by renewTime against the candidate's clock, a
+    live holder was taken over at the first look (two leaders, each launching); judged by
+    how long the record stayed unchanged, never while the holder renews."""
+    cluster = FakeCluster()
+    holder, candidate = lease(cluster, "holder"), lease(cluster, "candidate")
+    for t in range(100, 400, 5):
+        assert at(holder, float(t), wall_skew=skew)
+        assert not at(candidate, t + 1.0)
+    # The holder stops renewing: the candidate takes over one duration after it last saw
+    # the record change, not earlier.
+    assert not at(candidate, 396.0 + 14.0)
+    assert at(candidate, 396.0 + 16.0)
+
+
+def test_a_candidate_that_just_started_waits_one_duration() -> None:
+    """A replica that starts after the holder died has not seen the record change: it waits
+    one full duration from its first look (client-go's rule) rather than trusting clocks."""
+    cluster = FakeCluster()
+    assert at(lease(cluster, "dead"), 100.0)
+    late = lease(cluster, "late")
+    assert not at(late, 5000.0)
+    assert not at(late, 5014.0)
+    assert at(late, 5016.0)
+
+
+def test_the_holder_may_act_only_until_one_duration_after_its_last_renewal_was_sent() -> None:
+    cluster = FakeCluster()
+    me = lease(cluster, "me")
+    assert not me.held()
+    assert at(me, 100.0)
+    me.monotonic.t = 114.0  # type: ignore[attr-defined]
+    assert me.held()
+    me.monotonic.t = 115.5  # type: ignore[attr-defined]
+    assert not me.held()  # a candidate may take over from here: stop acting
+
+
+def test_a_failed_renewal_stops_acting_at_once() -> None:
+    class Down(FakeCluster):
+        def replace_lease(self, namespace: str, name: str, body: Any) -> Any:
+            raise ConnectionError("apiserver unreachable")
+
+    cluster = Down()
+    me = lease(cluster, "me")
+    assert at(me, 100.0)  # created
+    with pytest.raises(ConnectionError):
+        at(me, 105.0)
+    assert not me.held()
+
+
+def test_the_executor_stops_acting_once_the_lease_may_have_expired() -> None:
+    """A tick that outlives its lease (a slow apiserver, a long plan) leaves the rest of its
+    plan to the next leader instead of launching beside it."""
+    launched: list[str] = []
+
+    class Machines:
+        def scale_up(self, pool: str, nodes: int) -> None:
+            launched.append(pool)
+
+    answers = iter([True, False, True])
+    executor = PlanExecutor(cast(KubeCluster, FakeCluster()), cast(Any, Machines()), lambda: 0.0)
+    plan = Plan(
+        decided_at=builders.NOW,
+        actions=tuple(ScaleUp(pool=p, nodes=1, reason="pending") for p in ("a", "b", "c")),
+    )
+    result = executor.execute(
+        plan, builders.snapshot([]), {}, policy="p", dry_run=False, may_act=lambda: next(answers)
+    )
+    assert launched == ["a"]
+    assert any("2 action(s) left to the next leader" in e for e in result.errors), result.errors

@@ -300,7 +300,12 @@ class Reconciler:
         for pool, tokens in tokens_by_pool(snapshot, measured.tokens_by_node).items():
             self.metrics.record_tokens(pool, tokens)
         execution = self.executor.execute(
-            plan, snapshot, pools, policy=policy_name, dry_run=policy.dry_run
+            plan,
+            snapshot,
+            pools,
+            policy=policy_name,
+            dry_run=policy.dry_run,
+            may_act=self.lease.held,
         )
         result.errors += execution.errors
         measured.provider_errors |= execution.provider_errors
@@ -313,7 +318,7 @@ class Reconciler:
                 _tier(every_pool, started.to_pool),
                 RebalanceResult.STARTED.value,
             )
-        if not policy.dry_run:
+        if not policy.dry_run and self.lease.held():
             result.errors += answer_requests(self.cluster, requests, plan, now)
             result.errors += self.executor.finish_interrupted(snapshot, pools)
             self.executor.shape_nodes(objects.nodes, pools)

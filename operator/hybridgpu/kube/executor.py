@@ -179,13 +179,24 @@ class PlanExecutor:
         *,
         policy: str,
         dry_run: bool,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> Execution:
-        """Carry out ``plan`` (or, with ``dry_run``, only post what would happen)."""
+        """Carry out ``plan`` (or, with ``dry_run``, only post what would happen). Before
+        each action ``may_act`` says whether we still lead: once it says no, the rest is
+        left to whoever leads next, which decides afresh."""
         result = Execution()
         prefix = "dry run, not done: " if dry_run else ""
         self._progress = plan.progress_seconds_by_job
         self._kinds = {j.key: j.kind for j in snapshot.jobs if j.kind != JOB.kind}
-        for action in plan.actions:
+        for done, action in enumerate(plan.actions):
+            if not dry_run and not may_act():
+                left = len(plan.actions) - done
+                log.warning("leader lease may have expired: %d action(s) not done", left)
+                result.errors.append(
+                    f"leader lease may have expired mid-tick: {left} action(s) left to the "
+                    "next leader"
+                )
+                break
             if not dry_run:
                 try:
                     self._act(action, snapshot, pools, result)

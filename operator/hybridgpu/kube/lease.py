@@ -2,15 +2,23 @@
 
 kopf's peering pauses watch handlers but keeps timers and daemons running (nolar/kopf
 discussion 1003), so the reconcile loop asks this lease before every tick instead.
+
+Time, as client-go's leader election measures it: replicas run on different machines whose
+wall clocks disagree, so a candidate never compares the holder's ``renewTime`` with its own
+clock. It notes, on its own monotonic clock, when it first saw the current record, and takes
+the lease only after the record has stayed unchanged for the lease's duration. The holder,
+for its part, acts only until one duration after it *sent* its last successful renewal, so
+a holder whose renewal is late stops acting before any candidate can take over.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from hybridgpu.kube.cluster import KubeCluster
-from hybridgpu.kube.convert import epoch_of
 from hybridgpu.kube.errors import Conflict, NotFound
 
 
@@ -19,12 +27,13 @@ def _micro(epoch_seconds: float) -> str:
 
 
 def holder_may_take(
-    holder: str | None, renewed_at: float | None, duration_seconds: float, me: str, now: float
+    holder: str | None, seen_since: float, duration_seconds: float, me: str, now: float
 ) -> bool:
-    """Whether ``me`` may hold a lease last renewed by ``holder`` at ``renewed_at``."""
+    """Whether ``me`` may hold a lease whose record (held by ``holder``) has stayed unchanged
+    since ``seen_since`` on ``me``'s own monotonic clock (``now`` on the same clock)."""
     if not holder or holder == me:
         return True
-    return renewed_at is None or now - renewed_at > duration_seconds
+    return now - seen_since > duration_seconds
 
 
 class LeaderLease:
@@ -37,6 +46,7 @@ class LeaderLease:
         name: str,
         identity: str,
         duration_seconds: float = 15.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
@@ -46,9 +56,24 @@ class LeaderLease:
         self._held: dict[str, Any] | None = None
         """The Lease as we last wrote it while holding it: renewed from it without reading
         it first (one request a tick, not two); a Conflict means someone else wrote it."""
+        self.monotonic = monotonic
+        self._valid_until = float("-inf")
+        """Monotonic time until which we may act: one duration after the request of our last
+        successful write was sent."""
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        """Another holder's record as we last read it, and when (monotonic) it first looked
+        like that."""
+
+    def held(self) -> bool:
+        """Whether we may still act: we hold the lease and no candidate can have taken it."""
+        return self.monotonic() < self._valid_until
 
     def acquire(self, now: float) -> bool:
-        """Take or renew the lease at ``now``; False when another live holder has it."""
+        """Take or renew the lease at ``now`` (wall time, written as ``renewTime``); False
+        when another live holder has it."""
+        sent = self.monotonic()
+        self._valid_until = float("-inf")  # until this request succeeds
         held, self._held = self._held, None
         if held is not None:
             spec = (held.get("spec") or {}) | {"renewTime": _micro(now)}
@@ -56,7 +81,7 @@ class LeaderLease:
                 self._keep(
                     self.cluster.replace_lease(self.namespace, self.name, held | {"spec": spec})
                 )
-                return True
+                return self._holding(sent)
             except (Conflict, NotFound):
                 pass  # written by someone else since, or deleted: read it and decide
         lease = self.cluster.read_lease(self.namespace, self.name)
@@ -74,11 +99,20 @@ class LeaderLease:
                 self._keep(self.cluster.create_lease(self.namespace, body))
             except Conflict:
                 return False
-            return True
+            return self._holding(sent)
         old = lease.get("spec") or {}
         holder = old.get("holderIdentity")
-        renewed = epoch_of(old.get("renewTime") or old.get("acquireTime"))
-        if not holder_may_take(holder, renewed, self.duration_seconds, self.identity, now):
+        record = (
+            holder,
+            old.get("renewTime"),
+            old.get("acquireTime"),
+            old.get("leaseDurationSeconds"),
+            old.get("leaseTransitions"),
+        )
+        if record != self._observed:
+            self._observed, self._observed_at = record, sent
+        duration = max(self.duration_seconds, float(old.get("leaseDurationSeconds") or 0))
+        if not holder_may_take(holder, self._observed_at, duration, self.identity, sent):
             return False
         if holder != self.identity:
             spec["acquireTime"] = _micro(now)
@@ -95,6 +129,11 @@ class LeaderLease:
             self._keep(self.cluster.replace_lease(self.namespace, self.name, body))
         except Conflict:
             return False
+        return self._holding(sent)
+
+    def _holding(self, sent: float) -> bool:
+        self._observed = None
+        self._valid_until = sent + self.duration_seconds
         return True
 
     def _keep(self, stored: object) -> None:
