@@ -1,8 +1,10 @@
 """The watch caches against the real apiserver: they sync by streaming lists (no LIST), see
 adds, updates and deletes, resume a dropped watch from the last resourceVersion without
 listing, sync again after 410 Gone while the last store stays readable, keep
-only GPU pods and GPU Jobs, give the same snapshot and serving workloads as a fresh LIST of
-the cluster, take a kind that is not installed as empty, and a steady tick makes no LIST."""
+only GPU pods and GPU Jobs, end a first sync the apiserver cut mid-way with a whole store
+(reusing what the cut one received, no LIST), give the same snapshot and serving workloads
+as a fresh LIST of the cluster, take a kind that is not installed as empty, and a steady
+tick makes no LIST."""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ from kubernetes import client, config
 
 from hybridgpu.kube.cache import (
     DEPLOYMENTS,
+    GPU_HINT,
     HPAS,
     REPLICASETS,
+    UNFINISHED_PODS,
     Kind,
     Reflector,
     WatchCache,
@@ -33,6 +37,7 @@ from hybridgpu.kube.serving import ServingObjects, read_serving
 from hybridgpu.kube.snapshot import Measurements, build_snapshot
 from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import GPU_RESOURCE, POOL_LABEL, KubeTest, gpu_job, wait_until
+from support.tcpcut import CuttingProxy
 
 pytestmark = pytest.mark.adapters
 
@@ -300,6 +305,93 @@ def test_the_first_sync_streams_from_the_watch_cache_without_a_list(kube: KubeTe
                 assert reflector.counters.syncs == 1, name
     finally:
         watch_cache.stop()
+        api.close()
+
+
+def unscheduled_pod(name: str, gpus: int) -> dict[str, Any]:
+    """A pod no scheduler picks up: it stays as created (its JSON does not change)."""
+    body = pod(name, gpus)
+    body["spec"]["schedulerName"] = "nobody"
+    return body
+
+
+def test_a_first_sync_cut_mid_way_ends_whole_reusing_what_it_received_without_a_list(
+    kube: KubeTest,
+) -> None:
+    """The connection of the first streaming list is closed part-way through its initial
+    events (a TCP proxy cuts it after 120 KB, as an apiserver closing an unresponsive
+    watcher does). The store is never published half-filled; while the stream is down pods
+    are deleted, created and relabelled; the next streaming list makes the store exactly the
+    apiserver's, reuses the unchanged objects the cut sync had decoded, drops the pods
+    without GPUs undecoded, and no LIST is made."""
+    ns = kube.namespace
+    gpu_names = [f"gpu-{i:03d}" for i in range(150)]
+    threads = [
+        threading.Thread(
+            target=lambda names, gpus: [
+                kube.core.create_namespaced_pod(ns, unscheduled_pod(n, gpus)) for n in names
+            ],
+            args=(names, gpus),
+        )
+        for names, gpus in [
+            (gpu_names[:75], 1),
+            (gpu_names[75:], 1),
+            # Named after the GPU pods: initial events come in key order.
+            ([f"plain-{i:03d}" for i in range(50)], 0),
+            ([f"plain-{i:03d}" for i in range(50, 100)], 0),
+        ]
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    apiserver_port = int(api.configuration.host.rsplit(":", 1)[1])
+    proxy = CuttingProxy(apiserver_port, cut_after_bytes=120_000)
+    proxy.start()
+    api.configuration.host = f"https://127.0.0.1:{proxy.port}"
+    pods = Reflector(
+        Kind(
+            "pods",
+            client.CoreV1Api(api).list_pod_for_all_namespaces,
+            field_selector=UNFINISHED_PODS,
+            keep=lambda obj: bool(obj["spec"]["containers"][0]["resources"]),
+            hint=GPU_HINT,
+        )
+    )
+    lists_before = apiserver_lists(kube).get("pods", 0.0)
+    pods.start()
+    try:
+        eventually(lambda: pods.counters.interrupted_syncs == 1, "the first sync cut")
+        assert not pods.synced.is_set() and len(pods) == 0, "half a sync was published"
+        # While the stream is down: some pods go, some come, one changes.
+        for name in gpu_names[:10]:
+            kube.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        for name in ("late-0", "late-1"):
+            kube.core.create_namespaced_pod(ns, unscheduled_pod(name, 1))
+        kube.core.patch_namespaced_pod(
+            gpu_names[-1], ns, {"metadata": {"labels": {"changed": "yes"}}}
+        )
+        proxy.release()
+
+        eventually(pods.synced.is_set, "the second sync")
+        mine = {k.split("/", 1)[1] for k in keys(pods) if k.startswith(f"{ns}/")}
+        assert mine == {*gpu_names[10:], "late-0", "late-1"}
+        changed = pods.get(f"{ns}/{gpu_names[-1]}")
+        assert changed is not None and changed["metadata"]["labels"] == {"changed": "yes"}
+        assert pods.counters.syncs == 1
+        assert pods.counters.interrupted_syncs == 1
+        assert 0 < pods.counters.reused < 150, pods.counters
+        assert pods.counters.skipped >= 100, pods.counters
+        assert pods.counters.lists == 0
+        # And it follows the same stream on.
+        kube.core.create_namespaced_pod(ns, unscheduled_pod("after", 1))
+        eventually(lambda: f"{ns}/after" in keys(pods), "a pod created after the sync")
+        assert apiserver_lists(kube).get("pods", 0.0) == lists_before
+    finally:
+        pods.stop()
+        proxy.stop()
         api.close()
 
 

@@ -25,6 +25,21 @@ not yet finished (a field selector on ``status.phase``) and only pods that reque
 kept: memory grows with GPU pods, not with all pods. A pod's GPU request cannot change, so a
 pod dropped here never becomes a GPU pod later.
 
+Each stream's bytes are read on a thread of their own and queued as lines (:class:`_LineReader`),
+so the socket is read as fast as the apiserver writes, never waiting for the JSON decoding and
+conversion behind it: an apiserver closes a watcher whose buffer fills while it sends the
+initial events ("Forcing pods watcher close due to unresponsiveness", seen at 5,000 nodes).
+An event line that cannot hold an object to keep (a pod's line without ``nvidia.com/gpu``,
+:attr:`Kind.hint`) is dropped before it is decoded; most of the pod stream is such lines.
+
+A first sync cut before its end (the connection dropped, the apiserver closed the watcher)
+cannot be resumed where it stopped: a streaming list has no continue token, and its initial
+events carry no version to watch from until the bookmark that ends them, so the apiserver
+must send the whole state again (a new WATCH with ``sendInitialEvents``). What the cut sync
+received is kept, keyed by each event line's digest: in the next sync an identical line
+(the same object at the same resourceVersion: the apiserver serializes it the same way) reuses
+the object decoded the first time instead of decoding it again (:attr:`Counters.reused`).
+
 Objects are stored as the JSON the apiserver sent, without ``metadata.managedFields`` and a
 node's ``status.images`` (nothing here reads them and they are most of an object's size). The
 stores are replaced object by object, never mutated, so a tick may hold the dicts it read.
@@ -38,9 +53,12 @@ docs/operator.md for why not kopf's indexes, kubernetes_asyncio or kr8s.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
+import queue
 import random
+import re
 import socket
 import threading
 import time
@@ -50,12 +68,12 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from hybridgpu.kube.cluster import ClusterObjects
 from hybridgpu.kube.convert import pod_spec_gpus
 from hybridgpu.kube.errors import KubeError, NotFound, from_api_exception
 from hybridgpu.kube.names import (
+    GPU_RESOURCE,
     GPUPOOLS,
     GROUP,
     PROVREQ_GROUP,
@@ -88,6 +106,9 @@ REPLICASETS = "replicasets"
 HPAS = "horizontalpodautoscalers"
 RELISTED = "RELISTED"
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+GPU_HINT = (GPU_RESOURCE.encode(),)
+"""A GPU pod's (or pod template's) JSON names the resource: the apiserver's JSON does not
+escape it, so a line without these bytes requests no GPU."""
 
 
 class Gone(Exception):
@@ -143,6 +164,10 @@ class Kind:
     label_selector: str | None = None
     keep: Callable[[Obj], bool] | None = None
     """Objects to store (None: all); the others are dropped as they arrive."""
+    hint: tuple[bytes, ...] = ()
+    """Bytes every kept object's JSON holds (one of them): an ADDED, MODIFIED or DELETED line
+    with none of them is dropped undecoded (empty: every line is decoded). Only for a
+    ``keep`` that cannot be true without one of these strings in the object's JSON."""
     optional: bool = False
     """A kind whose CRD may not be installed (JobSet, RayJob, PyTorchJob, TrainJob,
     ProvisioningRequest): while the apiserver answers 404 (no such resource) or 403 (the
@@ -166,6 +191,14 @@ class Counters:
     errors: int = 0
     absent: int = 0
     """Syncs of an optional kind answered 404 or 403 (its CRD is not installed, or RBAC)."""
+    interrupted_syncs: int = 0
+    """First syncs (streaming lists) cut before the bookmark that ends their initial events."""
+    reused: int = 0
+    """Objects of a sync taken from an interrupted one's without decoding them again."""
+    skipped: int = 0
+    """Event lines dropped undecoded (:attr:`Kind.hint`)."""
+    backlog_peak_bytes: int = 0
+    """The most bytes read from a stream and not yet decoded, at once."""
 
 
 class Reflector:
@@ -203,6 +236,8 @@ class Reflector:
         self._hold.set()
         self._response: Any = None
         self._thread: threading.Thread | None = None
+        self._partial: dict[bytes, tuple[str, Obj]] = {}
+        """What interrupted first syncs received, by event line digest (for the next one)."""
 
     # ----------------------------------------------------------------- reads
     def items(self) -> list[Obj]:
@@ -246,12 +281,8 @@ class Reflector:
 
     def _drop_connection(self) -> None:
         response = self._response
-        if response is None:
-            return
-        sock = getattr(getattr(response, "connection", None), "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        if response is not None:
+            _shutdown(response)
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
@@ -374,13 +405,12 @@ class Reflector:
         timeout = int(self.watch_seconds * (1 + 0.2 * random.random()))
         self.counters.watches += 1
         version: dict[str, Any]
-        if self.resource_version is None:
+        syncing = self.resource_version is None
+        if syncing:
             # A consistent read: the initial events are at least as new as this request.
             version = {"send_initial_events": True, "resource_version_match": "NotOlderThan"}
-            initial: dict[str, Obj] | None = {}
         else:
             version = {"resource_version": self.resource_version}
-            initial = None
         try:
             response = self.kind.list_call(
                 *self.kind.args,
@@ -397,31 +427,85 @@ class Reflector:
                 raise Gone(str(exc)) from exc
             raise from_api_exception(exc, f"watch {self.kind.name}") from exc
         self._response = response
-        keep = self.kind.keep
+        reader = _LineReader(response, self.counters)
+        reader.start()
         try:
-            for line in _lines(response):
-                if self._stop.is_set():
-                    return
-                event = json.loads(line)
-                if initial is None:
-                    self._apply(event)
+            if syncing:
+                self._sync(reader)
+            else:
+                self._follow(reader)
+        finally:
+            self._response = None
+            # Whatever ended the stream, unblock the reader and wait for it before closing.
+            _shutdown(response)
+            reader.join()
+            response.close()
+            response.release_conn()
+
+    def _sync(self, reader: _LineReader) -> None:
+        """A streaming list's initial events, collected aside until the bookmark that ends
+        them replaces the store; then the same stream is followed. Cut before that bookmark,
+        what was received is kept for the next sync (see the module docstring)."""
+        keep = self.kind.keep
+        initial: dict[str, Obj] = {}
+        received: dict[bytes, tuple[str, Obj]] = {}
+        """What this sync received by line digest, for the next one if this one is cut."""
+        partial = self._partial
+        complete = False
+        try:
+            for line in reader.lines(self._stop):
+                if self._skip(line, watching=False):
                     continue
+                digest = hashlib.blake2b(line, digest_size=16).digest()
+                kept = partial.get(digest)
+                if kept is not None:
+                    self.counters.reused += 1
+                    received[digest] = kept
+                    initial[kept[0]] = kept[1]
+                    continue
+                event = json.loads(line)
                 obj = event.get("object") or {}
                 kind = event.get("type")
                 if kind == "ADDED":
                     if keep is None or keep(obj):
-                        initial[key_of(obj)] = strip(obj)
+                        key = key_of(obj)
+                        initial[key] = strip(obj)
+                        received[digest] = (key, initial[key])
                 elif kind == "BOOKMARK":
                     meta = obj.get("metadata") or {}
                     if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        complete = True
+                        self._partial = {}
                         self._replace(initial, meta.get("resourceVersion"))
-                        initial = None
+                        break
                 else:  # an ERROR (or anything else) before the store was whole
                     self._apply(event)
         finally:
-            self._response = None
-            response.close()
-            response.release_conn()
+            if not complete and not self._stop.is_set():
+                self.counters.interrupted_syncs += 1
+                self._partial = partial | received
+        if complete:
+            self._follow(reader)
+
+    def _follow(self, reader: _LineReader) -> None:
+        """Apply a watch's events to the store, one by one, until the stream ends."""
+        for line in reader.lines(self._stop):
+            if not self._skip(line, watching=True):
+                self._apply(json.loads(line))
+
+    def _skip(self, line: bytes, *, watching: bool) -> bool:
+        """Whether ``line`` is an object event that cannot hold an object to keep
+        (:attr:`Kind.hint`); a followed watch still moves to its resourceVersion."""
+        hint = self.kind.hint
+        if not hint or not line.startswith(_OBJECT_EVENTS) or any(h in line for h in hint):
+            return False
+        self.counters.skipped += 1
+        if watching:
+            self.counters.events += 1
+            found = _RESOURCE_VERSION.search(line)
+            if found:
+                self.resource_version = found.group(1).decode()
+        return True
 
     def _apply(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
@@ -513,10 +597,77 @@ def custom_lister(api: client.ApiClient) -> Callable[..., Any]:
     return list_custom
 
 
-def _lines(response: Any) -> Iterator[str]:
-    for line in iter_resp_lines(response):
-        if line:
-            yield line
+_OBJECT_EVENTS = (b'{"type":"ADDED"', b'{"type":"MODIFIED"', b'{"type":"DELETED"')
+_RESOURCE_VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
+"""An object's own version: metadata's fields before it (name, generateName, namespace,
+selfLink, uid) are serialized first and cannot hold the pattern."""
+_READ_BYTES = 1 << 16
+
+
+def _shutdown(response: Any) -> None:
+    """Shut the response's socket down: a read blocked on it returns at once."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+class _LineReader:
+    """Reads one watch response on a thread of its own and queues its lines (bytes, without
+    the newline): the socket is drained as fast as the apiserver writes, however slowly the
+    lines are decoded. The queue is not bounded: a backlog costs memory
+    (:attr:`Counters.backlog_peak_bytes`), a full buffer on the apiserver's side costs the
+    stream."""
+
+    _END = object()
+
+    def __init__(self, response: Any, counters: Counters) -> None:
+        self.response = response
+        self.counters = counters
+        self.received_bytes = 0
+        self.decoded_bytes = 0
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._read, name="watch-reader", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float = 10.0) -> None:
+        self._thread.join(timeout)
+
+    def _read(self) -> None:
+        tail = b""
+        try:
+            for chunk in self.response.stream(_READ_BYTES, decode_content=False):
+                if not chunk:
+                    continue
+                self.received_bytes += len(chunk)
+                *lines, tail = (tail + chunk).split(b"\n")
+                if lines:
+                    self._queue.put(lines)
+                backlog = self.received_bytes - self.decoded_bytes
+                if backlog > self.counters.backlog_peak_bytes:
+                    self.counters.backlog_peak_bytes = backlog
+            if tail.strip():
+                self._queue.put([tail])
+            self._queue.put(self._END)
+        except BaseException as err:  # the stream's failure is the consumer's to handle
+            self._queue.put(err)
+
+    def lines(self, stop: threading.Event) -> Iterator[bytes]:
+        """The stream's non-empty lines until it ends; raises what ended it, if it failed."""
+        while not stop.is_set():
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            for line in item:
+                self.decoded_bytes += len(line) + 1
+                if line.strip():
+                    yield line
+                if stop.is_set():
+                    return
 
 
 @dataclass
@@ -560,8 +711,9 @@ class WatchCache:
                 core.list_pod_for_all_namespaces,
                 field_selector=UNFINISHED_PODS,
                 keep=is_gpu_pod,
+                hint=GPU_HINT,
             ),
-            Kind("jobs", batch.list_job_for_all_namespaces, keep=is_gpu_job),
+            Kind("jobs", batch.list_job_for_all_namespaces, keep=is_gpu_job, hint=GPU_HINT),
             Kind(GPUPOOLS, custom, (GROUP, VERSION, GPUPOOLS)),
             Kind(
                 SCALINGPOLICIES,
@@ -579,12 +731,14 @@ class WatchCache:
                 DEPLOYMENTS,
                 apps.list_deployment_for_all_namespaces,
                 keep=is_serving_deployment,
+                hint=(*GPU_HINT, REBALANCE_ANNOTATION.encode()),
                 optional=True,
             ),
             Kind(
                 REPLICASETS,
                 apps.list_replica_set_for_all_namespaces,
                 keep=is_gpu_job,
+                hint=GPU_HINT,
                 optional=True,
             ),
             Kind(
