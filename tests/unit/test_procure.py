@@ -92,6 +92,9 @@ def direct_total(
     deals: CommittedOffer | tuple[CommittedOffer, ...] | None,
     nodes: tuple[int, ...],
     schedule: tuple[int, ...] | tuple[tuple[int, ...], ...],
+    *,
+    fleets: tuple[tuple[int, ...], ...] = (),
+    tranche: int | None = None,
 ) -> float:
     """The cost of a fleet and committed schedule walking every month and every sample: firm
     work on committed GPUs first, then owned; preemptible work on what owned GPUs leave. A
@@ -104,16 +107,22 @@ def direct_total(
     elif isinstance(deals, CommittedOffer):
         deals = (deals,)
     rows = [r if isinstance(r, tuple) else (r,) if deals else () for r in schedule]
-    owned = sum(n * t.gpus_per_node for n, t in zip(nodes, plan.node_types, strict=True))
-    per_hour = sum(n * t.node_hour_dollars for n, t in zip(nodes, plan.node_types, strict=True))
-    total = per_hour * plan.horizon_months * HOURS_PER_MONTH
-    calendars = [(d.adjustment_months, d.started_months_ago) for d in deals] or [(3, 0)]
+    calendars = [(d.adjustment_months, d.started_months_ago) for d in deals]
+    if tranche is not None:
+        calendars.append((tranche, 0))
+    calendars = calendars or [(3, 0)]
     # The period of each month: a new one wherever a window of any calendar starts.
     index = [0] * plan.horizon_months
     for month in range(1, plan.horizon_months):
         starts = any((month + ago) % window == 0 for window, ago in calendars)
         index[month] = index[month - 1] + starts
+    fleets = fleets or (nodes,) * (index[-1] + 1)
+    total = 0.0
     for month in range(plan.horizon_months):
+        fleet = fleets[index[month]]
+        owned = sum(n * t.gpus_per_node for n, t in zip(fleet, plan.node_types, strict=True))
+        per_hour = sum(n * t.node_hour_dollars for n, t in zip(fleet, plan.node_types, strict=True))
+        total += per_hour * HOURS_PER_MONTH
         total += month_dollars(plan, deals, owned, rows[index[month]], month)
     if deals and any(rows[-1]):
         last_start = index.index(index[-1])
@@ -205,11 +214,15 @@ def brute_force(plan: PlanInputs, offers: list[CommittedOffer]) -> float:
 
 
 def milp_total(
-    plan: PlanInputs, deals: CommittedOffer | tuple[CommittedOffer, ...] | None
+    plan: PlanInputs,
+    deals: CommittedOffer | tuple[CommittedOffer, ...] | None,
+    tranche: int | None = None,
 ) -> float:
-    """The same problem as a MILP: integer owned nodes and committed units of every signed
-    offer per period; per month and sample, continuous GPUs of firm work on committed, owned
-    and on-demand capacity and of preemptible work on owned capacity and spot."""
+    """The same problem as a MILP: integer owned nodes per type and period (the same in
+    every period, or with ``tranche`` never fewer than in the period before, changing only at
+    a tranche's start) and committed units of every signed offer per period; per month and
+    sample, continuous GPUs of firm work on committed, owned and on-demand capacity and of
+    preemptible work on owned capacity and spot."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
 
@@ -219,7 +232,10 @@ def milp_total(
         deals = (deals,)
     cloud = plan.cloud
     spot = min(cloud.spot_per_gpu_hour, cloud.on_demand_per_gpu_hour)
-    calendars = [(d.adjustment_months, 0) for d in deals] or [(3, 0)]
+    calendars = [(d.adjustment_months, 0) for d in deals]
+    if tranche is not None:
+        calendars.append((tranche, 0))
+    calendars = calendars or [(3, 0)]
     starts = [0] + [
         m for m in range(1, plan.horizon_months) if any(m % window == 0 for window, _ in calendars)
     ]
@@ -235,19 +251,24 @@ def milp_total(
                 (period_of[month], hours, s.firm_gpus * factor, s.preemptible_gpus * factor)
             )
     t, k, r = len(plan.node_types), len(deals), len(rows)
-    # Variables: nodes[t], units[deal][period], then per row: committed, owned-firm,
-    # on-demand, owned-preemptible, spot.
-    first_row = t + k * p
+    # Variables: nodes[type][period], units[deal][period], then per row: committed,
+    # owned-firm, on-demand, owned-preemptible, spot.
+    first_unit = t * p
+    first_row = first_unit + k * p
     width = first_row + 5 * r
     cost = np.zeros(width)
-    horizon = plan.horizon_months * HOURS_PER_MONTH
+    period_hours = [
+        ((starts[q + 1] if q + 1 < p else plan.horizon_months) - starts[q]) * HOURS_PER_MONTH
+        for q in range(p)
+    ]
     for j, node in enumerate(plan.node_types):
-        cost[j] = node.node_hour_dollars * horizon
+        for q in range(p):
+            cost[j * p + q] = node.node_hour_dollars * period_hours[q]
     for d, deal in enumerate(deals):
         for q in range(p):
-            months = (starts[q + 1] if q + 1 < p else plan.horizon_months) - starts[q]
-            hours = months * HOURS_PER_MONTH
-            cost[t + d * p + q] = deal.gpus_per_unit * deal.effective_per_gpu_hour * hours
+            cost[first_unit + d * p + q] = (
+                deal.gpus_per_unit * deal.effective_per_gpu_hour * period_hours[q]
+            )
     a_rows: list[np.ndarray] = []
     low: list[float] = []
     high: list[float] = []
@@ -267,17 +288,26 @@ def milp_total(
         constraint({base: 1, base + 1: 1, base + 2: 1}, firm, firm)  # firm work is served
         constraint({base + 3: 1, base + 4: 1}, preemptible, preemptible)
         # committed GPUs used <= committed GPUs
-        used = {base: 1.0} | {t + d * p + q: -deal.gpus_per_unit for d, deal in enumerate(deals)}
+        used = {base: 1.0} | {
+            first_unit + d * p + q: -deal.gpus_per_unit for d, deal in enumerate(deals)
+        }
         constraint(used, -np.inf, 0)
         # owned GPUs used <= owned GPUs
         owned = {base + 1: 1.0, base + 3: 1.0} | {
-            j: -n.gpus_per_node for j, n in enumerate(plan.node_types)
+            j * p + q: -n.gpus_per_node for j, n in enumerate(plan.node_types)
         }
         constraint(owned, -np.inf, 0)
+    for j in range(t):
+        for q in range(1, p):
+            now, before = j * p + q, j * p + q - 1
+            if tranche is not None and starts[q] % tranche == 0:
+                constraint({now: 1, before: -1}, 0, np.inf)  # a tranche: bought, never sold
+            else:
+                constraint({now: 1, before: -1}, 0, 0)
     for d, deal in enumerate(deals):
         term = 12 * deal.term_years
         for q in range(1, p):
-            now, before = t + d * p + q, t + d * p + q - 1
+            now, before = first_unit + d * p + q, first_unit + d * p + q - 1
             if starts[q] % term == 0:
                 continue  # a renewal: any level
             if starts[q] % deal.adjustment_months:
@@ -733,3 +763,105 @@ def test_the_base_split_owned_versus_committed():
     assert shares.gpu_hours["committed"] == pytest.approx(2 / 3)
     assert shares.gpu_hours["onDemand"] == shares.gpu_hours["spot"] == 0.0
     assert shares.dollars["owned"] == pytest.approx(4 * 1.3 / (4 * 1.3 + 8 * 0.9))
+
+
+def phased_brute_force(
+    plan: PlanInputs, offers: list[CommittedOffer], tranche: int
+) -> tuple[float, int]:
+    """The cheapest total over every owned fleet of every period (node counts per type up to
+    past the grown peak, never fewer than the period before, changing only at a tranche),
+    nothing or each offer, and every feasible committed schedule, costed directly; and how
+    many cases that walked (kept small: the enumeration is the product of all of them)."""
+    growth = max(1.0, (1 + plan.demand_growth_per_year) ** (plan.horizon_months / 12))
+    peak = max(s.total_gpus for s in plan.history) * growth
+    ranges = [range(math.ceil(peak / t.gpus_per_node) + 2) for t in plan.node_types]
+    vectors = list(itertools.product(*ranges))
+    best, cases = math.inf, 0
+    for deals in [(), *((o,) for o in offers)]:
+        model = ProcurementModel(plan, deals, owned_tranche_months=tranche)
+        buys = [p.index == 0 or p.start_month % tranche == 0 for p in model.periods]
+        sequences: list[tuple[tuple[int, ...], ...]] = [(v,) for v in vectors]
+        for buy in buys[1:]:
+            sequences = [
+                (*seq, v)
+                for seq in sequences
+                for v in (vectors if buy else [seq[-1]])
+                if all(b >= a for a, b in zip(seq[-1], v, strict=True))
+            ]
+        rows = level_rows(model)
+        for fleets in sequences:
+            for levels in rows:
+                cases += 1
+                total = direct_total(plan, deals, fleets[0], levels, fleets=fleets, tranche=tranche)
+                best = min(best, total)
+    return best, cases
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    samples=small_samples_st,
+    types=types_st,
+    deal=offer_st,
+    growth=st.sampled_from([0.0, 1.0, 3.0, -0.6]),
+)
+def test_owned_tranches_are_the_brute_force_optimum(samples, types, deal, growth):
+    """Owned nodes bought at the start of any quarter of a 6-month plan (two periods), with
+    nothing or one offer: the plan is the cheapest over every fleet of each period that never
+    shrinks and every feasible schedule (at most a few thousand cases: the walk is bounded so
+    the test stays fast), and its figures are the direct cost of what it buys."""
+    deal = replace(deal, adjustment_months=3)
+    plan = plan_inputs(samples, types, months=6, growth=growth)
+    got = optimal_procurement(plan, [deal], owned_tranche_months=3)
+    want, cases = phased_brute_force(plan, [deal], 3)
+    assert cases < 60_000
+    assert got.total_dollars == pytest.approx(want, rel=1e-9, abs=1e-6)
+    assert got.total_dollars == pytest.approx(
+        direct_total(plan, got.offers, got.nodes, got.levels, fleets=got.fleets, tranche=3),
+        rel=1e-9,
+        abs=1e-6,
+    )
+    for before, after in itertools.pairwise(got.fleets):
+        assert all(b >= a for a, b in zip(before, after, strict=True))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    samples=small_samples_st,
+    types=types_st,
+    deal=offer_st,
+    growth=st.sampled_from([0.0, 0.8, 2.0]),
+)
+def test_owned_tranches_agree_with_a_milp(samples, types, deal, growth):
+    """Owned tranches every 6 months of a 36-month plan with one offer: the plan equals the
+    MILP's optimum (owned nodes per type and period, never fewer than before) over nothing
+    and the offer."""
+    plan = plan_inputs(samples, types, months=36, growth=growth)
+    got = optimal_procurement(plan, [deal], owned_tranche_months=6)
+    want = min(milp_total(plan, None, tranche=6), milp_total(plan, deal, tranche=6))
+    assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
+
+
+def test_growing_demand_is_bought_in_tranches_and_paid_when_bought():
+    """Firm demand of 8 GPUs doubling a year over 36 months, owning cheaper than renting: a
+    plan that buys every quarter owns what each quarter needs (the fleet grows in tranches),
+    costs less than buying the third year's fleet at the start, and its cash flow pays each
+    tranche's capex in the quarter it is bought, so its NPV is lower still than its total
+    suggests: the capex comes later."""
+    from hybridgpu.planner.finance import cash_flow, npv
+
+    node = replace(node_type(gpus=4, gpu_hour=1.0), cost_of_capital_per_year=0.08)
+    plan = plan_inputs([(1.0, 8.0, 0.0)], [node], months=36, growth=1.0)
+    at_start = optimal_procurement(plan, [])
+    phased = optimal_procurement(plan, [], owned_tranche_months=3)
+    assert phased.total_dollars < at_start.total_dollars
+    owned = [f[0] for f in phased.fleets]
+    assert owned == sorted(owned) and owned[0] < at_start.nodes[0] < owned[-1]
+    tranches = phased.tranches()
+    assert len(tranches) > 2 and tranches[0][0] == 0
+    flows = cash_flow(plan, phased)
+    for month, added in tranches:
+        assert flows[month // 3].capex == pytest.approx(added[0] * node.capex_dollars)
+    bought = sum(added[0] for _, added in tranches)
+    # A 4-year life outlasts the 36 months: nothing is bought twice.
+    assert sum(q.capex for q in flows) == pytest.approx(bought * node.capex_dollars)
+    assert npv(flows, 0.08, 36) < npv(cash_flow(plan, at_start), 0.08, 36)

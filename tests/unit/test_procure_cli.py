@@ -123,6 +123,31 @@ def test_npv_at_no_cost_of_capital_is_the_sum_of_the_cash_flow(capsys, files):
     assert procurement["npv"] == pytest.approx(sum(q["total"] for q in flows), abs=1.0)
 
 
+def test_owned_tranches_in_the_json_and_the_cash_flow(capsys, files):
+    """ownedTrancheMonths: 3 on demand growing 200% a year over 12 months: the plan buys
+    owned nodes now and in later quarters, and each quarter's capex is what it buys then."""
+    config, history = files
+    text = PLAN.format(rate=8).replace(
+        "demandGrowthPercentPerYear: 40", "demandGrowthPercentPerYear: 200"
+    )
+    config.write_text(text + "ownedTrancheMonths: 3\n")
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history), "--json")
+    assert code == 0, err
+    procurement = json.loads(out)["procurement"]
+    tranches = procurement["ownedTranches"]
+    assert tranches[0]["month"] == 0 and len(tranches) > 1
+    capex = {"8xH100": 280000, "8xB200": 500000}
+    flows = procurement["cashFlowByQuarter"]
+    for quarter in flows:
+        bought = [t for t in tranches if t["month"] // 3 == quarter["quarter"] - 1]
+        want = sum(n * capex[name] for t in bought for name, n in t["nodes"].items())
+        assert quarter["capex"] == pytest.approx(want, abs=0.01)
+    assert procurement["ownedNodes"] == {name: tranches[0]["nodes"].get(name, 0) for name in capex}
+    code, out, err = run_cli(capsys, "--config", str(config), "--history", str(history))
+    assert code == 0, err
+    assert f"buy in month {tranches[1]['month']}:" in out
+
+
 def test_npv_discounts_later_money():
     flows = [
         QuarterCash(0, 100.0, 10.0, 5.0, 1.0, 2.0),
@@ -188,6 +213,11 @@ BAD = {
         "gpuModel: B200\n",
         "gpuModel: B200\n    throughput: {{training: -1}}\n",
         ["plan.yaml", "throughput.training"],
+    ),
+    "owned tranches off the quarters": (
+        "tokensPerGpuHour: 1000000",
+        "tokensPerGpuHour: 1000000\nownedTrancheMonths: 4",
+        ["plan.yaml", "ownedTrancheMonths"],
     ),
     "an unknown workload class": (
         "tokensPerGpuHour: 1000000",

@@ -262,6 +262,16 @@ class CapacityPlanSpec(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     cloud: CloudPrices = Field(description="Prices of rented capacity.")
+    owned_tranche_months: int | None = Field(
+        default=None,
+        ge=3,
+        le=60,
+        multiple_of=3,
+        description="Owned nodes may be bought in tranches: at the start of every this many "
+        "months (3: any quarter), the fleet never shrinking; the procurement plan searches "
+        "the fleet of every tranche, and its cash flow and NPV pay each tranche's capex when "
+        "it is bought. Unset: the whole fleet is bought at the start.",
+    )
     committed: list[CommittedOfferSpec] = Field(
         default_factory=list,
         max_length=20,
@@ -397,6 +407,14 @@ class CommitmentChange(SpecModel):
     offer: str | None = Field(default=None, description="The offer whose level changes.")
 
 
+class OwnedTranche(SpecModel):
+    """Owned nodes bought at the start of one month of the horizon."""
+
+    month: int = Field(description="Month of the horizon the tranche is bought (0 = now).")
+    candidate: str = Field(description="The candidate node type.")
+    nodes: int = Field(description="Nodes bought then.")
+
+
 class Commitment(SpecModel):
     """One committed offer the plan signs."""
 
@@ -421,7 +439,12 @@ class ProcurementStatus(SpecModel):
         description="Every offer signed (none, one, or two together: e.g. a 3-year base and a "
         "1-year top-up) and its nodes for now.",
     )
-    owned_nodes: int = Field(default=0, description="Owned nodes to buy.")
+    owned_nodes: int = Field(default=0, description="Owned nodes to buy now.")
+    owned_tranches: list[OwnedTranche] = Field(
+        default_factory=list,
+        description="Every purchase of owned nodes over the horizon: now, and later tranches "
+        "when spec.ownedTrancheMonths is set.",
+    )
     base_owned_percent: float = Field(
         default=0.0,
         description="Share of the base capacity (owned + committed GPU-hours) that is owned.",

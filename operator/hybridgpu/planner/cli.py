@@ -433,6 +433,15 @@ def _procurement_json(result: Any) -> dict[str, Any] | None:
         "ownedNodes": {
             t.name: n for t, n in zip(result.inputs.node_types, plan.nodes, strict=True)
         },
+        "ownedTranches": [
+            {
+                "month": month,
+                "nodes": {
+                    t.name: n for t, n in zip(result.inputs.node_types, added, strict=True) if n
+                },
+            }
+            for month, added in plan.tranches()
+        ],
         "committedNodesByWindow": [
             {"month": p.period.start_month, "nodes": u}
             for p, u in zip(plan.periods, plan.schedule, strict=True)
@@ -538,6 +547,8 @@ def _procurement_lines(result: Any) -> list[str]:
     offer = plan.offer
     lines = ["", "procurement (owned + committed + on demand + spot, by adjustment window):"]
     lines.append(f"  buy: {_fleet(result, plan.nodes)}")
+    for month, added in plan.tranches()[1:]:
+        lines.append(f"  buy in month {month}: {_fleet(result, added)}")
     if offer is None:
         offered = ", ".join(o.name for o in result.offers) or "none offered"
         lines.append(f"  commit: nothing ({offered})")

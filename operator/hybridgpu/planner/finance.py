@@ -52,8 +52,9 @@ def _monthly(plan: Procurement) -> list[tuple[float, float, float]]:
 
 
 def cash_flow(inputs: PlanInputs, plan: Procurement) -> list[QuarterCash]:
-    """Quarter by quarter: owned hardware bought when it is bought (at the start, and again at
-    the end of each life within the horizon), its power and ops, the commitment (upfront
+    """Quarter by quarter: owned hardware bought when it is bought (at the start or in a
+    later tranche, and again at the end of each life within the horizon), its power and ops
+    from then on, the commitment (upfront
     spread over the term), expected on-demand and spot spend, and the owned hardware's
     residual value as an inflow in the last quarter."""
     horizon = inputs.horizon_months
@@ -61,19 +62,20 @@ def cash_flow(inputs: PlanInputs, plan: Procurement) -> list[QuarterCash]:
     capex = [0.0] * quarters
     operating = [0.0] * quarters
     residual = 0.0
-    for node, count in zip(inputs.node_types, plan.nodes, strict=True):
-        if count == 0:
-            continue
-        life_months = node.amortization_years * 12
-        bought = 0.0
-        while bought < horizon - 1e-9:
-            capex[int(bought // 3)] += count * node.capex_dollars
-            bought += life_months
-        cost = node.cost
-        hourly = (cost.power_per_hour + cost.ops_per_hour) * count
-        for month in range(horizon):
-            operating[month // 3] += hourly * HOURS_PER_MONTH
-        residual += count * node.residual_value_dollars(horizon / 12)
+    for start, added in plan.tranches():
+        for node, count in zip(inputs.node_types, added, strict=True):
+            if count == 0:
+                continue
+            life_months = node.amortization_years * 12
+            bought = float(start)
+            while bought < horizon - 1e-9:
+                capex[int(bought // 3)] += count * node.capex_dollars
+                bought += life_months
+            cost = node.cost
+            hourly = (cost.power_per_hour + cost.ops_per_hour) * count
+            for month in range(start, horizon):
+                operating[month // 3] += hourly * HOURS_PER_MONTH
+            residual += count * node.residual_value_dollars((horizon - start) / 12)
     cloud = [[0.0, 0.0, 0.0] for _ in range(quarters)]
     for month, parts in enumerate(_monthly(plan)):
         for i, dollars in enumerate(parts):
@@ -122,10 +124,6 @@ class Mix:
 
 def mix(inputs: PlanInputs, plan: Procurement) -> Mix:
     """Where the demand runs and where the money goes."""
-    owned_gpus = sum(
-        n * t.work_gpus_per_node for n, t in zip(plan.nodes, inputs.node_types, strict=True)
-    )
-    hours = sum(p.period.hours for p in plan.periods)
     served = {
         "owned": sum(p.owned_used_gpu_hours for p in plan.periods),
         "committed": sum(p.committed_used_gpu_hours for p in plan.periods),
@@ -138,7 +136,7 @@ def mix(inputs: PlanInputs, plan: Procurement) -> Mix:
         "onDemand": sum(p.elastic_dollars for p in plan.periods),
         "spot": sum(p.spot_dollars for p in plan.periods),
     }
-    owned_capacity = owned_gpus * hours
+    owned_capacity = sum(p.owned_gpus * p.period.hours for p in plan.periods)
     committed_capacity = sum(p.committed_gpu_hours for p in plan.periods)
     base = owned_capacity + committed_capacity
     return Mix(
@@ -242,11 +240,11 @@ def model_flops_utilization(
     """MFU of a busy GPU (tokens/s x FLOPs per token / peak FLOPS) and of the capacity the
     plan pays for, in demand-class GPUs."""
     busy = tokens_per_gpu_hour / 3600.0 * flops_per_token / (peak_tflops_per_gpu * 1e12)
-    owned_gpus = sum(
-        n * t.work_gpus_per_node for n, t in zip(plan.nodes, inputs.node_types, strict=True)
-    )
     paid = sum(
-        owned_gpus * p.period.hours + p.committed_gpu_hours + p.elastic_gpu_hours + p.spot_gpu_hours
+        p.owned_gpus * p.period.hours
+        + p.committed_gpu_hours
+        + p.elastic_gpu_hours
+        + p.spot_gpu_hours
         for p in plan.periods
     )
     return ModelFlopsUtilization(

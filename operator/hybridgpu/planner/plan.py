@@ -15,6 +15,7 @@ from hybridgpu.models.capacityplan import (
     CommitmentChange,
     MonthlyCost,
     OwnedCapital,
+    OwnedTranche,
     ProcurementStatus,
     QuarterCashFlow,
     Recommendation,
@@ -235,6 +236,7 @@ def plan_capacity(
     with_procurement: bool = True,
     flops_per_token: float | None = None,
     peak_tflops_per_gpu: tuple[float, str] | None = None,
+    owned_tranche_months: int | None = None,
 ) -> CapacityPlanResult:
     """The cheapest owned fleet for ``inputs`` and everything reported about it; with
     ``with_procurement`` the mix to sign as well (owned, the best committed offer, on demand,
@@ -257,7 +259,11 @@ def plan_capacity(
         cost_curve=curve,
         sensitivity=tuple(cases),
         flip_points=tuple(flips),
-        procurement=optimal_procurement(inputs, offers, shared) if with_procurement else None,
+        procurement=(
+            optimal_procurement(inputs, offers, shared, owned_tranche_months)
+            if with_procurement
+            else None
+        ),
         offers=tuple(offers),
         cost_of_capital_per_year=(
             cost_of_capital_per_year
@@ -303,6 +309,7 @@ def plan_from_spec(
         tokens_per_gpu_hour=spec.tokens_per_gpu_hour,
         flops_per_token=spec.model_flops_per_token,
         peak_tflops_per_gpu=peak_of_spec(spec),
+        owned_tranche_months=spec.owned_tranche_months,
     )
 
 
@@ -408,6 +415,12 @@ def procurement_status(result: CapacityPlanResult) -> ProcurementStatus | None:
             for i, o in enumerate(plan.offers)
         ],
         owned_nodes=sum(plan.nodes),
+        owned_tranches=[
+            OwnedTranche(month=month, candidate=t.name, nodes=n)
+            for month, added in plan.tranches()
+            for t, n in zip(result.inputs.node_types, added, strict=True)
+            if n
+        ],
         base_owned_percent=round(100 * shares.base_owned_share, 2),
         mix=[
             SupplyShare(

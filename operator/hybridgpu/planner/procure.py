@@ -196,6 +196,8 @@ class PeriodCost:
     committed_used_gpu_hours: float
     elastic_gpu_hours: float
     spot_gpu_hours: float
+    owned_gpus: int = 0
+    """Owned GPUs (of the demand's class) in service in this period."""
     after_horizon_months: int = 0
     """Months the commitment of this (last) period runs past the horizon (the longest term
     when several offers are signed)."""
@@ -229,7 +231,10 @@ class ProcurementModel:
         inputs: PlanInputs,
         offers: CommittedOffer | Sequence[CommittedOffer] | None,
         shared: SharedWork | None = None,
+        owned_tranche_months: int | None = None,
     ) -> None:
+        if owned_tranche_months is not None and owned_tranche_months < 1:
+            raise ValueError("owned tranches: the months between purchases must be 1 or more")
         if offers is None:
             offers = ()
         elif isinstance(offers, CommittedOffer):
@@ -240,10 +245,13 @@ class ProcurementModel:
         self.offers: tuple[CommittedOffer, ...] = tuple(offers)
         self.shared = SharedWork() if shared is None else shared
         self.owned_model = CostModel(inputs, self.shared)
-        self.periods = periods_of(
-            inputs.horizon_months,
-            [(o.adjustment_months, o.started_months_ago) for o in self.offers] or [(3, 0)],
-        )
+        self.owned_tranche_months = owned_tranche_months
+        """Owned nodes may be bought at the start of every this many months (None: at the
+        start only)."""
+        calendars = [(o.adjustment_months, o.started_months_ago) for o in self.offers]
+        if owned_tranche_months is not None:
+            calendars.append((owned_tranche_months, 0))
+        self.periods = periods_of(inputs.horizon_months, calendars or [(3, 0)])
         self.after_horizon_by_offer = tuple(_after_horizon_months(o, self.periods) for o in offers)
         self.after_horizon_months = max(self.after_horizon_by_offer, default=0)
         self._levels = _history_levels(inputs)
@@ -268,6 +276,11 @@ class ProcurementModel:
         """Committing to more than the firm peak under any one offer never pays: its level
         could be lowered to it (every window allows that) and serve the same work for less."""
         self._level_windows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def is_purchase_window(self, period: Period) -> bool:
+        """Owned nodes may be bought at the start of ``period`` (always the first)."""
+        tranche = self.owned_tranche_months
+        return period.index == 0 or (tranche is not None and period.start_month % tranche == 0)
 
     @property
     def offer(self) -> CommittedOffer | None:
@@ -470,6 +483,7 @@ class ProcurementModel:
             committed_used_gpu_hours=usage.committed,
             elastic_gpu_hours=usage.elastic,
             spot_gpu_hours=usage.spot,
+            owned_gpus=self.owned_model.owned_gpus(nodes),
         )
 
     def period_dollars(
@@ -650,9 +664,29 @@ class Procurement:
 
     offers: tuple[CommittedOffer, ...]
     nodes: tuple[int, ...]
+    """Owned nodes per type bought at the start (with tranches: the first period's fleet)."""
     levels: tuple[Levels, ...]
     """Committed units (nodes) of each offer, per period."""
     periods: tuple[PeriodCost, ...] = field(default=())
+    fleets: tuple[tuple[int, ...], ...] = field(default=())
+    """Owned nodes per type in every period when they are bought in tranches (never fewer
+    than in the period before); empty: ``nodes`` throughout."""
+    owned_tranche_months: int | None = None
+    """Owned nodes could be bought every this many months (None: at the start only)."""
+
+    def fleet_at(self, k: int) -> tuple[int, ...]:
+        """Owned nodes per type in period ``k``."""
+        return self.fleets[k] if self.fleets else self.nodes
+
+    def tranches(self) -> list[tuple[int, tuple[int, ...]]]:
+        """(month, nodes bought per type) of every purchase: at the start, then every period
+        whose fleet grows (needs the periods' costs for their months)."""
+        out = [(0, self.nodes)] if any(self.nodes) else []
+        for k in range(1, len(self.fleets)):
+            added = tuple(b - a for a, b in zip(self.fleets[k - 1], self.fleets[k], strict=True))
+            if any(added):
+                out.append((self.periods[k].period.start_month, added))
+        return out
 
     @property
     def offer(self) -> CommittedOffer | None:
@@ -743,6 +777,108 @@ def best_schedule(
     return tuple(schedule), total
 
 
+_MAX_PHASED_FLEETS = 5000
+"""Node mixes searched with tranches (several node types): beyond it, set maxNodes."""
+
+
+def fleet_grid(model: ProcurementModel) -> list[tuple[int, ...]]:
+    """Every owned fleet a tranche plan may reach: nodes per type up to the type's bound
+    (``maxNodes``, and never past ``max_useful_gpus``), fewest owned GPUs first. One type: 0
+    to its bound; several: every mix (a tranche adds nodes to the fleet held, so the cheapest
+    mix of each size is not enough)."""
+    owned = model.owned_model
+    top = owned.max_useful_gpus
+    ranges = []
+    for node, k in zip(model.inputs.node_types, owned.gpus_per_node, strict=True):
+        bound = top // k
+        if node.max_nodes is not None:
+            bound = min(bound, node.max_nodes)
+        ranges.append(range(bound + 1))
+    count = math.prod(len(r) for r in ranges)
+    if count > _MAX_PHASED_FLEETS:
+        raise ValueError(
+            f"owned tranches: {count:,} node mixes of {len(ranges)} candidate types to search "
+            f"(at most {_MAX_PHASED_FLEETS:,}): set candidates[].maxNodes"
+        )
+    fleets = [f for f in itertools.product(*ranges) if owned.owned_gpus(f) <= top]
+    return sorted(fleets, key=lambda f: (owned.owned_gpus(f), f))
+
+
+def _grows_to(fleets: Sequence[tuple[int, ...]]) -> np.ndarray | None:
+    """reach[a, b]: fleet b keeps every node of fleet a (a tranche may add nodes, never
+    remove them); None when that is every later fleet of the list (one node type)."""
+    if all(len(f) == 1 for f in fleets):
+        return None
+    grid = np.array(fleets)
+    return np.asarray(np.all(grid[None, :, :] >= grid[:, None, :], axis=2), dtype=bool)
+
+
+def _best_grown(values: np.ndarray, reach: np.ndarray | None) -> np.ndarray:
+    """Along axis 0 (fleets), position a of the result is the minimum of ``values`` over the
+    fleets ``a`` may grow to."""
+    if reach is None:
+        return np.minimum.accumulate(values[::-1], axis=0)[::-1]
+    out = np.empty_like(values)
+    for a in range(values.shape[0]):
+        out[a] = values[reach[a]].min(axis=0)
+    return out
+
+
+def best_phased(
+    model: ProcurementModel, fleets: Sequence[tuple[int, ...]]
+) -> tuple[tuple[tuple[int, ...], ...], tuple[Levels, ...], float]:
+    """The cheapest owned fleet and committed levels of every period when owned nodes may
+    be bought in tranches (at each purchase window the fleet may grow, never shrink): the
+    fleet per period, the levels per period and the total dollars.
+
+    ``best_schedule``'s programme with one more axis, the fleet held: at a purchase window
+    the best next fleet of a fleet is the minimum over the fleets that keep its nodes (a
+    suffix minimum for one node type)."""
+    parts = model.periods
+    reach = _grows_to(fleets)
+    level_shape = tuple(u + 1 for u in model.max_units_by_offer)
+    after = np.zeros((len(fleets), *(level_shape or (1,))))
+    here_by_period: list[np.ndarray] = []
+    for period in reversed(parts):
+        table = np.stack([model.cost_table(period, f) for f in fleets])
+        here = table + after
+        here_by_period.append(here)
+        if period.index > 0:
+            after = here
+            for axis in range(len(level_shape)):
+                lows, highs = model.level_windows(axis, period)
+                after = _range_min(after, lows, highs, axis + 1)
+            if model.is_purchase_window(period):
+                after = _best_grown(after, reach)
+    here_by_period.reverse()
+    chosen_fleets: list[tuple[int, ...]] = []
+    chosen_levels: list[Levels] = []
+    fleet = 0
+    before: Levels = (0,) * len(level_shape)
+    for period in parts:
+        here = here_by_period[period.index]
+        if period.index == 0:
+            allowed = np.ones(len(fleets), dtype=bool)
+        elif not model.is_purchase_window(period):
+            allowed = np.arange(len(fleets)) == fleet
+        elif reach is None:
+            allowed = np.arange(len(fleets)) >= fleet
+        else:
+            allowed = reach[fleet]
+        masked = np.where(allowed.reshape((-1,) + (1,) * (here.ndim - 1)), here, np.inf)
+        box = [(0, len(fleets) - 1)]
+        box += [model.level_window(i, period, u) for i, u in enumerate(before)] or [(0, 0)]
+        best = _cheapest_in(masked, box)
+        fleet, before = best[0], best[1:] if level_shape else ()
+        chosen_fleets.append(fleets[fleet])
+        chosen_levels.append(before)
+    total = sum(
+        model.period_dollars(p, f, u)
+        for p, f, u in zip(parts, chosen_fleets, chosen_levels, strict=True)
+    )
+    return tuple(chosen_fleets), tuple(chosen_levels), total
+
+
 def offer_choices(offers: Sequence[CommittedOffer]) -> list[tuple[CommittedOffer, ...]]:
     """What a plan may sign: nothing, any one offer, or any two together (the longer term
     first); offers held today (``current_units``) must be in it."""
@@ -761,16 +897,31 @@ def optimal_procurement(
     inputs: PlanInputs,
     offers: Sequence[CommittedOffer],
     shared: SharedWork | None = None,
+    owned_tranche_months: int | None = None,
 ) -> Procurement:
     """The cheapest owned fleet, committed offers and committed levels per period: every
     owned size (its cheapest node mix), nothing, every offer and every two offers signed
     together, the best schedule of each. Offers held today (``current_units``) are paid
-    until their terms end, so every choice includes them."""
+    until their terms end, so every choice includes them. With ``owned_tranche_months`` owned
+    nodes may also be bought at the start of every that many months (tranches: the fleet of
+    every period is searched, never smaller than the one before)."""
     shared = SharedWork() if shared is None else shared
     best: Procurement | None = None
     best_dollars = math.inf
     for choice in offer_choices(offers):
-        model = ProcurementModel(inputs, choice, shared)
+        model = ProcurementModel(inputs, choice, shared, owned_tranche_months)
+        if owned_tranche_months is not None:
+            fleets, levels, dollars = best_phased(model, fleet_grid(model))
+            if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
+                best_dollars = dollars
+                best = Procurement(
+                    choice,
+                    fleets[0],
+                    levels,
+                    fleets=fleets,
+                    owned_tranche_months=owned_tranche_months,
+                )
+            continue
         for _, nodes in cheapest_mixes(model.owned_model):
             schedule, dollars = best_schedule(model, nodes)
             if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
@@ -782,11 +933,11 @@ def optimal_procurement(
 
 def costed(inputs: PlanInputs, plan: Procurement, shared: SharedWork | None = None) -> Procurement:
     """``plan`` with the cost of each of its periods."""
-    model = ProcurementModel(inputs, plan.offers, shared)
+    model = ProcurementModel(inputs, plan.offers, shared, plan.owned_tranche_months)
     return replace(
         plan,
         periods=tuple(
-            model.period_cost(p, plan.nodes, u)
-            for p, u in zip(model.periods, plan.levels, strict=True)
+            model.period_cost(p, plan.fleet_at(k), u)
+            for k, (p, u) in enumerate(zip(model.periods, plan.levels, strict=True))
         ),
     )
