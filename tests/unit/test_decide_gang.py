@@ -11,7 +11,8 @@ from tests.support.builders import NOW, gang, node, pending, policy, pool, runni
 
 from hybridgpu.core.apply import apply_plan
 from hybridgpu.core.decide import decide
-from hybridgpu.models.actions import MoveJob, Plan, ScaleUp
+from hybridgpu.models.actions import GangState, MoveJob, Plan, ScaleUp
+from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.snapshot import ClusterSnapshot
 
 pytestmark = pytest.mark.unit
@@ -306,3 +307,173 @@ def test_a_gang_preempts_only_when_that_places_all_of_it_on_owned_gpus(
             if pod.node is not None and pod.job not in moved:
                 free[pod.node] -= pod.gpus
         assert sum(f // gpus for f in free.values()) >= size, plan.explain()
+
+
+# ------------------------------------------- a gang waits for owned GPUs that free up soon
+
+
+def ending(name: str, node_name: str, gpus: int, in_seconds: float, crit: str = "standard"):
+    """A Job of one pod on ``node_name`` whose expected duration ends ``in_seconds`` from NOW
+    (negative: it is past it)."""
+    return running(name, node_name, gpus, crit, started=NOW - 3600, expected=3600 + in_seconds)
+
+
+@pytest.mark.parametrize(
+    ("case", "core_work", "crit", "pol", "want_wait", "want_elastic"),
+    [
+        # Both owned nodes free up in a minute, within the standard budget (5m): no cloud.
+        (
+            "both free up soon",
+            [ending("a", "c0", 8, 60), ending("b", "c1", 8, 60)],
+            "standard",
+            {},
+            True,
+            0,
+        ),
+        # Jobs past their expected duration give their GPUs back any moment: the gang waits.
+        (
+            "past their expected duration",
+            [ending("a", "c0", 8, -600), ending("b", "c1", 8, -1)],
+            "standard",
+            {},
+            True,
+            0,
+        ),
+        # One node frees up in time, the other after the budget: all of it gets cloud nodes,
+        # none of it waits (all or nothing).
+        (
+            "one of two in time",
+            [ending("a", "c0", 8, 60), ending("b", "c1", 8, 3000)],
+            "standard",
+            {},
+            False,
+            2,
+        ),
+        # The critical budget (60s, counted from the pods' pending since NOW-60) is spent.
+        (
+            "critical budget spent",
+            [ending("a", "c0", 8, 30), ending("b", "c1", 8, 30)],
+            "critical",
+            {},
+            False,
+            2,
+        ),
+        (
+            "critical budget of 5m",
+            [ending("a", "c0", 8, 30), ending("b", "c1", 8, 30)],
+            "critical",
+            {"waitBudget": {"critical": "5m"}},
+            True,
+            0,
+        ),
+        (
+            "zero standard budget",
+            [ending("a", "c0", 8, 60), ending("b", "c1", 8, 60)],
+            "standard",
+            {"waitBudget": {"standard": "0s"}},
+            False,
+            2,
+        ),
+        # Work whose end nobody states holds its GPUs for good as far as anyone knows.
+        ("no expected duration", CORE_WORK, "standard", {}, False, 2),
+    ],
+)
+def test_a_gang_waits_for_owned_gpus_that_free_up_within_its_budget(
+    case: str, core_work: list, crit: str, pol: dict, want_wait: bool, want_elastic: int
+) -> None:
+    snap = snapshot(POOLS, BUSY_CORE, core_work + gang("llm", 2, 8, crit))
+    plan = decide(snap, policy(**pol), NOW)
+    placement = plan.gangs["team/llm"]
+    assert (placement.state == GangState.WAITING) == want_wait, (case, plan.explain())
+    assert scaled(plan).get("elastic", 0) == want_elastic, (case, plan.explain())
+    if want_wait:
+        assert placement.pools == ("core",), plan.explain()
+        assert plan.recheck_at is not None and plan.recheck_at <= NOW + 300, plan.explain()
+        assert any("gang team/llm: 2 pod(s) needing 16 GPU(s) wait" in n for n in plan.notes)
+
+
+def test_a_gang_waits_only_for_gpus_no_one_else_was_promised() -> None:
+    """Two owned nodes free up soon: a two-pod gang waits for both, so a pod behind it
+    counts on neither and gets a cloud node; with one node freeing up, the gang does not
+    wait and the pod behind it takes that node's promise."""
+    pools = POOLS
+    soon = [ending("a", "c0", 8, 60), ending("b", "c1", 8, 60)]
+    behind = [pending("next", 8, "standard", since=NOW - 30)]
+    plan = decide(snapshot(pools, BUSY_CORE, soon + gang("llm", 2, 8) + behind), policy(), NOW)
+    assert plan.gangs["team/llm"].state == GangState.WAITING, plan.explain()
+    assert scaled(plan) == {"elastic": 1}, plan.explain()
+    one = [ending("a", "c0", 8, 60), ending("b", "c1", 8, 3000)]
+    plan = decide(snapshot(pools, BUSY_CORE, one + gang("llm", 2, 8) + behind), policy(), NOW)
+    assert plan.gangs["team/llm"].state == GangState.COMING, plan.explain()
+    # The gang's two new nodes; the single pod waits for c0.
+    assert scaled(plan) == {"elastic": 2}, plan.explain()
+    assert any("1 pod(s) wait for owned GPUs" in n for n in plan.notes), plan.explain()
+
+
+def test_a_waiting_gang_is_placed_on_the_owned_gpus_once_they_are_free() -> None:
+    """The tick after the Jobs ended: the gang fits on the owned nodes, no cloud node."""
+    done = gang("llm", 2, 8)
+    plan = decide(snapshot(POOLS, BUSY_CORE, done), policy(), NOW)
+    assert plan.gangs["team/llm"].state == GangState.PLACED, plan.explain()
+    assert not scaled(plan), plan.explain()
+
+
+def _free_by(snap: ClusterSnapshot, at: float | None) -> list[int]:
+    """Each owned node's GPUs free at ``at``, with those of Jobs expected to have ended by
+    then (None: free now, every pod still holding its GPUs)."""
+    ends = {j.key: j.expected_duration_seconds for j in snap.jobs}
+    free = {n.name: n.gpus for n in snap.nodes if n.pool == "core"}
+    for pod in snap.pods:
+        if pod.node in free:
+            expected = ends.get(pod.job or "")
+            if at is None or expected is None or (pod.started_at or NOW) + expected > at:
+                free[pod.node] -= pod.gpus
+    return list(free.values())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.integers(-600, 1200)), max_size=3),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(1, 5),
+    st.sampled_from([2, 4, 8]),
+    st.sampled_from(["critical", "standard"]),
+    st.sampled_from(["0s", "60s", "5m", "15m"]),
+)
+def test_a_gang_waits_whole_or_not_at_all(
+    core_work: list[list[tuple[int, int]]], size: int, gpus: int, crit: str, budget: str
+) -> None:
+    """Random firm Jobs ending at random times on 8-GPU owned nodes and a firm gang: the gang
+    waits exactly when owned GPUs for every one of its pods are free by the end of its wait
+    budget (and then no cloud node is bought for it); else it gets cloud nodes for all of it
+    that owned GPUs do not hold now, or is placed now."""
+    nodes, work = [], []
+    for i, jobs in enumerate(core_work):
+        nodes.append(node(f"c{i}", "core"))
+        used = 0
+        for j, (job_gpus, ends_in) in enumerate(jobs):
+            if used + job_gpus > 8:
+                break
+            used += job_gpus
+            work.append(ending(f"w{i}-{j}", f"c{i}", job_gpus, ends_in))
+    pools = [pool("core", "core", max_nodes=len(nodes), min_nodes=len(nodes)), POOLS[1]]
+    snap = snapshot(pools, nodes, work + gang("llm", size, gpus, crit))
+    spec = policy(waitBudget={crit: budget})
+    plan = decide(snap, spec, NOW)
+    by = NOW - 60 + parse_duration_seconds(budget)
+    fit_now = pods_that_fit(_free_by(snap, None), gpus)
+    fit_by = pods_that_fit(_free_by(snap, by), gpus) if by > NOW else 0
+    state = plan.gangs["team/llm"].state
+    elastic = scaled(plan).get("elastic", 0)
+    if fit_now >= size:
+        assert state == GangState.PLACED and elastic == 0, plan.explain()
+    elif fit_by >= size:
+        assert state == GangState.WAITING and elastic == 0, plan.explain()
+        assert plan.recheck_at is not None and plan.recheck_at <= by, plan.explain()
+    else:
+        assert state == GangState.COMING, plan.explain()
+        assert elastic == math.ceil((size - fit_now) / (8 // gpus)), plan.explain()
+        assert not any("wait for owned GPUs" in n for n in plan.notes), plan.explain()

@@ -205,3 +205,19 @@ def test_requests_come_from_the_watch_cache_when_given_and_templates_from_the_ap
     found = read_requests(cast(KubeCluster, cluster), [], cached)
     assert [r.name for r in found] == ["cached"]
     assert [p.gpus for p in found[0].pods] == [4]  # its PodTemplate asks for 4
+
+
+def test_a_request_waits_for_owned_gpus_that_free_up_within_its_budget() -> None:
+    """The owned node's Job ends in a minute, within the standard waitBudget: the request
+    buys no cloud node and says it waits for owned capacity; once the Job ended it is
+    provisioned on the owned node."""
+    cluster = fake(request("gang", 1))
+    cluster.pod_templates[("team", "gang-main")] = template("gang-main", 4, pool_pin=None)
+    owned = [node("c0", "core", gpus=4)]
+    ends_soon = running("train", "c0", 4, started=NOW - 3600, expected=3660)
+    plan = tick(cluster, [ends_soon], owned)
+    assert not [a for a in plan.actions if isinstance(a, ScaleUp)], plan.explain()
+    assert [p.state for p in plan.gangs.values()] == [GangState.WAITING], plan.gangs
+    assert conditions_of(cluster, "gang")["Provisioned"] == ("False", "WaitingForOwnedCapacity")
+    plan = tick(cluster, [], owned, now=NOW + 60)
+    assert conditions_of(cluster, "gang")["Provisioned"] == ("True", "CapacityIsProvisioned")

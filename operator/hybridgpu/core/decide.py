@@ -7,8 +7,8 @@ Order (DESIGN.md, "The control loop"):
    bought; then free capacity of the tier's cloud pools; a pod that still fits nowhere waits
    when owned GPUs free up for it within its waitBudget (core/forecast.py), else the pods
    left are packed across every pool they may grow (core/shapes.py), capped by maxNodes,
-   maxNodesPerTick and the budget; the pods of a gang (a JobSet) get a place all at once
-   or none of them do;
+   maxNodesPerTick and the budget; the pods of a gang (a JobSet) get a place, or wait for
+   owned GPUs, all at once or none of them do;
 3. consolidation: preemptible Jobs on elastic nodes move to spot (or to idle owned nodes)
    when it pays; standard Jobs that opt in return from the cloud to owned GPUs; serving
    replicas move to free owned GPUs by surge (core/rebalance.py);
@@ -45,6 +45,7 @@ from hybridgpu.core.deadline import (
 )
 from hybridgpu.core.forecast import NodeView, OwnedForecast
 from hybridgpu.core.gang_preempt import preempt_for_gang
+from hybridgpu.core.gang_wait import wait_for_gang
 from hybridgpu.core.placement import FreeGPUs, placement_order
 from hybridgpu.core.rebalance import rebalance_serving
 from hybridgpu.core.shapes import Shape, pack
@@ -1017,8 +1018,9 @@ class _Decider:
 
     def _place_all_with_gangs(self, demands: list[_Demand]) -> None:
         """``_place_all`` when some pods belong to gangs: a gang is placed at the turn of its
-        first pod, whole on nodes that exist; else, after the pods before it, whole on nodes
-        that exist, are on their way or are bought for it."""
+        first pod, whole on nodes that exist (preempting if need be), or waits whole for owned
+        GPUs that free up within its wait budget; else, after the pods before it, whole on
+        nodes that exist, are on their way or are bought for it."""
         members: dict[str, list[_Demand]] = {}
         for demand in demands:
             if demand.gang is not None:
@@ -1034,7 +1036,7 @@ class _Decider:
                     continue
                 if demand.gang in self.snap.check_only_gangs:
                     self.gangs[demand.gang] = GangPlacement(GangState.BLOCKED, cause="no_room")
-                else:
+                elif not wait_for_gang(self, gang):
                     later.append(gang)
         singles: list[_Demand] = []
         for item in later:
@@ -1052,8 +1054,9 @@ class _Decider:
         """Every pod of a gang, largest first, on free GPUs of nodes that exist, then (when
         ``buy``) of nodes on their way and of new nodes of its scale target; or none of
         them: what was taken is given back, the nodes opened for it are closed again, and
-        (when ``buy``) every pod of the gang is reported blocked. Gangs neither preempt nor
-        wait for owned GPUs."""
+        (when ``buy``) every pod of the gang is reported blocked. Preempting for a gang and
+        waiting for owned GPUs are the rules before this one (core/gang_preempt.py,
+        core/gang_wait.py)."""
         taken: list[tuple[str, int]] = []
         opened: list[str] = []
         closed_before = dict(self._closed)

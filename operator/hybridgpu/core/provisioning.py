@@ -154,6 +154,13 @@ def answer(
         message = f"nodes for all {state.gpus} GPU(s) are on their way in pool(s) {pools}"
         updates.append(ConditionUpdate(PROVISIONED, False, "CapacityIsProvisioning", message))
         return updates, {}
+    if placement.state == GangState.WAITING:
+        message = (
+            f"owned GPUs for all {state.gpus} GPU(s) free up within the waitBudget in pool(s) "
+            f"{pools}: no cloud node is bought; booked once they are free"
+        )
+        updates.append(ConditionUpdate(PROVISIONED, False, "WaitingForOwnedCapacity", message))
+        return updates, {}
     if placement.cause == "no_pool" and state.provisioning_class == ATOMIC_SCALE_UP:
         message = "no GPUPool can host its pods (GPU count per pod, GPU model or pool pin)"
         return [*updates, ConditionUpdate(FAILED, True, "NoPoolFits", message)], {}

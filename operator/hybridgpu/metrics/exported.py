@@ -318,13 +318,14 @@ class ExportedMetrics:
             "Gangs (workloads whose pods must all run at once, and Kueue ProvisioningRequests) "
             "past their grace period in a policy's last tick, by kind and by what the tick "
             "found: placed (fits on nodes that exist), coming (on nodes on their way or bought "
-            "for it), blocked (not all of it fits and no capacity could be bought: none was).",
+            "for it), waiting (for owned GPUs that free up within its waitBudget), blocked "
+            "(not all of it fits and no capacity could be bought: none was).",
             ["policy", "kind", "state"],
             registry=r,
         )
         self.gang_decisions = Counter(
             p + "gang_decisions",
-            "Gangs that became placed, coming or blocked (counted when a gang's state "
+            "Gangs that became placed, coming, waiting or blocked (counted when a gang's state "
             "changes), by kind, and by cause when blocked (max_nodes, max_per_tick, "
             "budget_hourly, budget_monthly, no_pool, no_capacity).",
             ["kind", "state", "cause"],

@@ -178,6 +178,9 @@ class GangState(StrEnum):
     """Every pod fits on free GPUs of nodes that exist now."""
     COMING = "coming"
     """Every pod has a place, some on nodes on their way or bought in this plan."""
+    WAITING = "waiting"
+    """Every pod waits for owned GPUs that free up within its waitBudget (core/gang_wait.py);
+    no cloud node is bought for it."""
     BLOCKED = "blocked"
     """Not all of it fits, and capacity for all of it cannot be bought now: none is."""
 
