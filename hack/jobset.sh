@@ -9,9 +9,12 @@
 #
 # Everything comes from Go modules through the Go module proxy and is cached under
 # $HYBRIDGPU_CACHE_DIR/jobset/<version>/ and $HYBRIDGPU_CACHE_DIR/workload-crds/<versions>/,
-# keyed by version like the control plane. RayJob, PyTorchJob and TrainJob are tested against
-# their CRDs alone (no controller): see docs/workloads.md.
+# keyed by version like the control plane. The adapter tests use these CRDs alone (no
+# controller); the RayJob and PyTorchJob e2e tests run the real controllers
+# (hack/kuberay.sh, hack/training-operator.sh): see docs/workloads.md.
 set -euo pipefail
+LOG_TAG=jobset
+. "$(dirname "$0")/lib/go-controller.sh"
 
 JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
@@ -24,41 +27,17 @@ JOBSET_BIN="$JOBSET_DIR/bin/jobset-controller"
 JOBSET_CRDS="$JOBSET_DIR/crds"
 WORKLOAD_CRDS="$CACHE_DIR/workload-crds/kuberay-${KUBERAY_VERSION}_training-operator-${TRAINING_OPERATOR_VERSION}_trainer-${TRAINER_VERSION}"
 
-log() { printf '[jobset] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-go_env() {
-  export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local GOWORK=off
-  export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
-}
-
-# module_dir MODULE VERSION: the module's source directory in the Go module cache.
-module_dir() {
-  local json dir
-  json=$(cd "$(mktemp -d)" && go mod download -json "$1@$2" 2>&1) || true
-  dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p' <<<"$json")
-  [[ -n "$dir" && -d "$dir" ]] || die "go mod download $1@$2 gave no module directory: $json"
-  printf '%s\n' "$dir"
-}
-
 build_jobset() {
-  local src="$JOBSET_DIR/src" dir
-  mkdir -p "$src" "$JOBSET_DIR/bin" "$JOBSET_CRDS"
-  # `go install sigs.k8s.io/jobset@version` asks the proxy for the module's version list, which
-  # it refuses; a wrapper module that requires the exact version builds the same main package.
-  cat >"$src/go.mod" <<MOD
-module hybridgpu.local/jobset-build
-
-go 1.25.0
-
-require sigs.k8s.io/jobset $JOBSET_VERSION
-MOD
+  local dir
+  mkdir -p "$JOBSET_CRDS"
   dir=$(module_dir sigs.k8s.io/jobset "$JOBSET_VERSION")
   install -m 0644 "$dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$JOBSET_CRDS/"
-  (cd "$src" && nice -n 10 go build -trimpath \
-      -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
-      -o "$JOBSET_BIN.tmp" sigs.k8s.io/jobset)
-  mv "$JOBSET_BIN.tmp" "$JOBSET_BIN"
+  build_main "$JOBSET_DIR" sigs.k8s.io/jobset "$JOBSET_VERSION" 1.25.0 sigs.k8s.io/jobset \
+    "$JOBSET_BIN" "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"
+}
+
+jobset_complete() {
+  [[ -x "$JOBSET_BIN" && -f "$JOBSET_CRDS/jobset.x-k8s.io_jobsets.yaml" ]]
 }
 
 fetch_workload_crds() {
@@ -85,26 +64,12 @@ cmd_paths() {
 }
 
 cmd_build() {
-  command -v go >/dev/null || die "go is required to build the JobSet controller"
   go_env
-  mkdir -p "$JOBSET_DIR"
-  # One build at a time per version: a second `make test` waits for the first.
-  exec 9>"$JOBSET_DIR/.build.lock"
-  flock 9
-  if [[ ! -x "$JOBSET_BIN" || ! -f "$JOBSET_CRDS/jobset.x-k8s.io_jobsets.yaml" ]]; then
-    local start=$SECONDS
-    log "building the JobSet controller $JOBSET_VERSION"
-    build_jobset
-    log "built in $((SECONDS - start))s: $JOBSET_BIN"
-  fi
-  [[ -f "$WORKLOAD_CRDS/.complete" ]] || fetch_workload_crds
-  flock -u 9
-  exec 9>&-
-  cmd_paths
+  build_locked "$JOBSET_DIR" "the JobSet controller $JOBSET_VERSION" jobset_complete build_jobset
+  cmd_crds
 }
 
 cmd_crds() {
-  command -v go >/dev/null || die "go is required to fetch the workload CRDs"
   go_env
   mkdir -p "$(dirname "$WORKLOAD_CRDS")"
   exec 9>"$WORKLOAD_CRDS.lock"

@@ -8,8 +8,10 @@
 #
 # Everything comes from the Go module through the Go module proxy and is cached under
 # $HYBRIDGPU_CACHE_DIR/kuberay/<version>/, keyed by version like the control plane and JobSet
-# (hack/jobset.sh). See docs/workloads.md#rayjob.
+# (hack/lib/go-controller.sh). See docs/workloads.md#rayjob.
 set -euo pipefail
+LOG_TAG=kuberay
+. "$(dirname "$0")/lib/go-controller.sh"
 
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
 MODULE=github.com/ray-project/kuberay/ray-operator
@@ -20,23 +22,6 @@ KUBERAY_BIN="$KUBERAY_DIR/bin/kuberay-operator"
 KUBERAY_CRDS="$KUBERAY_DIR/crds"
 CRDS=(ray.io_rayclusters.yaml ray.io_rayjobs.yaml ray.io_rayservices.yaml)
 
-log() { printf '[kuberay] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-go_env() {
-  export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local GOWORK=off
-  export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
-}
-
-# module_dir MODULE VERSION: the module's source directory in the Go module cache.
-module_dir() {
-  local json dir
-  json=$(cd "$(mktemp -d)" && go mod download -json "$1@$2" 2>&1) || true
-  dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p' <<<"$json")
-  [[ -n "$dir" && -d "$dir" ]] || die "go mod download $1@$2 gave no module directory: $json"
-  printf '%s\n' "$dir"
-}
-
 complete() {
   local crd
   [[ -x "$KUBERAY_BIN" ]] || return 1
@@ -44,24 +29,14 @@ complete() {
 }
 
 build_kuberay() {
-  local src="$KUBERAY_DIR/src" dir crd
-  mkdir -p "$src" "$KUBERAY_DIR/bin" "$KUBERAY_CRDS"
-  # As for JobSet: the proxy refuses `go install module@version`'s version list, so a wrapper
-  # module that requires the exact version builds the module's main package. ray-operator's
-  # go.mod has no replace directives, so nothing else is needed.
-  cat >"$src/go.mod" <<MOD
-module hybridgpu.local/kuberay-build
-
-go 1.24.0
-
-require $MODULE $KUBERAY_VERSION
-MOD
+  local dir crd
+  mkdir -p "$KUBERAY_CRDS"
   dir=$(module_dir "$MODULE" "$KUBERAY_VERSION")
   for crd in "${CRDS[@]}"; do
     install -m 0644 "$dir/config/crd/bases/$crd" "$KUBERAY_CRDS/"
   done
-  (cd "$src" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$KUBERAY_BIN.tmp" "$MODULE")
-  mv "$KUBERAY_BIN.tmp" "$KUBERAY_BIN"
+  # ray-operator's go.mod has no replace directives: its main package builds as it is.
+  build_main "$KUBERAY_DIR" "$MODULE" "$KUBERAY_VERSION" 1.24.0 "$MODULE" "$KUBERAY_BIN"
 }
 
 cmd_paths() {
@@ -69,26 +44,12 @@ cmd_paths() {
   echo "KUBERAY_CRDS=$KUBERAY_CRDS"
 }
 
-cmd_build() {
-  command -v go >/dev/null || die "go is required to build the KubeRay operator"
-  go_env
-  mkdir -p "$KUBERAY_DIR"
-  # One build at a time per version: a second `make test` waits for the first.
-  exec 9>"$KUBERAY_DIR/.build.lock"
-  flock 9
-  if ! complete; then
-    local start=$SECONDS
-    log "building the KubeRay operator $KUBERAY_VERSION"
-    build_kuberay
-    log "built in $((SECONDS - start))s: $KUBERAY_BIN"
-  fi
-  flock -u 9
-  exec 9>&-
-  cmd_paths
-}
-
 case "${1:-}" in
-  build) cmd_build ;;
+  build)
+    go_env
+    build_locked "$KUBERAY_DIR" "the KubeRay operator $KUBERAY_VERSION" complete build_kuberay
+    cmd_paths
+    ;;
   paths) cmd_paths ;;
   *) die "usage: $0 build|paths" ;;
 esac

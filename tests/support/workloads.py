@@ -131,13 +131,15 @@ def pytorchjob(
     workers: int = 3,
     gpus: int = 8,
     pool: str | None = None,
+    criticality: str | None = None,
     namespace: str = "team",
 ) -> dict[str, Any]:
     """A PyTorchJob of one master and ``workers`` workers, ``gpus`` each."""
+    labels = {"hybridgpu.io/criticality": criticality} if criticality else {}
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "runPolicy": {"suspend": False},
             "pytorchReplicaSpecs": {
