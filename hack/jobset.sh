@@ -2,8 +2,9 @@
 # The JobSet controller (sigs.k8s.io/jobset) and the CRDs of the other suspendable batch kinds
 # hybridgpu moves (KubeRay's RayJob, Kubeflow's PyTorchJob and trainer v2's TrainJob), for tests.
 #
-#   hack/jobset.sh build   build (or reuse) the JobSet controller and fetch the CRDs; print
-#                          JOBSET_BIN=..., JOBSET_CRDS=..., WORKLOAD_CRDS=... lines
+#   hack/jobset.sh build   build (or reuse) the JobSet controller and fetch the CRDs and its
+#                          webhook manifests; print JOBSET_BIN=..., JOBSET_CRDS=...,
+#                          JOBSET_WEBHOOKS=..., WORKLOAD_CRDS=... lines
 #   hack/jobset.sh crds    fetch (or reuse) only the RayJob, PyTorchJob and TrainJob CRDs
 #   hack/jobset.sh paths   print them without building
 #
@@ -25,6 +26,7 @@ CACHE_DIR=${HYBRIDGPU_CACHE_DIR:-$HOME/.cache/hybridgpu}
 JOBSET_DIR="$CACHE_DIR/jobset/$JOBSET_VERSION"
 JOBSET_BIN="$JOBSET_DIR/bin/jobset-controller"
 JOBSET_CRDS="$JOBSET_DIR/crds"
+JOBSET_WEBHOOKS="$JOBSET_DIR/webhooks/manifests.yaml"
 WORKLOAD_CRDS="$CACHE_DIR/workload-crds/kuberay-${KUBERAY_VERSION}_training-operator-${TRAINING_OPERATOR_VERSION}_trainer-${TRAINER_VERSION}"
 
 build_jobset() {
@@ -34,6 +36,14 @@ build_jobset() {
   install -m 0644 "$dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$JOBSET_CRDS/"
   build_main "$JOBSET_DIR" sigs.k8s.io/jobset "$JOBSET_VERSION" 1.25.0 sigs.k8s.io/jobset \
     "$JOBSET_BIN" "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"
+}
+
+fetch_jobset_webhooks() {
+  local dir
+  dir=$(module_dir sigs.k8s.io/jobset "$JOBSET_VERSION")
+  mkdir -p "$(dirname "$JOBSET_WEBHOOKS")"
+  install -m 0644 "$dir/config/components/webhook/manifests.yaml" "$JOBSET_WEBHOOKS.tmp"
+  mv "$JOBSET_WEBHOOKS.tmp" "$JOBSET_WEBHOOKS"
 }
 
 jobset_complete() {
@@ -60,12 +70,14 @@ fetch_workload_crds() {
 cmd_paths() {
   echo "JOBSET_BIN=$JOBSET_BIN"
   echo "JOBSET_CRDS=$JOBSET_CRDS"
+  echo "JOBSET_WEBHOOKS=$JOBSET_WEBHOOKS"
   echo "WORKLOAD_CRDS=$WORKLOAD_CRDS"
 }
 
 cmd_build() {
   go_env
   build_locked "$JOBSET_DIR" "the JobSet controller $JOBSET_VERSION" jobset_complete build_jobset
+  [[ -f "$JOBSET_WEBHOOKS" ]] || fetch_jobset_webhooks
   cmd_crds
 }
 

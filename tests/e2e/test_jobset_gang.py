@@ -234,3 +234,27 @@ def test_a_critical_jobset_takes_core_from_preemptible_jobs_instead_of_buying_cl
         )
 
     wait_for(jobs_on_spot, 120, "the preemptible Jobs running on spot")
+
+
+def test_the_jobset_webhooks_are_registered_and_default_and_validate_jobsets(
+    kube: KubeTest, jobsets: list[str]
+) -> None:
+    """A JobSet created with none of the defaults gets them from the JobSet webhook (as in a
+    cluster where JobSet is installed), and one the webhook finds invalid is refused."""
+    bare = jobset("bare", replicas=1, gpus=1)
+    for field in ("successPolicy", "startupPolicy", "network"):
+        del bare["spec"][field]
+    del bare["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"]
+    create_jobset(kube, jobsets, bare)
+    spec = jobset_object(kube, "bare")["spec"]
+    assert spec["successPolicy"]["operator"] == "All", spec
+    assert spec["startupPolicy"]["startupPolicyOrder"] == "AnyOrder", spec
+    assert spec["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed", spec
+    # The controller runs it: its pod is created (and labelled by the pod webhook's checks).
+    wait_for(lambda: jobset_pods(kube, "bare"), 60, "the JobSet's pod")
+
+    invalid = jobset("invalid", replicas=1, gpus=1)
+    invalid["spec"]["successPolicy"]["targetReplicatedJobs"] = ["no-such-job"]
+    with pytest.raises(ApiException) as refused:
+        create_jobset(kube, jobsets, invalid)
+    assert "admission webhook" in str(refused.value.body), refused.value.body

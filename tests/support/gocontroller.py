@@ -1,17 +1,31 @@
-"""What the tests' Go controllers (JobSet, KubeRay) share: the paths their hack/ script prints
-after building them (cached by version), and running one as a subprocess against the
-session's control plane until its log says it started, stopped on exit."""
+"""What the tests' Go controllers (JobSet, KubeRay, PyTorchJob, LeaderWorkerSet, Kueue) share:
+the paths their hack/ script prints after building them (cached by version), running one as a
+subprocess against the session's control plane until its log says it started (stopped on
+exit), a serving certificate for its webhook server on 127.0.0.1, and registering its webhooks
+with the apiserver for as long as it runs."""
 
 from __future__ import annotations
 
+import base64
+import copy
+import datetime
+import ipaddress
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from support.controlplane import REPO_ROOT
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from support.controlplane import REPO_ROOT, ControlPlane
 
 
 def hack_paths(script: str, command: str = "build") -> dict[str, Path]:
@@ -55,3 +69,91 @@ def controller_process(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serving_cert(cert_dir: Path) -> bytes:
+    """A self-signed certificate for 127.0.0.1 (its IP in subjectAltName, as the apiserver
+    requires of a webhook) written to ``cert_dir``/tls.crt and tls.key; its PEM, which is
+    also the CA bundle that trusts it."""
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (cert_dir / "tls.crt").write_bytes(pem)
+    (cert_dir / "tls.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return pem
+
+
+def webhook_configurations(
+    manifests: Path,
+    url: str,
+    ca_pem: bytes,
+    name_prefix: str,
+    pod_selector: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The controller's Mutating/ValidatingWebhookConfigurations (kubebuilder's
+    config/webhook/manifests.yaml) pointed at its server at ``url`` (its in-cluster Service
+    replaced), trusting ``ca_pem``, renamed ``<name_prefix>-<name>``. Webhooks on pods get
+    ``pod_selector`` as objectSelector, so pods of the session's other tests never reach a
+    controller that is not theirs."""
+    bundle = base64.b64encode(ca_pem).decode()
+    out = []
+    for doc in yaml.safe_load_all(manifests.read_text()):
+        if not doc or not doc.get("kind", "").endswith("WebhookConfiguration"):
+            continue
+        doc = copy.deepcopy(doc)
+        doc["metadata"] = {"name": f"{name_prefix}-{doc['metadata']['name']}"}
+        for hook in doc.get("webhooks") or []:
+            path = hook["clientConfig"]["service"].get("path", "")
+            hook["clientConfig"] = {"url": url.rstrip("/") + path, "caBundle": bundle}
+            on_pods = any(
+                "pods" in (rule.get("resources") or []) and "" in (rule.get("apiGroups") or [])
+                for rule in hook.get("rules") or []
+            )
+            if on_pods and pod_selector is not None:
+                hook["objectSelector"] = pod_selector
+        out.append(doc)
+    return out
+
+
+@contextmanager
+def registered_webhooks(
+    plane: ControlPlane, configurations: list[dict[str, Any]]
+) -> Iterator[None]:
+    """``configurations`` registered with the apiserver; deleted on exit (a webhook whose
+    server is gone would fail every request it matches)."""
+    documents = yaml.safe_dump_all(configurations)
+    plane.kubectl("apply", "-f", "-", stdin=documents)
+    try:
+        yield
+    finally:
+        plane.kubectl("delete", "--ignore-not-found", "-f", "-", stdin=documents)

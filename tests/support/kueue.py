@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.controlplane import REPO_ROOT, KubeTest, wait_until
+from support.gocontroller import free_port, serving_cert
 
 KUEUE_SCRIPT = REPO_ROOT / "hack" / "kueue.sh"
 
@@ -51,40 +52,6 @@ def install_crds(kube: KubeTest, crds: Path, names: list[str] | None = None) -> 
         kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(path))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _self_signed(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(directory / "tls.key"),
-            "-out",
-            str(directory / "tls.crt"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-
-
 @dataclass
 class KueueProcess:
     """A running Kueue controller manager."""
@@ -113,11 +80,11 @@ def start_kueue(kube: KubeTest, binary: Path, work: Path) -> KueueProcess:
     if shutil.which("unshare") is None:
         raise RuntimeError("unshare (util-linux) is needed to run Kueue outside a cluster")
     work.mkdir(parents=True, exist_ok=True)
-    _self_signed(work / "webhook-certs")
+    serving_cert(work / "webhook-certs")
     upper, scratch = work / "etc-upper", work / "etc-work"
-    _self_signed(upper / "kueue" / "metrics" / "certs")
+    serving_cert(upper / "kueue" / "metrics" / "certs")
     scratch.mkdir(exist_ok=True)
-    health_port, webhook_port = _free_port(), _free_port()
+    health_port, webhook_port = free_port(), free_port()
     config = work / "config.yaml"
     config.write_text(
         "\n".join(

@@ -46,9 +46,9 @@ def jobset(
 ) -> dict[str, Any]:
     """A JobSet of one replicated Job: ``replicas`` Jobs of ``parallelism`` pods each.
 
-    It carries the defaults the JobSet webhook would set (success, startup and network
-    policies, Indexed completion): the tests run the JobSet controller without registering
-    its webhook, and the controller dereferences them."""
+    It carries the defaults the JobSet webhook sets (success, startup and network policies,
+    Indexed completion), so the adapter tests, which run no webhook, see a JobSet as the
+    controller does."""
     labels = {"hybridgpu.io/criticality": criticality} if criticality else {}
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
