@@ -5,15 +5,20 @@ wall clock, and a holder whose renewal fails stops acting before anyone can take
 
 from __future__ import annotations
 
+import threading
 from typing import Any, cast
 
 import pytest
 
+from hybridgpu.handlers.loop import Reconciler
+from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
+from hybridgpu.metrics.exported import ExportedMetrics
 from hybridgpu.models.actions import Plan, ScaleUp
 from support import builders
+from support.controlplane import wait_until
 from support.fake_cluster import FakeCluster
 
 
@@ -171,3 +176,50 @@ def test_the_executor_stops_acting_once_the_lease_may_have_expired() -> None:
     )
     assert launched == ["a"]
     assert any("2 action(s) left to the next leader" in e for e in result.errors), result.errors
+
+
+def test_a_renewal_in_flight_keeps_acting_and_a_lost_lease_stops_it_at_once() -> None:
+    """The renewal runs beside the ticks: while its request is in flight the holder still
+    acts (its last renewal bounds it); once the request finds the lease taken, it stops."""
+    entered, answer = threading.Event(), threading.Event()
+
+    class Slow(CountingCluster):
+        def replace_lease(self, namespace: str, name: str, body: Any) -> Any:
+            entered.set()
+            answer.wait(10)
+            return super().replace_lease(namespace, name, body)
+
+    cluster = Slow()
+    me, other = lease(cluster, "me"), lease(cluster, "other")
+    assert at(me, 100.0)
+    renewal = threading.Thread(target=at, args=(me, 105.0))
+    renewal.start()
+    assert entered.wait(10)
+    assert me.held()  # in flight: still the holder
+    # Meanwhile another replica wrote the lease (as if ours had expired on its clock).
+    stored = cluster.leases[("ns", "lease")]
+    stored["spec"] |= {"holderIdentity": "other", "renewTime": "1970-01-01T00:02:00.000000Z"}
+    stored["metadata"]["resourceVersion"] = "99"
+    answer.set()
+    renewal.join(10)
+    assert not me.held()  # the renewal conflicted and the read shows a live holder
+    assert not other.held()
+
+
+def test_ticks_make_no_lease_request_while_the_renewal_thread_holds_it() -> None:
+    cluster = CountingCluster()
+    cluster.add_policy("default", {})
+    options = OperatorOptions(identity="me", lease_seconds=1.5)
+    reconciler = Reconciler(cast(KubeCluster, cluster), options, metrics=ExportedMetrics())
+    reconciler.start_lease_renewal()
+    try:
+        wait_until(reconciler.lease.held, timeout_seconds=10, what="the lease taken")
+        for _ in range(3):
+            cluster.calls.clear()
+            assert reconciler.tick("default").leader
+            assert cluster.calls == []  # no lease request in the tick
+        # The thread renews on its own, a third of the duration apart.
+        wait_until(lambda: cluster.calls.count("replace") >= 2, timeout_seconds=10, what="renewals")
+        assert reconciler.lease.held()
+    finally:
+        reconciler.stop_lease_renewal()

@@ -80,6 +80,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Readiness: the API answers, our CRDs are current, every pool's provider can be built,
     # and the watch caches the ticks read have been listed.
     reconciler: Reconciler = memo["reconciler"]
+    reconciler.start_lease_renewal()
     preflight = reconciler.preflight
     preflight.start()
     if options.metrics_port is not None and "metrics_server" not in memo:
@@ -105,6 +106,7 @@ def _cache_problems(reconciler: Reconciler) -> list[str]:
 def close(memo: kopf.Memo, **_: Any) -> None:
     reconciler = memo.get("reconciler")
     if reconciler is not None:
+        reconciler.stop_lease_renewal()
         reconciler.preflight.stop()
         reconciler.cluster.close()
     cache = memo.get("watch_cache")

@@ -13,6 +13,7 @@ a holder whose renewal is late stops acting before any candidate can take over.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -64,6 +65,7 @@ class LeaderLease:
         self._observed_at = 0.0
         """Another holder's record as we last read it, and when (monotonic) it first looked
         like that."""
+        self._lock = threading.Lock()
 
     def held(self) -> bool:
         """Whether we may still act: we hold the lease and no candidate can have taken it."""
@@ -71,9 +73,22 @@ class LeaderLease:
 
     def acquire(self, now: float) -> bool:
         """Take or renew the lease at ``now`` (wall time, written as ``renewTime``); False
-        when another live holder has it."""
-        sent = self.monotonic()
-        self._valid_until = float("-inf")  # until this request succeeds
+        when another live holder has it. Thread-safe: the renewal runs on a thread of its own
+        while ticks read :meth:`held`, which stays true while a renewal is in flight (the
+        last one still bounds it) and turns false the moment one fails or finds the lease
+        taken."""
+        with self._lock:
+            sent = self.monotonic()
+            try:
+                if self._acquire(now, sent):
+                    return True
+            except BaseException:
+                self._valid_until = float("-inf")
+                raise
+            self._valid_until = float("-inf")
+            return False
+
+    def _acquire(self, now: float, sent: float) -> bool:
         held, self._held = self._held, None
         if held is not None:
             spec = (held.get("spec") or {}) | {"renewTime": _micro(now)}
