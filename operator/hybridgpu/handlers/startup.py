@@ -45,10 +45,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Handler failures and retries become Kubernetes Events users see with kubectl describe.
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
-    # Reconnect watches regularly: a silently dropped connection must not blind the operator.
-    settings.watching.server_timeout = 120
-    settings.watching.client_timeout = 150
-    settings.watching.connect_timeout = 10
+    watch_settings(settings)
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
     logging.getLogger("kopf.objects").addFilter(
@@ -89,6 +86,16 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             options.metrics_address,
             readiness=lambda: [*preflight.problems, *_cache_problems(reconciler)],
         )
+
+
+def watch_settings(settings: kopf.OperatorSettings) -> None:
+    """How kopf's own watches run: reconnected regularly (a silently dropped connection must
+    not blind the operator), and labelled kinds filtered by the apiserver."""
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+    settings.watching.connect_timeout = 10
+    for resource, selector in admission.SERVER_SIDE_LABELS.items():
+        settings.watching.label_selectors[resource] = selector
 
 
 def _on_cache_event(memo: kopf.Memo, kind: str, event: str, old: Any, new: Any) -> None:
