@@ -320,6 +320,7 @@ def build_cluster(
             "gpu_pods": args.gpu_pods,
             "gpus_per_node": args.gpus_per_node,
             "samples": args.samples,
+            "bind_gpu_pods": args.bind_gpu_pods,
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         }
         kube = KubeTest(plane=plane, namespace=create_test_namespace(plane, "kwok-scale"))
@@ -391,10 +392,16 @@ def build_cluster(
         t0 = time.monotonic()
         elastic_nodes = names[state["n_core"] : state["n_core"] + state["n_elastic"]]
 
+        # --bind-gpu-pods: the others round-robin on core and spot nodes, no scheduler.
+        bound_to = [*names[: state["n_core"]], *names[state["n_core"] + state["n_elastic"] :]]
+        bind = state.get("bind_gpu_pods", False)
+
         def gpu_pod_at(i: int) -> None:
             body = gpu_pod(f"gpu-{i}")
             if i < len(elastic_nodes):  # one GPU taken on every elastic node: 8 fit on none
                 body["spec"]["nodeName"] = elastic_nodes[i]
+            elif bind:
+                body["spec"]["nodeName"] = bound_to[(i - len(elastic_nodes)) % len(bound_to)]
             create(plane, pods_path, body)
 
         parallel(gpu_pod_at, list(range(state["gpu_pods"])), args.workers)
@@ -623,6 +630,13 @@ def main(argv: list[str] | None = None) -> int:
         help="measure the operator without waiting for every pod to be Running",
     )
     parser.add_argument(
+        "--bind-gpu-pods",
+        action="store_true",
+        help="with --operator: create the GPU pods bound to core and spot nodes (round-robin) "
+        "instead of leaving them to the scheduler, which at thousands of nodes is most of the "
+        "build's time; the reaction samples still go through the scheduler",
+    )
+    parser.add_argument(
         "--build-only",
         action="store_true",
         help="with --operator and --state: build the cluster, write the state, run nothing",
@@ -634,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
         args.gpu_pods = args.pods
     if args.operator and not 0 < args.gpu_pods <= args.pods:
         parser.error("--gpu-pods must be between 1 and --pods")
+    n_bound = args.nodes - round(args.nodes * TIER_SHARES[1][1])
+    if args.bind_gpu_pods and args.gpu_pods > n_bound * args.gpus_per_node:
+        parser.error("--bind-gpu-pods: more GPU pods than the core and spot nodes have GPUs")
 
     reuse = os.environ.get("HYBRIDGPU_KUBECONFIG")
     up_start = time.monotonic()
