@@ -116,3 +116,72 @@ def test_unreadable_history_is_a_condition_not_a_crash(
     assert cond["status"] == "False"
     assert "does-not-exist.csv" in cond["message"]
     assert operator.alive(), operator.log()[-2000:]
+
+
+def test_current_nodes_are_read_from_the_gpupools(
+    cluster: Cluster, operators: Operators, tmp_path: Path
+) -> None:
+    """candidates[].pool and committed[].pool: the operator counts the core pool's 3 nodes
+    and reads the committed pool's commitment (2 nodes) and term start (7 months ago) into
+    the plan, says so in status.held, and signs the held commitment; a currentNodes written
+    into the spec then overrides the count."""
+    from datetime import UTC, datetime, timedelta
+
+    policy = cluster.policy()
+    core = cluster.pool("owned", tier="core", policy=policy, per_node=8, max_nodes=8)
+    cluster.core_nodes(core, 3, gpus=8)
+    started = (datetime.now(UTC) - timedelta(days=7 * 30.44 + 5)).strftime("%Y-%m-%d")
+    reserved = cluster.pool(
+        "reserved",
+        tier="elastic",
+        policy=policy,
+        per_node=8,
+        max_nodes=2,
+        committed={"nodes": 2, "termYears": 1, "perNodeHour": 20.0, "termStart": started},
+    )
+    name = cluster.name("held")
+    body = plan_body(name, write_trace(tmp_path / "demand.csv"))
+    body["spec"]["candidates"][0]["pool"] = core
+    body["spec"]["committed"] = [
+        {"name": "1y", "termYears": 1, "discountPercent": 37, "gpusPerNode": 8, "pool": reserved}
+    ]
+    custom = cluster.kube.custom
+    custom.create_cluster_custom_object(GROUP, VERSION, "capacityplans", body)
+    cluster.created.append(("capacityplans", name))
+    operators.start()
+
+    def planned(generation: int) -> Any:
+        def probe() -> dict[str, Any] | None:
+            obj = custom.get_cluster_custom_object(GROUP, VERSION, "capacityplans", name)
+            status = obj.get("status") or {}
+            if status.get("observedGeneration") != generation or not status.get("held"):
+                return None
+            return status
+
+        return probe
+
+    status = wait_for(planned(1), 120, "CapacityPlan planned from the pools")
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert ready["status"] == "True", ready
+    assert status["held"] == [
+        {"name": "8xA100", "kind": "owned", "nodes": 3, "source": f"GPUPool {core}"},
+        {
+            "name": "1y",
+            "kind": "committed",
+            "nodes": 2,
+            "termStartedMonthsAgo": 7,
+            "source": f"GPUPool {reserved}",
+        },
+    ]
+    # Held today: paid until its term ends, so the plan signs it.
+    assert [c["offer"] for c in status["procurement"]["commitments"]] == ["1y"]
+
+    custom.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "capacityplans",
+        name,
+        {"spec": {"candidates": [body["spec"]["candidates"][0] | {"currentNodes": 1}]}},
+    )
+    status = wait_for(planned(2), 180, "CapacityPlan re-planned with the override")
+    assert status["held"][0] == {"name": "8xA100", "kind": "owned", "nodes": 1, "source": "spec"}

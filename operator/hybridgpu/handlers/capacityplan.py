@@ -5,7 +5,7 @@ history, run the planner and write the plan to status. Thin: parsing and the mod
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,9 +14,11 @@ from pydantic import ValidationError
 
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import describe_validation_error
+from hybridgpu.kube.errors import KubeError
 from hybridgpu.models.base import Condition, parse_duration_seconds
-from hybridgpu.models.capacityplan import CapacityPlanSpec
+from hybridgpu.models.capacityplan import CapacityPlanSpec, HeldCapacity
 from hybridgpu.models.crd import GROUP, VERSION
+from hybridgpu.planner.held import PoolHolding, names_pools, pool_holdings, with_held_capacity
 from hybridgpu.planner.plan import plan_from_spec, plan_status
 
 CAPACITYPLANS = "capacityplans"
@@ -87,8 +89,10 @@ def compute_status(
     status: Mapping[str, Any],
     generation: int | None,
     now: float,
+    read_pools: Callable[[], Mapping[str, PoolHolding]] | None = None,
 ) -> dict[str, Any]:
-    """The status to write: the plan and Ready/HistoryAvailable conditions (wire dict)."""
+    """The status to write: the plan and Ready/HistoryAvailable conditions (wire dict).
+    ``read_pools`` gives the GPUPools (with their nodes counted) when the spec names some."""
     old = list(status.get("conditions") or [])
 
     def failed(kind: str, reason: str, message: str) -> dict[str, Any]:
@@ -114,6 +118,16 @@ def compute_status(
         spec = CapacityPlanSpec.model_validate(dict(spec_body))
     except ValidationError as err:
         return failed("spec", "InvalidSpec", describe_validation_error(err, "spec."))
+    held: list[HeldCapacity] = []
+    if names_pools(spec):
+        try:
+            if read_pools is None:
+                raise KubeError("the GPUPools are not readable here", retryable=True)
+            spec, held = with_held_capacity(spec, read_pools(), now)
+        except KubeError as err:
+            return failed("plan", "PoolsUnavailable", f"cannot read the GPUPools: {err}")
+        except ValueError as err:
+            return failed("plan", "InvalidSpec", str(err))
     try:
         history, jobs = _read_history(spec, now)
     except UserError as err:
@@ -122,7 +136,9 @@ def compute_status(
         result = plan_from_spec(spec, history, jobs)
     except ValueError as err:
         return failed("plan", "CannotPlan", str(err))
-    body = plan_status(result).to_wire()
+    if not held:
+        _, held = with_held_capacity(spec, {}, now)
+    body = plan_status(result).model_copy(update={"held": held}).to_wire()
     hours = sum(s.hours for s in history)
     conds = [
         Condition(
@@ -149,7 +165,9 @@ def compute_status(
 
 
 @kopf.timer(GROUP, VERSION, CAPACITYPLANS, interval=CHECK_INTERVAL_SECONDS, initial_delay=5.0)
-def capacityplan_timer(spec: Any, meta: Any, status: Any, patch: kopf.Patch, **_: Any) -> None:
+def capacityplan_timer(
+    spec: Any, meta: Any, status: Any, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
     """Recompute the plan when it is due and write it to status."""
     now = time.time()
     generation = meta.get("generation")
@@ -161,4 +179,11 @@ def capacityplan_timer(spec: Any, meta: Any, status: Any, patch: kopf.Patch, **_
         due = True  # an invalid schedule: compute_status reports the invalid spec
     if not due:
         return
-    patch.status.update(compute_status(spec or {}, current, generation, now))
+    cache = memo.get("watch_cache")
+
+    def read_pools() -> Mapping[str, PoolHolding]:
+        if cache is None:
+            raise KubeError("no watch cache (the operator has not started)", retryable=True)
+        return pool_holdings(cache.list_pools(), cache.list_nodes())
+
+    patch.status.update(compute_status(spec or {}, current, generation, now, read_pools))

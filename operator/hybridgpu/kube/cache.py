@@ -871,6 +871,10 @@ class WatchCache:
     def list_pools(self) -> list[Obj]:
         return self._synced(GPUPOOLS)[0].items()
 
+    def list_nodes(self) -> list[Obj]:
+        """Every Node the cache keeps (a CapacityPlan counts its pools' nodes)."""
+        return self._synced("nodes")[0].items()
+
     def list_policies(self) -> list[Obj]:
         return self._synced(SCALINGPOLICIES)[0].items()
 

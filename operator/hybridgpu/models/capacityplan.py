@@ -84,7 +84,13 @@ class OwnedNodeCandidate(SpecModel):
         default=0,
         ge=0,
         description="Nodes of this type owned today (the fleet the plan's saving is measured "
-        "against).",
+        "against); with pool, counted from the pool unless given here.",
+    )
+    pool: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A core GPUPool of this node type: the operator counts its nodes as "
+        "currentNodes at every plan (an explicit currentNodes overrides).",
     )
     gpu_model: str | None = Field(
         default=None,
@@ -183,6 +189,14 @@ class CommittedOfferSpec(SpecModel):
         ge=0,
         description="When today's term started, months ago: its adjustment windows and its "
         "end fall on that calendar (0: the term starts now).",
+    )
+    pool: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A GPUPool with spec.committed under this offer: the operator reads "
+        "currentNodes (its committed nodes) and termStartedMonthsAgo (from its "
+        "committed.termStart, else the pool's creation) at every plan; explicit values "
+        "override.",
     )
 
 
@@ -311,6 +325,18 @@ class CapacityPlanSpec(SpecModel):
         "Not applied to a job trace (openb, csv): each job carries its own criticality.",
     )
     schedule: PositiveDuration = Field(default="24h", description="Recompute this often.")
+
+
+class HeldCapacity(SpecModel):
+    """Capacity held today that the plan started from."""
+
+    name: str = Field(description="The candidate or committed offer.")
+    kind: Literal["owned", "committed"] = Field(description="owned or committed.")
+    nodes: int = Field(description="Nodes held today (currentNodes).")
+    term_started_months_ago: int | None = Field(
+        default=None, description="Committed: months since the current term started."
+    )
+    source: str = Field(description="Where it was read: 'spec', or 'GPUPool <name>'.")
 
 
 class Recommendation(SpecModel):
@@ -521,6 +547,11 @@ class CapacityPlanStatus(SpecModel):
     procurement: ProcurementStatus | None = Field(
         default=None,
         description="The mix to sign: owned, committed, on demand and spot, by quarter.",
+    )
+    held: list[HeldCapacity] = Field(
+        default_factory=list,
+        description="What is held today that the plan started from (currentNodes, read from "
+        "the GPUPools named by candidates[].pool and committed[].pool, or from the spec).",
     )
     last_computed: str | None = Field(default=None, description="RFC 3339 time of the run.")
     conditions: list[Condition] = Field(

@@ -230,6 +230,13 @@ class CommittedSpec(SpecModel):
         description="Paid once per node at the start of the term, dollars; spread over the "
         "term's hours in the cost metrics.",
     )
+    term_start: str | None = Field(
+        default=None,
+        pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?$",
+        description="When the current term started (RFC 3339 date or date-time, UTC when no "
+        "offset is given); default: the pool's creation. A CapacityPlan offer naming this pool "
+        "plans from it (its windows and renewals fall on the term's calendar).",
+    )
 
 
 class ScaleDownSpec(SpecModel):
