@@ -733,17 +733,108 @@ def test_a_replan_keeps_the_held_level_until_a_window_may_change_it():
     assert ProcurementModel(plan, mid).periods[0].months == 2
 
 
-def test_at_most_two_offers_may_be_held():
+def test_three_offers_held_are_all_signed():
+    """Three offers held today: each is paid until its term ends, so the plan signs all
+    three, each within its own rules (before, a plan signed at most two)."""
     plan = plan_inputs([(1.0, 2.0, 0.0)], [node_type()], months=12)
     a = CommittedOffer("a", 1, 1.5, current_units=1, started_months_ago=2)
     b = CommittedOffer("b", 3, 1.0, current_units=2, started_months_ago=2)
     c = CommittedOffer("c", 3, 1.2, current_units=1, started_months_ago=5)
-    with pytest.raises(ValueError, match="at most two can be held today"):
-        optimal_procurement(plan, [a, b, c])
-    # Two held: both are signed (paid until their terms end), each within its own rules.
-    got = optimal_procurement(plan, [a, b])
-    assert {o.name for o in got.offers} == {"a", "b"}
+    got = optimal_procurement(plan, [a, b, c])
+    assert {o.name for o in got.offers} == {"a", "b", "c"}
     assert ProcurementModel(plan, got.offers).feasible(got.levels)
+    assert got.total_dollars == pytest.approx(
+        direct_total(plan, got.offers, got.nodes, got.levels), rel=1e-9, abs=1e-6
+    )
+
+
+def test_too_many_level_combinations_are_refused():
+    """Five 1-GPU offers on a peak of 60 GPUs: 61**5 combinations of levels to search in one
+    table; one line naming the offers and what bounds them."""
+    from hybridgpu.planner.procure import ProcurementModel as Model
+    from hybridgpu.planner.procure import check_search_size
+
+    plan = plan_inputs([(1.0, 60.0, 0.0)], [node_type()], months=12)
+    deals = [replace(offer(unit=1), name=f"o{i}") for i in range(5)]
+    with pytest.raises(ValueError, match=r"signed together: .* set committed\[\]\.maxNodes"):
+        check_search_size(Model(plan, deals))
+    check_search_size(Model(plan, deals[:3]))  # 61**3: searched
+
+
+@st.composite
+def three_offers_st(draw: st.DrawFn) -> list[CommittedOffer]:
+    """Three offers of 2- or 4-GPU nodes with 3- or 6-month windows (a 6-month horizon: at
+    most two periods), so brute force over every set of them and every schedule stays small."""
+    deals = []
+    for name in ("a", "b", "c"):
+        deal = draw(offer_st)
+        unit = draw(st.sampled_from([2, 4]))
+        window = draw(st.sampled_from([3, 6]))
+        deals.append(replace(deal, name=name, gpus_per_unit=unit, adjustment_months=window))
+    return deals
+
+
+def all_sets_brute_force(plan: PlanInputs, offers: list[CommittedOffer]) -> tuple[float, int]:
+    """``brute_force`` over every set of offers (not only pairs), and how many cases."""
+    peak = max(s.total_gpus for s in plan.history) * max(1.0, 1 + plan.demand_growth_per_year)
+    ranges = [range(math.ceil(peak / t.gpus_per_node) + 2) for t in plan.node_types]
+    best, cases = math.inf, 0
+    for k in range(len(offers) + 1):
+        for deals in itertools.combinations(offers, k):
+            model = ProcurementModel(plan, deals)
+            rows = level_rows(model)
+            for nodes in itertools.product(*ranges):
+                for levels in rows:
+                    cases += 1
+                    best = min(best, direct_total(plan, deals, nodes, levels))
+    return best, cases
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    samples=small_samples_st,
+    types=st.lists(
+        st.builds(node_type, gpus=st.just(4), gpu_hour=st.sampled_from([0.8, 1.3, 2.2])),
+        min_size=1,
+        max_size=1,
+    ),
+    offers=three_offers_st(),
+    growth=st.sampled_from([0.0, 0.5, -0.6]),
+)
+def test_three_offers_signed_together_are_the_brute_force_optimum(samples, types, offers, growth):
+    """Nothing, any one, any two or all three offers: the plan is the cheapest over every
+    fleet and every combination of feasible schedules (one 4-GPU node type and 2- or 4-GPU
+    units keep the walk under 100,000 cases), and its figures are the direct cost of what
+    it signs."""
+    plan = plan_inputs(samples, types, months=6, growth=growth)
+    got = optimal_procurement(plan, offers)
+    want, cases = all_sets_brute_force(plan, offers)
+    assert cases < 100_000
+    assert got.total_dollars == pytest.approx(want, rel=1e-9, abs=1e-6)
+    assert got.total_dollars == pytest.approx(
+        direct_total(plan, got.offers, got.nodes, got.levels), rel=1e-9, abs=1e-6
+    )
+    assert ProcurementModel(plan, got.offers).feasible(got.levels)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    samples=small_samples_st,
+    types=types_st,
+    deals=st.lists(offer_st, min_size=3, max_size=3),
+    growth=st.sampled_from([0.0, 0.6, -0.6]),
+)
+def test_three_offers_agree_with_a_milp(samples, types, deals, growth):
+    """Three offers on 36 months: the plan equals the MILP's optimum over every set."""
+    named = [replace(d, name=n) for d, n in zip(deals, "abc", strict=True)]
+    plan = plan_inputs(samples, types, months=36, growth=growth)
+    got = optimal_procurement(plan, named)
+    want = min(
+        milp_total(plan, c) if c else milp_total(plan, None)
+        for k in range(4)
+        for c in itertools.combinations(named, k)
+    )
+    assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
 
 
 def test_the_base_split_owned_versus_committed():

@@ -187,12 +187,11 @@ BAD = {
         "discountPercent: 37, termStartedMonthsAgo: 12}}",
         ["plan.yaml", "termStartedMonthsAgo must be less than the term's months"],
     ),
-    "nodes held under three offers": (
-        "discountPercent: 37}}\n  - {{name: 3y, termYears: 3, discountPercent: 55,",
-        "discountPercent: 37, currentNodes: 1}}\n"
-        "  - {{name: 1y-b, termYears: 1, discountPercent: 30, currentNodes: 1}}\n"
-        "  - {{name: 3y, termYears: 3, discountPercent: 55, currentNodes: 2,",
-        ["plan.yaml", "at most two offers may hold currentNodes"],
+    "nine offers": (
+        "discountPercent: 37}}\n",
+        "discountPercent: 37}}\n"
+        + "".join(f"  - {{{{name: x{i}, termYears: 1, discountPercent: 30}}}}\n" for i in range(7)),
+        ["plan.yaml", "committed"],
     ),
     "negative nodes held": (
         "discountPercent: 37}}",

@@ -182,7 +182,7 @@ class CommittedOfferSpec(SpecModel):
         ge=0,
         description="Committed today under this offer (a re-plan): paid until the term ends, "
         "so the plan keeps at least what the adjustment windows allow and says when a "
-        "window should change it. At most two offers may hold nodes.",
+        "window should change it.",
     )
     term_started_months_ago: int = Field(
         default=0,
@@ -247,13 +247,6 @@ class CapacityPlanSpec(SpecModel):
             "token over the GPUs' peak)",
             check=lambda s: s.model_flops_per_token is None or s.tokens_per_gpu_hour is not None,
         ),
-        Rule(
-            cel="!has(self.committed) || "
-            "self.committed.filter(o, has(o.currentNodes) && o.currentNodes > 0).size() <= 2",
-            message="committed: at most two offers may hold currentNodes (a plan signs at most "
-            "two offers together)",
-            check=lambda s: sum(1 for o in s.committed if o.current_nodes > 0) <= 2,
-        ),
     )
 
     history: HistorySource = Field(description="Where past demand comes from.")
@@ -288,10 +281,11 @@ class CapacityPlanSpec(SpecModel):
     )
     committed: list[CommittedOfferSpec] = Field(
         default_factory=list,
-        max_length=20,
+        max_length=8,
         description="Committed cloud capacity on offer (reservations, savings plans, leases); "
-        "each name once. The plan signs the best of nothing, one offer or two together (a "
-        "long-term base and a shorter top-up), and each one's level per window.",
+        "each name once, at most 8 (every set of them is searched). The plan signs the best of "
+        "nothing, one offer or several together (a long-term base and shorter top-ups), and "
+        "each one's level per window.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     gpu_sharing: GPUSharing | None = Field(
@@ -454,7 +448,7 @@ class ProcurementStatus(SpecModel):
 
     committed_offer: str | None = Field(
         default=None,
-        description="The offer to sign (none); with two signed together, the base (the "
+        description="The offer to sign (none); with several signed together, the base (the "
         "longer term): all of them are in commitments.",
     )
     committed_nodes: int = Field(
@@ -462,7 +456,7 @@ class ProcurementStatus(SpecModel):
     )
     commitments: list[Commitment] = Field(
         default_factory=list,
-        description="Every offer signed (none, one, or two together: e.g. a 3-year base and a "
+        description="Every offer signed (none, one, or several together: e.g. a 3-year base and a "
         "1-year top-up) and its nodes for now.",
     )
     owned_nodes: int = Field(default=0, description="Owned nodes to buy now.")

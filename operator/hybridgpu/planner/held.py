@@ -156,13 +156,7 @@ def with_held_capacity(
                 source=source,
             )
         )
-    out = spec.model_copy(update={"candidates": candidates, "committed": offers})
-    if sum(1 for o in offers if o.current_nodes > 0) > 2:
-        raise ValueError(
-            "committed: at most two offers may hold currentNodes (a plan signs at most two "
-            "offers together); the GPUPools named hold more"
-        )
-    return out, held
+    return spec.model_copy(update={"candidates": candidates, "committed": offers}), held
 
 
 def _pool(pools: Mapping[str, PoolHolding], name: str, field: str) -> PoolHolding:

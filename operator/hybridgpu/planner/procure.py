@@ -224,7 +224,8 @@ Levels = tuple[int, ...]
 
 class ProcurementModel:
     """The cost of any owned fleet and committed levels in any period of the horizon, with
-    no offer, one, or two offers signed together (e.g. a 3-year base and a 1-year top-up)."""
+    no offer, one, or several offers signed together (e.g. a 3-year base, a 1-year top-up
+    and a monthly-adjustable savings plan)."""
 
     def __init__(
         self,
@@ -239,8 +240,6 @@ class ProcurementModel:
             offers = ()
         elif isinstance(offers, CommittedOffer):
             offers = (offers,)
-        if len(offers) > 2:
-            raise ValueError("committed offers: at most two are signed together")
         self.inputs = inputs
         self.offers: tuple[CommittedOffer, ...] = tuple(offers)
         self.shared = SharedWork() if shared is None else shared
@@ -659,7 +658,7 @@ def _window_hours(inputs: PlanInputs) -> float:
 
 @dataclass(frozen=True)
 class Procurement:
-    """A fleet, the committed offers signed (none, one, or two together) and their levels
+    """A fleet, the committed offers signed (none, one, or several together) and their levels
     per period, and what they cost."""
 
     offers: tuple[CommittedOffer, ...]
@@ -879,18 +878,36 @@ def best_phased(
     return tuple(chosen_fleets), tuple(chosen_levels), total
 
 
+_MAX_LEVEL_COMBINATIONS = 4_000_000
+"""Committed level combinations of the offers signed together in one table (per fleet)."""
+
+
 def offer_choices(offers: Sequence[CommittedOffer]) -> list[tuple[CommittedOffer, ...]]:
-    """What a plan may sign: nothing, any one offer, or any two together (the longer term
-    first); offers held today (``current_units``) must be in it."""
+    """What a plan may sign: nothing, any one offer, or any number together (each choice
+    with the longer terms first); offers held today (``current_units``) must be in it."""
     held = [o for o in offers if o.current_units > 0]
-    if len(held) > 2:
-        raise ValueError(
-            "committed offers: at most two can be held today (currentNodes): "
-            + ", ".join(o.name for o in held)
-        )
     ordered = sorted(offers, key=lambda o: -o.term_years)  # stable: input order within a term
-    choices = [()] + [(o,) for o in ordered] + list(itertools.combinations(ordered, 2))
-    return [c for c in choices if all(h in c for h in held)]
+    choices = [
+        c
+        for k in range(len(ordered) + 1)
+        for c in itertools.combinations(ordered, k)
+        if all(h in c for h in held)
+    ]
+    return choices
+
+
+def check_search_size(model: ProcurementModel, fleets: int = 1) -> None:
+    """A ValueError naming the offers when their level combinations (times the owned fleets
+    searched together, with tranches) are too many to search."""
+    combinations = math.prod(u + 1 for u in model.max_units_by_offer) * fleets
+    if combinations > _MAX_LEVEL_COMBINATIONS:
+        names = ", ".join(o.name for o in model.offers)
+        owned = f" x {fleets:,} owned fleets" if fleets > 1 else ""
+        raise ValueError(
+            f"committed offers {names} signed together: {combinations:,} combinations of their "
+            f"levels{owned} to search (at most {_MAX_LEVEL_COMBINATIONS:,}): set "
+            "committed[].maxNodes"
+        )
 
 
 def optimal_procurement(
@@ -900,7 +917,7 @@ def optimal_procurement(
     owned_tranche_months: int | None = None,
 ) -> Procurement:
     """The cheapest owned fleet, committed offers and committed levels per period: every
-    owned size (its cheapest node mix), nothing, every offer and every two offers signed
+    owned size (its cheapest node mix), nothing, every offer and every set of offers signed
     together, the best schedule of each. Offers held today (``current_units``) are paid
     until their terms end, so every choice includes them. With ``owned_tranche_months`` owned
     nodes may also be bought at the start of every that many months (tranches: the fleet of
@@ -911,7 +928,9 @@ def optimal_procurement(
     for choice in offer_choices(offers):
         model = ProcurementModel(inputs, choice, shared, owned_tranche_months)
         if owned_tranche_months is not None:
-            fleets, levels, dollars = best_phased(model, fleet_grid(model))
+            grid = fleet_grid(model)
+            check_search_size(model, len(grid))
+            fleets, levels, dollars = best_phased(model, grid)
             if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
                 best_dollars = dollars
                 best = Procurement(
@@ -922,6 +941,7 @@ def optimal_procurement(
                     owned_tranche_months=owned_tranche_months,
                 )
             continue
+        check_search_size(model)
         for _, nodes in cheapest_mixes(model.owned_model):
             schedule, dollars = best_schedule(model, nodes)
             if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
