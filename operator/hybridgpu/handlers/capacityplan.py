@@ -166,7 +166,12 @@ def compute_status(
 
 @kopf.timer(GROUP, VERSION, CAPACITYPLANS, interval=CHECK_INTERVAL_SECONDS, initial_delay=5.0)
 def capacityplan_timer(
-    spec: Any, meta: Any, status: Any, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+    spec: Any,
+    meta: Any,
+    status: Any,
+    patch: kopf.Patch,
+    memo: kopf.Memo | None = None,
+    **_: Any,
 ) -> None:
     """Recompute the plan when it is due and write it to status."""
     now = time.time()
@@ -179,7 +184,7 @@ def capacityplan_timer(
         due = True  # an invalid schedule: compute_status reports the invalid spec
     if not due:
         return
-    cache = memo.get("watch_cache")
+    cache = None if memo is None else memo.get("watch_cache")
 
     def read_pools() -> Mapping[str, PoolHolding]:
         if cache is None:
