@@ -506,7 +506,13 @@ def test_workload_moves_gangs_and_workload_states_by_kind() -> None:
     plans = [
         Plan(T0, actions=(move,), gangs={"ml/train": blocked}),
         Plan(T0 + 1, actions=(move,), gangs={"ml/train": blocked, request: blocked}),
-        Plan(T0 + 2, gangs={"ml/train": GangPlacement(GangState.COMING, pools=("elastic",))}),
+        Plan(
+            T0 + 2,
+            gangs={
+                "ml/train": GangPlacement(GangState.COMING, pools=("elastic",)),
+                "ml/llm#group-0": GangPlacement(GangState.WAITING, pools=("core",)),
+            },
+        ),
     ]
     for plan in plans:
         m.record_plan(plan, snap, plan.decided_at, policy="p")
@@ -528,6 +534,8 @@ def test_workload_moves_gangs_and_workload_states_by_kind() -> None:
         == 1
     )
     assert sample(m, "gangs", policy="p", kind="JobSet", state="coming") == 1
+    # A LeaderWorkerSet's group is a gang of that kind; it waits for owned GPUs.
+    assert sample(m, "gangs", policy="p", kind="LeaderWorkerSet", state="waiting") == 1
     # No longer blocked: its series is 0, not gone (a panel shows the drop).
     assert (
         m.registry.get_sample_value(

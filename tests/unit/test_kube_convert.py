@@ -316,3 +316,40 @@ def test_a_replica_of_a_statefulset_or_leaderworkerset_names_its_workload() -> N
         "LeaderWorkerSet ns/llm",
         None,
     ]
+
+
+def lws_pod(name: str, group: int, worker: int, gpus: int, size: int = 3) -> dict[str, Any]:
+    """A pending pod of LeaderWorkerSet ``llm``'s group ``group`` as its controller labels it."""
+    pod = make_pod(
+        name,
+        gpus=gpus,
+        unschedulable=True,
+        labels={
+            "leaderworkerset.sigs.k8s.io/name": "llm",
+            "leaderworkerset.sigs.k8s.io/group-index": str(group),
+            "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        },
+    )
+    pod["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": str(size)}
+    return pod
+
+
+def test_a_leaderworkerset_group_is_one_gang_of_its_gpu_pods() -> None:
+    """Each group (a leader and its workers) is a gang of its own; a leader without GPUs is
+    not counted in it."""
+    pods = [lws_pod("llm-0", 0, 0, 8), lws_pod("llm-0-1", 0, 1, 8), lws_pod("llm-0-2", 0, 2, 8)]
+    pods += [lws_pod("llm-1", 1, 0, 0), lws_pod("llm-1-1", 1, 1, 8), lws_pod("llm-1-2", 1, 2, 8)]
+    objects = ClusterObjects(nodes=[], pods=pods, jobs=[])
+    snap = build_snapshot(objects, {"a": elastic()}, Measurements(), IdleTracker(), now=100.0)
+    got = sorted((p.name, p.gang, p.gang_size) for p in snap.pods)
+    assert got == [
+        ("llm-0", "ns/llm#group-0", 3),
+        ("llm-0-1", "ns/llm#group-0", 3),
+        ("llm-0-2", "ns/llm#group-0", 3),
+        ("llm-1-1", "ns/llm#group-1", 2),
+        ("llm-1-2", "ns/llm#group-1", 2),
+    ]
+    # A pod with no group label (another controller's) is no gang.
+    assert gpu_pod(make_pod(node="n", labels={"leaderworkerset.sigs.k8s.io/name": "x"}), {})
+    other = gpu_pod(make_pod(node="n", labels={"leaderworkerset.sigs.k8s.io/name": "x"}), {})
+    assert other is not None and other.gang is None

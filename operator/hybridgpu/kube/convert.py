@@ -31,7 +31,14 @@ from hybridgpu.kube.names import (
 )
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import GPUPoolSpec
-from hybridgpu.models.snapshot import Criticality, GPUPod, JobState, MoveIntent, NodeState
+from hybridgpu.models.snapshot import (
+    LWS_GANG_MARK,
+    Criticality,
+    GPUPod,
+    JobState,
+    MoveIntent,
+    NodeState,
+)
 
 Obj = Mapping[str, Any]
 
@@ -135,6 +142,30 @@ def is_bare(pod: Obj) -> bool:
 
 
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+
+
+def lws_group(pod: Obj) -> tuple[str, int] | None:
+    """The gang of a LeaderWorkerSet pod, ``namespace/<lws>#group-<index>``, and how many
+    pods its group runs (the leader and its workers: the size annotation the LeaderWorkerSet
+    controller puts on them); None for any other pod. A group serves only when all its pods
+    run, so its capacity is found all at once or not at all."""
+    labels = labels_of(pod)
+    lws, index = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+    if not lws or index is None:
+        return None
+    try:
+        size = max(int(str(annotations_of(pod).get(LWS_SIZE_ANNOTATION, "1"))), 1)
+    except ValueError:
+        size = 1
+    return f"{_meta(pod).get('namespace')}/{lws}{LWS_GANG_MARK}{index}", size
+
+
+def is_lws_leader(pod: Obj) -> bool:
+    """A LeaderWorkerSet group's leader (worker index 0)."""
+    return labels_of(pod).get(LWS_WORKER_INDEX_LABEL) == "0" and lws_group(pod) is not None
 
 
 def stateful_owner(pod: Obj) -> str | None:
@@ -224,7 +255,13 @@ def gpu_pod(
         input_error=error,
         queued=is_queued(pod) or (job is not None and job in queued_jobs),
         stateful=stateful_owner(pod),
+        **_lws_gang(pod),
     )
+
+
+def _lws_gang(pod: Obj) -> dict[str, Any]:
+    group = lws_group(pod)
+    return {} if group is None else {"gang": group[0], "gang_size": group[1]}
 
 
 def idle_timeout_of(annotations: Mapping[str, str]) -> tuple[float | None, str | None]:

@@ -13,11 +13,14 @@ from hybridgpu.kube.convert import (
     annotations_of,
     gpu_pod,
     is_idle,
+    is_lws_leader,
     job_criticality,
     job_state,
     labels_of,
+    lws_group,
     node_state,
     owner_job,
+    pod_spec_gpus,
     pool_of_node,
     pool_selector,
 )
@@ -223,8 +226,13 @@ def build_snapshot(
 
     pods: list[GPUPod] = []
     gpu_pods_on: dict[str, int] = {}
+    leaders_without_gpus: set[str] = set()
     for raw in objects.pods:
         pod = convert.gpu_pod(raw, criticality, job_notes, queued)
+        if pod is None and is_lws_leader(raw):
+            group = lws_group(raw)
+            if group is not None and pod_spec_gpus(raw.get("spec") or {}) <= 0:
+                leaders_without_gpus.add(group[0])
         if pod is not None and custom:
             pod = _of_workload(pod, raw, custom, queued)
         if pod is None or (pod.job is not None and pod.job in moving):
@@ -237,6 +245,12 @@ def build_snapshot(
         if pod.node is not None:
             gpu_pods_on[pod.node] = gpu_pods_on.get(pod.node, 0) + 1
 
+    if leaders_without_gpus:
+        # A LeaderWorkerSet group whose leader asks for no GPU needs GPUs for its workers only.
+        pods = [
+            replace(p, gang_size=p.gang_size - 1) if p.gang in leaders_without_gpus else p
+            for p in pods
+        ]
     if custom:
         jobs = _with_start_times(jobs, custom, pods)
     pods = _with_pod_idleness(pods, objects.nodes, selectors, pools, measured, idle, now)

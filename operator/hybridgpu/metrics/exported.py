@@ -42,7 +42,7 @@ from hybridgpu.models.actions import (
     ReleaseNode,
     ScaleUp,
 )
-from hybridgpu.models.snapshot import ClusterSnapshot, Criticality, JobState
+from hybridgpu.models.snapshot import LWS_GANG_MARK, ClusterSnapshot, Criticality, JobState
 
 PREFIX = "hybridgpu_"
 SECONDS_PER_HOUR = 3600.0
@@ -694,6 +694,8 @@ def _gang_kind(gang: str, kinds: Mapping[str, str]) -> str:
     """The kind of the workload a gang is (a ProvisioningRequest's gang is its request)."""
     if gang.startswith(gang_of("")):
         return "ProvisioningRequest"
+    if LWS_GANG_MARK in gang:
+        return "LeaderWorkerSet"
     return kinds.get(gang, "Job")
 
 

@@ -100,6 +100,10 @@ class NodeState:
         return not self.instance_terminated
 
 
+LWS_GANG_MARK = "#group-"
+"""What separates a LeaderWorkerSet's name from its group's index in the group's gang."""
+
+
 @dataclass(frozen=True, slots=True)
 class GPUPod:
     """A pod that requests GPUs."""
@@ -139,7 +143,8 @@ class GPUPod:
     """Why one of its hybridgpu annotations was not understood (reported, then ignored)."""
     gang: str | None = None
     """The workload whose pods must all run at once (a JobSet, a PyTorchJob), as
-    ``namespace/name``: decide() finds capacity for all its pending pods or for none."""
+    ``namespace/name``, or a LeaderWorkerSet's group, ``namespace/name#group-<index>``
+    (``LWS_GANG_MARK``): decide() finds capacity for all its pending pods or for none."""
     gang_size: int = 1
     """How many pods the gang runs at once, the ones not created yet included."""
     serving: str | None = None
