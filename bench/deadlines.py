@@ -2,6 +2,7 @@
 traces, hybridgpu against running them on-demand and against spot that ignores deadlines.
 
     .venv/bin/python bench/deadlines.py [--seeds 5] [--jobs 40] [--deadline-factor 1.3,3]
+                                        [--owned-nodes 0]
 
 Every job is a 1-GPU preemptible Job (p3.2xlarge-sized, the traces' instance type) with a
 ``hybridgpu.io/deadline`` between 1.3x and 3x (``--deadline-factor``) its duration after
@@ -15,6 +16,13 @@ ways:
   as in Can't Be Late);
 - ``spot-trace``: ``simulate --spot-trace`` physics: spot can always launch, each node is
   interrupted at the next preemption from a random point of the trace.
+
+With ``--owned-nodes N`` the cluster also owns N 8-GPU nodes (the bundled scenario's core
+nodes and prices) kept busy by a stream of 1-GPU preemptible Jobs without deadlines (2-16 h,
+arriving over the same four days, about 1.5x what the owned GPUs can run, the rest on spot):
+the deadline Jobs compete with deadline-free batch work for owned GPUs. The cost is then the
+cloud spend (the owned fleet costs the same for every policy), and the background Jobs'
+worst lateness is reported beside the misses.
 
 Prints one JSON object: per trace and physics, each policy's cost, deadline misses and the
 saving against on-demand, summed over the seeds; skips cleanly when the traces are absent.
@@ -47,6 +55,20 @@ POOLS = (
     {"name": "on-demand", "tier": "elastic", "price": 3.06},
     {"name": "spot", "tier": "spot", "price": 0.92},
 )
+CORE = {
+    "name": "core",
+    "tier": "core",
+    "gpu": {"model": "V100-16GB", "perNode": 8},
+    "provider": {"type": "static"},
+    "pricing": {
+        "capexPerNode": 70000,
+        "amortizationYears": 4,
+        "powerWattsPerNode": 3000,
+        "pue": 1.4,
+        "electricityPerKWh": 0.12,
+        "opsPerNodeHour": 0.6,
+    },
+}
 POLICY = {
     "interval": "30s",
     "pendingGracePeriod": "5s",
@@ -55,8 +77,22 @@ POLICY = {
 }
 
 
-def pools(*tiers: str) -> list[PoolState]:
+def pools(*tiers: str, owned_nodes: int = 0) -> list[PoolState]:
     out = []
+    if owned_nodes:
+        spec = {
+            **{k: v for k, v in CORE.items() if k != "name"},
+            "minNodes": owned_nodes,
+            "maxNodes": owned_nodes,
+        }
+        manifest = {
+            "apiVersion": "hybridgpu.io/v1alpha1",
+            "kind": "GPUPool",
+            "metadata": {"name": CORE["name"]},
+            "spec": spec,
+        }
+        obj = parse_manifest(manifest, "bench/deadlines.py")
+        out.append(PoolState(name=obj.metadata.name, spec=obj.spec))  # type: ignore[arg-type]
     for pool in POOLS:
         if pool["tier"] not in tiers:
             continue
@@ -117,7 +153,32 @@ def deadline_jobs(
     return sorted(jobs, key=lambda j: (j.arrival_seconds, j.name))
 
 
-def run(trace: str, physics: str, seed: int, jobs: list[TraceJob]) -> dict[str, PolicyResult]:
+def background_jobs(seed: int, owned_nodes: int) -> list[TraceJob]:
+    """1-GPU preemptible Jobs without deadlines, 2-16 h long, over four days: about 1.5x the
+    GPU-hours ``owned_nodes`` 8-GPU nodes can run (none for 0)."""
+    rng = random.Random(f"background:{seed}")
+    rate = 1.5 * 8 * owned_nodes / 9.0  # per hour: GPUs / mean duration (9 h)
+    jobs: list[TraceJob] = []
+    t = 0.0
+    while rate > 0:
+        t += rng.expovariate(rate / 3600)
+        if t >= 4 * 86400:
+            break
+        jobs.append(
+            TraceJob(
+                f"batch-{len(jobs):04d}",
+                t,
+                rng.uniform(2, 16) * 3600,
+                1,
+                Criticality.PREEMPTIBLE,
+            )
+        )
+    return jobs
+
+
+def run(
+    trace: str, physics: str, seed: int, jobs: list[TraceJob], owned_nodes: int = 0
+) -> dict[str, PolicyResult]:
     path = SPOT_TRACES / trace
     settings = SimSettings(
         spot_trace=load_spot_trace(path),
@@ -125,10 +186,19 @@ def run(trace: str, physics: str, seed: int, jobs: list[TraceJob]) -> dict[str, 
         spot_trace_aligned=physics == "measured",
         seed=seed,
     )
+    owned = owned_nodes
     runs = {
-        "hybridgpu": (pools("elastic", "spot"), policy(), True),
-        "spot_ignoring_deadlines": (pools("elastic", "spot"), policy(), False),
-        "on_demand": (pools("elastic"), policy(on_demand_for_all=True), False),
+        "hybridgpu": (pools("elastic", "spot", owned_nodes=owned), policy(), True),
+        "spot_ignoring_deadlines": (
+            pools("elastic", "spot", owned_nodes=owned),
+            policy(),
+            False,
+        ),
+        "on_demand": (
+            pools("elastic", owned_nodes=owned),
+            policy(on_demand_for_all=True),
+            False,
+        ),
     }
     return {
         name: Simulation(name, p, spec, jobs, settings, reads_annotations=reads).run()
@@ -145,7 +215,16 @@ def main() -> int:
         default="1.3,3",
         help="deadlines between LOW and HIGH times the duration after arrival (1.3,3)",
     )
+    parser.add_argument(
+        "--owned-nodes",
+        type=int,
+        default=0,
+        help="owned 8-GPU nodes busy with deadline-free batch work (0)",
+    )
     args = parser.parse_args()
+    if args.owned_nodes < 0:
+        print("deadlines: --owned-nodes must be 0 or more", file=sys.stderr)
+        return 2
     low, high = (float(x) for x in args.deadline_factor.split(","))
     missing = [t for t in TRACES if not (SPOT_TRACES / t).exists()]
     if missing:
@@ -156,6 +235,7 @@ def main() -> int:
         "seeds": args.seeds,
         "jobs_per_seed": args.jobs,
         "deadline_factor": [low, high],
+        "owned_nodes": args.owned_nodes,
     }
     for trace in TRACES:
         availability = load_availability_trace(SPOT_TRACES / trace)
@@ -166,12 +246,31 @@ def main() -> int:
             totals: dict[str, dict[str, float]] = {}
             for seed in range(1, args.seeds + 1):
                 jobs = deadline_jobs(seed, args.jobs, (low, high))
-                for name, result in run(trace, physics, seed, jobs).items():
+                jobs = sorted(
+                    jobs + background_jobs(seed, args.owned_nodes),
+                    key=lambda j: (j.arrival_seconds, j.name),
+                )
+                for name, result in run(trace, physics, seed, jobs, args.owned_nodes).items():
                     row = totals.setdefault(
                         name,
-                        {"cost_dollars": 0.0, "deadline_jobs": 0, "missed": 0, "unfinished": 0},
+                        {
+                            "cost_dollars": 0.0,
+                            "deadline_jobs": 0,
+                            "missed": 0,
+                            "unfinished": 0,
+                            "on_demand_moves": 0,
+                        },
                     )
-                    row["cost_dollars"] += result.total_cost_dollars
+                    # With owned nodes, the cloud spend: the fleet costs every policy the same.
+                    row["cost_dollars"] += (
+                        result.cloud_cost_dollars if args.owned_nodes else result.total_cost_dollars
+                    )
+                    row["on_demand_moves"] += result.deadlines.on_demand_moves
+                    if args.owned_nodes:
+                        late = result.max_lateness_seconds.get("preemptible", 0.0) / 3600
+                        row["preemptible_max_late_hours"] = round(
+                            max(float(row.get("preemptible_max_late_hours", 0.0)), late), 2
+                        )
                     # Misses count against the trace's deadlines, read by the policy or not.
                     row["deadline_jobs"] += result.deadlines.jobs
                     row["missed"] += result.deadlines.missed
