@@ -258,3 +258,45 @@ def test_the_jobset_webhooks_are_registered_and_default_and_validate_jobsets(
     with pytest.raises(ApiException) as refused:
         create_jobset(kube, jobsets, invalid)
     assert "admission webhook" in str(refused.value.body), refused.value.body
+
+
+def test_a_jobset_waits_for_owned_gpus_that_free_up_instead_of_buying_cloud(
+    cluster: Cluster, operators: Operators, jobsets: list[str]
+) -> None:
+    """Both core nodes run Jobs that say they end in 90 s, within the standard waitBudget
+    (5m): a two-pod JobSet waits for them (core/gang_wait.py) and runs on core once they
+    end; no on-demand node is bought for it."""
+    policy = cluster.policy()
+    core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, per_node=8, max_nodes=2)
+    core_nodes = set(cluster.core_nodes(core, 2, gpus=8))
+    for name in ("train-a", "train-b"):
+        body = gpu_job(name, gpus=8, run_duration="90s")
+        body["metadata"]["annotations"] = {"hybridgpu.io/expected-duration": "90s"}
+        cluster.kube.create_job(body)
+    wait_for(
+        lambda: all(
+            any(p.status.phase == "Running" for p in cluster.job_pods(n))
+            for n in ("train-a", "train-b")
+        ),
+        60,
+        "both Jobs running on core",
+    )
+    operators.start()
+    cluster.wait_ticking(policy)
+    create_jobset(cluster.kube, jobsets, jobset("llm", replicas=2, gpus=8, run_duration="600s"))
+    note = f"gang {cluster.kube.namespace}/llm: 2 pod(s) needing 16 GPU(s) wait for owned GPUs"
+
+    def waiting() -> bool:
+        plan = cluster.policy_status(policy).get("lastPlan") or []
+        return any(note in line for line in plan)
+
+    wait_for(waiting, 90, "the plan saying the JobSet waits for owned GPUs")
+
+    def on_core() -> bool:
+        pods = [p for p in jobset_pods(cluster.kube, "llm") if p.status.phase == "Running"]
+        return len(pods) == 2 and {p.spec.node_name for p in pods} == core_nodes
+
+    wait_for(on_core, 240, "both JobSet pods running on the core nodes")
+    assert cluster.pool_nodes(elastic) == []
+    assert scale_up_messages(cluster, elastic) == []
