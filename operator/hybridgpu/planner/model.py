@@ -14,9 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hybridgpu.core.cost import HOURS_PER_YEAR, CoreNodeCost
+from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR
+from hybridgpu.models.policy import WaitBudgetSpec
 
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0
+DEFAULT_PREEMPTIBLE_WAIT_HOURS = parse_duration_seconds(WaitBudgetSpec().preemptible) / 3600.0
 
 
 def capital_recovery_factor(rate_per_year: float, years: float) -> float:
@@ -140,6 +143,10 @@ class CloudRates:
     """Jobs only: billed time from launching a cloud node to running work on it."""
     idle_release_hours: float = 0.0
     """Jobs only: billed time an idle cloud node waits for work before it is released."""
+    preemptible_wait_hours: float = DEFAULT_PREEMPTIBLE_WAIT_HOURS
+    """Jobs only: how long a preemptible job that fits on no owned node waits for owned GPUs
+    while the free ones add up to what it needs, before it goes to spot (the operator's
+    ScalingPolicy waitBudget.preemptible, default 2 h; 0: never waits)."""
 
     @property
     def spot_rerun_factor(self) -> float:

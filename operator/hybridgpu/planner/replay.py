@@ -10,10 +10,17 @@ Rules (``replay_jobs``), each job once, in arrival order:
 - a critical/standard job that does not fit evicts preemptible jobs from the owned node where
   that frees enough with the fewest GPUs (the most recently started first); they finish on
   spot after the restart overhead;
+- a preemptible job that fits on no owned node waits, as the operator's wait-or-launch rule
+  has it (ScalingPolicy waitBudget.preemptible, ``preemptible_wait_hours``), while the free
+  owned GPUs add up to what it needs (less what larger or older waiting jobs count on): it
+  starts on the first owned node that has room, or on spot when its budget (from its
+  arrival) runs out or the free GPUs no longer add up;
 - otherwise it runs in the cloud: preemptible on spot (reruns after interruptions), the rest
   on demand; a preemptible job comes back (after the restart overhead) once an owned node has
-  sat idle for ``idle_release_hours``, as the operator's consolidation does, checked whenever
-  a job arrives.
+  sat idle for ``idle_release_hours`` and the job has run in the cloud longer than a restart
+  throws away (``spot_restart_overhead_hours``), as the operator's consolidation does (it
+  moves when the saving over the time the job has run beats the work lost), checked
+  whenever a job arrives.
 
 Cloud GPUs are billed from launch (``node_startup_hours`` before the job can start) to
 ``idle_release_hours`` after their last job, and reused by jobs arriving meanwhile. With
@@ -168,6 +175,7 @@ class _OwnedNodes:
     def __init__(self, sizes: Sequence[int]) -> None:
         self.sizes = list(sizes)
         self.free = list(sizes)
+        self.free_total = sum(sizes)
         self.fit: FreeGPUs[int] = FreeGPUs(enumerate(sizes))
         self.preemptible: list[dict[int, None]] = [{} for _ in sizes]
         self.idle_since: list[float | None] = [-math.inf] * len(sizes)
@@ -178,6 +186,7 @@ class _OwnedNodes:
 
     def add(self, node: int, delta: int) -> None:
         self.free[node] += delta
+        self.free_total += delta
         self.fit.put(node, self.free[node])
 
     def idle_for(self, seconds: float, now: float) -> list[int]:
@@ -223,6 +232,10 @@ class _Replay:
         """Keys of the preemptible runs in the cloud (what may come back to core)."""
         self.finishes: list[tuple[float, int]] = []  # (ends, run key); stale keys skipped
         self._keys = itertools.count()
+        self.wait_seconds = cloud.preemptible_wait_hours * 3600.0
+        self.waiting: dict[int, tuple[JobDemand, float]] = {}
+        """Preemptible jobs waiting for owned GPUs, by key: (job, when its budget ends)."""
+        self.budgets: list[tuple[float, int]] = []  # (budget ends, waiting key); stale skipped
 
     def run(self, jobs: Sequence[JobDemand]) -> Usage:
         for job in sorted(jobs, key=lambda j: (j.arrival_seconds, j.duration_seconds)):
@@ -254,6 +267,12 @@ class _Replay:
         if node is not None:
             self.start_on_core(job, node, now, job.duration_seconds)
             return
+        if job.preemptible and self.wait_seconds > 0:
+            key = next(self._keys)
+            self.waiting[key] = (job, now + self.wait_seconds)
+            heapq.heappush(self.budgets, (now + self.wait_seconds, key))
+            self.serve_waiting(now)
+            return
         room = None if job.preemptible else self.make_room(job)
         if room is None:
             self.start_in_cloud(job, now, job.duration_seconds)
@@ -265,9 +284,48 @@ class _Replay:
             self.start_in_cloud(evicted.job, now, evicted.ends - now + self.restart_seconds)
         self.start_on_core(job, node, now, job.duration_seconds)
 
+    def serve_waiting(self, now: float) -> None:
+        """The waiting preemptible jobs, largest first then oldest (as the operator orders
+        pending pods): on the fullest owned node with room, else they wait on while their
+        budget lasts and the free owned GPUs (less those counted for the jobs before them)
+        add up to what they need, else to the cloud."""
+        if not self.waiting:
+            return
+        counted = 0
+        order = sorted(
+            self.waiting.items(),
+            key=lambda item: (
+                -item[1][0].units(self.replicas),
+                item[1][0].arrival_seconds,
+                item[0],
+            ),
+        )
+        for key, (job, until) in order:
+            need = job.units(self.replicas)
+            node = self.owned.best_fit(need)
+            if node is not None:
+                del self.waiting[key]
+                self.start_on_core(job, node, now, job.duration_seconds)
+            elif until <= now or self.owned.free_total - counted < need:
+                del self.waiting[key]
+                self.start_in_cloud(job, now, job.duration_seconds)
+            else:
+                counted += need
+
     def finish_until(self, now: float) -> None:
-        """End the runs that finish at or before ``now``, in time order."""
-        while self.finishes and self.finishes[0][0] <= now:
+        """End the runs that finish at or before ``now`` and the waits whose budget runs out
+        by then, in time order."""
+        while True:
+            while self.budgets and self.budgets[0][1] not in self.waiting:
+                heapq.heappop(self.budgets)  # served before its budget ran out
+            budget = self.budgets[0][0] if self.budgets else math.inf
+            finish = self.finishes[0][0] if self.finishes else math.inf
+            if min(budget, finish) > now or min(budget, finish) == math.inf:
+                return
+            if budget < finish:
+                heapq.heappop(self.budgets)
+                self.serve_waiting(budget)
+                continue
             at, key = heapq.heappop(self.finishes)
             run = self.runs.pop(key, None)
             if run is None:
@@ -275,6 +333,7 @@ class _Replay:
             self.cloud_preemptible.pop(key, None)
             if run.tier == CORE:
                 self.leave_core(key, run, at)
+                self.serve_waiting(at)
             elif run.tier == COMMITTED:
                 self.committed.add(run.node, run.job.units(self.replicas))
                 self.committed_gpu_seconds += (at - run.started) * run.job.demand_gpus
@@ -315,15 +374,19 @@ class _Replay:
         self.owned_gpu_seconds += (now - run.started) * run.job.demand_gpus
 
     def return_to_core(self, now: float) -> None:
-        """Preemptible cloud runs move to owned nodes idle for ``idle_release_hours``, the
-        largest first."""
+        """Preemptible cloud runs that have run there longer than a restart throws away move
+        to owned nodes idle for ``idle_release_hours``, the largest first."""
         if not self.cloud_preemptible:
             return
         settled = self.owned.idle_for(self.settle_seconds, now)
         if not settled:
             return
         movers = sorted(
-            (k for k in self.cloud_preemptible if self.runs[k].started <= now),
+            (
+                k
+                for k in self.cloud_preemptible
+                if self.runs[k].started + self.restart_seconds < now
+            ),
             key=lambda k: (-self.runs[k].job.units(self.replicas), k),
         )
         for key in movers:
