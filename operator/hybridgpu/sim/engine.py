@@ -5,7 +5,10 @@ nodes (like kube-scheduler with a bin-packing score), the operator ticks every
 ``policy.interval`` and its plan is executed against a fake provider with provisioning
 delay, spot interruptions (a hazard rate or a measured preemption trace) and restart
 overhead for moved or interrupted jobs. Cloud nodes are billed from launch to removal;
-owned nodes for the whole run.
+owned nodes for the whole run, except that an owned pool with ``spec.power`` pays every
+machine's capex and ops for the whole run and its electricity only while the machine is on
+(``core.cost.pool_hour_dollars``): decide() powers idle machines off and on again, and a
+machine powered on boots in ``power.bootTime``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,16 @@ from operator import itemgetter
 
 from sortedcontainers import SortedDict, SortedList
 
-from hybridgpu.core.cost import always_on_nodes, is_cloud, node_hour_dollars
+from hybridgpu.core.cost import (
+    always_on_nodes,
+    core_node_cost,
+    held_nodes,
+    is_cloud,
+    node_hour_dollars,
+    pool_hour_dollars,
+    power_node_hour_dollars,
+    powered,
+)
 from hybridgpu.core.deadline import (
     banked_seconds,
     first_checkpoint_seconds,
@@ -404,6 +416,10 @@ class Simulation:
         self._idle_cloud: dict[str, _Node] = {}
         """Cloud nodes with an idle stretch running (their idleFor may run out)."""
         self._committed_pools = {p.name for p in pools if p.spec.committed is not None}
+        self._powered = {p.name for p in pools if powered(p.spec)}
+        """Owned pools whose idle machines decide() powers off (spec.power)."""
+        self._idle_owned: dict[str, _Node] = {}
+        """Powered-on machines of those pools with no jobs (decide() may power them off)."""
         self._demand_gpus = 0
         """GPUs of the jobs running or pending."""
         self._changed_jobs: set[int] = set()
@@ -429,10 +445,18 @@ class Simulation:
         self.operator_can_act = (
             policy.preemption.enabled
             or any(is_cloud(p.spec.tier) for p in pools)
+            or bool(self._powered)
             or (reads_annotations and any(j.idle_timeout_seconds for j in self.trace))
         )
         self.grace = parse_duration_seconds(policy.pending_grace_period)
-        self.idle_for = {p.name: parse_duration_seconds(p.spec.scale_down.idle_for) for p in pools}
+        self.idle_for = {
+            p.name: parse_duration_seconds(
+                p.spec.power.idle_for
+                if powered(p.spec) and p.spec.power is not None
+                else p.spec.scale_down.idle_for
+            )
+            for p in pools
+        }
         self.idle_percent = {p.name: p.spec.scale_down.idle_utilization_percent for p in pools}
         # What the operator assumes a restart costs, and gives a stopping Job: its deadline
         # arithmetic (core.deadline) uses them, and so does the progress it records.
@@ -493,7 +517,13 @@ class Simulation:
 
     def _launch(self, pool: PoolState, ready_at: float) -> _Node:
         self.node_seq += 1
-        price = self._node_price[pool.name]
+        # A powered owned machine's capex and ops are billed for every machine, on or off
+        # (``_result``); the node itself costs its electricity while it is on.
+        price = (
+            power_node_hour_dollars(pool.spec)
+            if pool.name in self._powered
+            else self._node_price[pool.name]
+        )
         node = _Node(
             name=f"{pool.name}-{self.node_seq:05d}",
             pool=pool.name,
@@ -783,10 +813,16 @@ class Simulation:
             tally.nodes -= 1
             self._cloud_nodes -= self._releasable(node)
             self._idle_cloud.pop(node.name, None)
+            self._idle_owned.pop(node.name, None)
             return
+        if node.pool in self._powered:
+            if not node.jobs and not node.booting and node.idle_since is not None:
+                self._idle_owned[node.name] = node
+            else:
+                self._idle_owned.pop(node.name, None)
         if not cloud:
-            # Owned GPUs count while free and schedulable.
-            counted = (0, 0, 0 if node.cordoned else node.free, 0, 0)
+            # Owned GPUs count while free and schedulable (a machine powering on is not yet).
+            counted = (0, 0, 0 if node.cordoned or node.booting else node.free, 0, 0)
         elif node.booting:
             counted = (1, 0, 0, 0, 0)
         elif not node.jobs:
@@ -1039,7 +1075,7 @@ class Simulation:
             assert node.idle_since is not None
             if node.idle_since + self.idle_for[node.pool] <= self.now:
                 return False
-        return True
+        return not any(self._power_off_due(node) for node in self._idle_owned.values())
 
     def _rule_may_fire(self, job: _Job) -> bool:
         """Whether idle reclaim may take the running ``job`` now (as ``_Decider._reclaim_one``
@@ -1092,9 +1128,9 @@ class Simulation:
                 pool = self.pools[action.pool]
                 if not self._launchable(pool.name):
                     continue  # decide() plans none there; a launch would fail for capacity
-                self.scale_ups += 1
+                self.scale_ups += 1  # a power-on counts as one too
                 boot = self.settings.boot_seconds_by_pool.get(
-                    pool.name, self.settings.provisioning_delay_seconds
+                    pool.name, self._default_boot_seconds(pool)
                 )
                 for _ in range(action.nodes):
                     self._launch(pool, ready_at=self.now + boot)
@@ -1133,6 +1169,21 @@ class Simulation:
                 for index in sorted(node.jobs):
                     self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
         return plan
+
+    def _default_boot_seconds(self, pool: PoolState) -> float:
+        """Launch (or power-on) to Ready: an owned machine powered on takes its pool's
+        power.bootTime, a cloud node the provisioning delay."""
+        if pool.name in self._powered and pool.spec.power is not None:
+            return parse_duration_seconds(pool.spec.power.boot_time)
+        return self.settings.provisioning_delay_seconds
+
+    def _power_off_due(self, node: _Node) -> bool:
+        """Whether decide() may power the idle owned machine off now: no jobs for its
+        power.idleFor, and its pool above minNodes/minPoweredOn."""
+        assert node.idle_since is not None
+        if node.idle_since + self.idle_for[node.pool] > self.now:
+            return False
+        return self._tally[node.pool].nodes > held_nodes(self.pools[node.pool].spec)
 
     def _reclaim(self, job: _Job) -> None:
         """The operator suspended an idle Job: what it held idle, and what it would still
@@ -1225,7 +1276,10 @@ class Simulation:
             cost = 0.0
             for name, tally in self._tally.items():
                 pool = self.pools[name]
-                if pool.spec.tier == tier and tally.nodes:
+                if pool.spec.tier == tier and name in self._powered:
+                    gpus += tally.nodes * pool.spec.gpu.per_node
+                    cost += pool_hour_dollars(pool.spec, tally.nodes)
+                elif pool.spec.tier == tier and tally.nodes:
                     gpus += tally.nodes * pool.spec.gpu.per_node
                     cost += tally.nodes * self._node_price[name]
             self.series[f"gpus_{tier.value}"].append(gpus)
@@ -1239,7 +1293,14 @@ class Simulation:
         return is_cloud(node.tier) and node.pool not in self._committed_pools
 
     def _needs_ticks(self) -> bool:
-        return bool(self.pending) or self._cloud_nodes > 0
+        return bool(self.pending) or self._cloud_nodes > 0 or self._may_power_off()
+
+    def _may_power_off(self) -> bool:
+        """Whether an idle powered-on owned machine may be powered off, now or later."""
+        return any(
+            self._tally[node.pool].nodes > held_nodes(self.pools[node.pool].spec)
+            for node in self._idle_owned.values()
+        )
 
     def _next_wake(self) -> float:
         """When the operator must look again although nothing happened: a heartbeat while
@@ -1251,7 +1312,7 @@ class Simulation:
         if not self._needs_ticks():
             return self._rules_due()  # an idle-timeout may still run out on owned GPUs
         wake = self.now + self.heartbeat
-        for node in self._idle_cloud.values():
+        for node in (*self._idle_cloud.values(), *self._idle_owned.values()):
             assert node.idle_since is not None
             idle_for = self.idle_for[node.pool]
             if node.idle_since + idle_for > self.now:
@@ -1433,6 +1494,12 @@ class Simulation:
             hours = seconds / 3600
             cost[node.tier] += hours * node.price
             billed += hours * node.gpus
+        for name in sorted(self._powered):
+            # Every machine of a powered pool costs its capex and ops, on or off.
+            spec = self.pools[name].spec
+            parts = core_node_cost(spec)
+            sunk = spec.max_nodes * (parts.capex_per_hour + parts.ops_per_hour)
+            cost[Tier.CORE.value] += sunk * end / 3600
         for index in list(self.running):
             job = self.jobs[index]
             host = self.nodes.get(job.node) if job.node else None
