@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from hybridgpu.sim.compare import (  # noqa: E402
     WaitSLO,
-    core_cost_per_hour,
+    core_sunk_per_hour,
     fluid_bound,
     policy_runs,
     simulation,
@@ -85,7 +85,8 @@ def main() -> int:
         settings = SimSettings(spot_hazard_per_hour=0.05, seed=7)
         result = simulation("hybridgpu", pools, policy, jobs, settings).run()
         window = trace_window_seconds(jobs)
-        total = result.cloud_cost_dollars + core_cost_per_hour(config.pools) * window / 3600
+        core = core_sunk_per_hour(config.pools) * window / 3600 + result.owned_power_dollars
+        total = result.cloud_cost_dollars + core
         bound = fluid_bound(config.pools, jobs, window, slo)
         row: dict[str, object] = {
             "total_dollars": round(total, 2),

@@ -19,6 +19,7 @@ from hybridgpu.core.cost import core_node_cost, power_node_hour_dollars
 from hybridgpu.models.resources import GPUPool, ScalingPolicy
 from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.planner.model import OwnedNodeType
+from hybridgpu.sim.compare import BOUND, compare, core_cost_per_hour, trace_window_seconds
 from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.traces import TraceJob
 
@@ -119,3 +120,39 @@ def test_an_owned_node_hour_costs_the_simulator_what_it_costs_the_plan() -> None
     hours = result.end_seconds / HOUR
     assert result.cost_by_tier_dollars["core"] == pytest.approx(3 * node.node_hour_dollars * hours)
     assert power_node_hour_dollars(pool.spec) == pytest.approx(node.cost.power_per_hour)
+
+
+def test_simulate_bills_each_policy_the_electricity_its_machines_drew() -> None:
+    # `hybridgpu simulate` bills owned nodes over the trace window for every policy; with
+    # spec.power that is every machine's capex and ops, plus the electricity each policy's
+    # machines drew, and the fluid bound's owned work at the least electricity: it stays
+    # below every policy that meets the SLO.
+    pool = _owned(2, {"idleFor": "30m", "bootTime": "5m"})
+    results = compare(
+        [pool, _cloud("od", 24.48), _cloud("spot", 7.36)], POLICY, _trace(), SimSettings()
+    )
+    window = trace_window_seconds(_trace()) / HOUR
+    parts = core_node_cost(pool.spec)
+    sunk = 2 * (parts.capex_per_hour + parts.ops_per_hour) * window
+    ours = results["hybridgpu"]
+    assert ours.owned_power_dollars > 0
+    assert ours.cost_by_tier_dollars["core"] == pytest.approx(sunk + ours.owned_power_dollars)
+    assert ours.cost_by_tier_dollars["core"] < core_cost_per_hour([pool]) * window
+    bound = results[BOUND]
+    # 16 GPU-hours of work, at least on owned GPUs drawing their share of a machine's power.
+    least = 16 * power_node_hour_dollars(pool.spec) / 8
+    assert bound.cost_by_tier_dollars["core"] == pytest.approx(sunk + least)
+    assert bound.total_cost_dollars <= ours.total_cost_dollars
+
+
+def _cloud(tier: str, per_node_hour: float) -> PoolState:
+    spec: dict[str, Any] = {
+        "tier": "elastic" if tier == "od" else "spot",
+        "gpu": {"model": "V100-16GB", "perNode": 8},
+        "maxNodes": 4,
+        "provider": {"type": "fake"},
+        "pricing": {"perNodeHour": per_node_hour},
+    }
+    manifest: dict[str, Any] = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
+    manifest |= {"metadata": {"name": tier}, "spec": spec}
+    return PoolState(name=tier, spec=GPUPool.model_validate(manifest).spec)

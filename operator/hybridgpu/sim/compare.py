@@ -22,7 +22,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hybridgpu.core.cost import gpu_hour_dollars, node_hour_dollars
+from hybridgpu.core.cost import (
+    core_node_cost,
+    gpu_hour_dollars,
+    node_hour_dollars,
+    power_node_hour_dollars,
+    powered,
+)
 from hybridgpu.errors import UserError
 from hybridgpu.models.policy import ScalingPolicySpec, WaitBudgetSpec
 from hybridgpu.models.pool import Tier
@@ -90,6 +96,31 @@ def _tier(pools: Sequence[PoolState], *tiers: Tier) -> list[PoolState]:
 def core_cost_per_hour(pools: Sequence[PoolState]) -> float:
     """Hourly cost of the whole owned fleet (every core pool at maxNodes), dollars."""
     return sum(node_hour_dollars(p.spec) * p.spec.max_nodes for p in _tier(pools, Tier.CORE))
+
+
+def core_sunk_per_hour(pools: Sequence[PoolState]) -> float:
+    """What the owned fleet costs per hour whatever runs, dollars: every machine of a pool
+    with spec.power costs its capex and ops (its electricity only while on, billed per run:
+    ``PolicyResult.owned_power_dollars``), every other owned node its whole node-hour."""
+    total = 0.0
+    for p in _tier(pools, Tier.CORE):
+        if powered(p.spec):
+            parts = core_node_cost(p.spec)
+            total += (parts.capex_per_hour + parts.ops_per_hour) * p.spec.max_nodes
+        else:
+            total += node_hour_dollars(p.spec) * p.spec.max_nodes
+    return total
+
+
+def _least_owned_power(pools: Sequence[PoolState], core_gpu_hours: float) -> float:
+    """The least electricity owned machines with spec.power can draw for ``core_gpu_hours``
+    of work, dollars: each GPU-hour at the cheapest such pool's power per GPU-hour, when every
+    owned pool has spec.power (else the work may all run on always-on nodes: none)."""
+    core = _tier(pools, Tier.CORE)
+    if not core or not all(powered(p.spec) for p in core):
+        return 0.0
+    cheapest = min(power_node_hour_dollars(p.spec) / p.spec.gpu.per_node for p in core)
+    return core_gpu_hours * cheapest
 
 
 def trace_window_seconds(jobs: Sequence[TraceJob]) -> float:
@@ -199,7 +230,8 @@ def fluid_bound(
     hours[flexible_tier] += flexible_cloud_h
     total_h = sum(j.gpus * j.duration_seconds for j in jobs) / 3600
     hours[Tier.CORE.value] = max(total_h - all_cloud_h, 0.0)
-    cost[Tier.CORE.value] = core_cost_per_hour(pools) * window_seconds / 3600
+    cost[Tier.CORE.value] = core_sunk_per_hour(pools) * window_seconds / 3600
+    cost[Tier.CORE.value] += _least_owned_power(pools, hours[Tier.CORE.value])
     zero = {c.value: {"p50": 0.0, "p95": 0.0} for c in Criticality}
     return PolicyResult(
         name=BOUND,
@@ -277,11 +309,13 @@ def compare(
         step = (lambda f, n=name: progress(n, f)) if progress else None
         results[name] = simulation(name, run_pools, run_policy, jobs, settings, step).run()
     window = trace_window_seconds(jobs)
-    hourly_core = core_cost_per_hour(pools)
+    hourly_core = core_sunk_per_hour(pools)
     for name, result in results.items():
         if name == "on_demand":
             continue
-        result.cost_by_tier_dollars[Tier.CORE.value] = hourly_core * window / 3600
+        # Machines powered off and on (spec.power) add the electricity they drew.
+        core = hourly_core * window / 3600 + result.owned_power_dollars
+        result.cost_by_tier_dollars[Tier.CORE.value] = core
         result.total_cost_dollars = sum(result.cost_by_tier_dollars.values())
     results[BOUND] = fluid_bound(pools, jobs, window, slo, settings.spot_prices)
     return {k: results[k] for k in POLICIES if k in results}

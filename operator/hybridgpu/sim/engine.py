@@ -277,6 +277,9 @@ class PolicyResult:
     """Serving replicas moved from cloud nodes to owned GPUs by surge."""
     serving_disruptions: int = 0
     """Times a serving replica was stopped before its end (requeued): a surge never does."""
+    owned_power_dollars: float = 0.0
+    """Of the core cost, the electricity of owned pools with spec.power (billed only while
+    a machine is on); their capex and ops, and every other owned pool, are the rest."""
 
     @property
     def work_gpu_hours(self) -> float:
@@ -1472,6 +1475,7 @@ class Simulation:
         end = self.now
         cost: dict[str, float] = {t.value: 0.0 for t in Tier}
         billed = 0.0
+        owned_power = 0.0
         minimum = self.settings.billing_minimum_seconds
         for node in list(self.nodes.values()) + self.removed:
             stop = node.removed_at if node.removed_at is not None else end
@@ -1494,6 +1498,8 @@ class Simulation:
             hours = seconds / 3600
             cost[node.tier] += hours * node.price
             billed += hours * node.gpus
+            if node.pool in self._powered:
+                owned_power += hours * node.price
         for name in sorted(self._powered):
             # Every machine of a powered pool costs its capex and ops, on or off.
             spec = self.pools[name].spec
@@ -1549,4 +1555,5 @@ class Simulation:
             idle_reclaim=self.reclaimed,
             rebalances=self.serving.completed,
             serving_disruptions=self.serving_disruptions,
+            owned_power_dollars=owned_power,
         )
