@@ -71,6 +71,15 @@ def main() -> int:
     parser.add_argument("--provisioning-delay", type=float, default=120.0, help="seconds")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument(
+        "--growth-percent",
+        type=float,
+        default=0.0,
+        help="demand growth per year; with it, only the plan is compared: owned nodes bought "
+        "in tranches every --owned-tranche-months against all at the start (the grid of "
+        "constant levels and the simulation of one trace window assume no growth)",
+    )
+    parser.add_argument("--owned-tranche-months", type=int, default=3)
+    parser.add_argument(
         "--committed-gpus-per-node",
         type=int,
         default=None,
@@ -121,8 +130,11 @@ def main() -> int:
         node_types=(node,),
         cloud=rates,
         horizon_months=args.horizon_months,
+        demand_growth_per_year=args.growth_percent / 100.0,
         jobs=() if args.fluid else tuple(jobs),
     )
+    if args.growth_percent:
+        return compare_tranches(inputs, offers, args)
     started = time.perf_counter()
     plan = optimal_procurement(inputs, offers)
     plan_seconds = time.perf_counter() - started
@@ -240,6 +252,46 @@ def main() -> int:
                 "simulated_mean_dollars": round(simulated, 0),
                 "plan_vs_simulation_percent": round(100 * (projected / simulated - 1), 2),
                 "simulation_seconds": round(sim_seconds, 0),
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+def compare_tranches(
+    inputs: PlanInputs, offers: list[CommittedOffer], args: argparse.Namespace
+) -> int:
+    """The plan with owned nodes bought all at the start against the plan that may buy them in
+    tranches: what each buys when, its total and its NPV at 8% (model figures only)."""
+    from hybridgpu.planner.finance import cash_flow, npv
+
+    out = {}
+    for label, tranche in (("at_start", None), ("tranches", args.owned_tranche_months)):
+        started = time.perf_counter()
+        plan = optimal_procurement(inputs, offers, owned_tranche_months=tranche)
+        seconds = time.perf_counter() - started
+        flows = cash_flow(inputs, plan)
+        out[label] = {
+            "owned_bought": [{"month": m, "nodes": n[0]} for m, n in plan.tranches()],
+            "offers": [o.name for o in plan.offers],
+            "committed_nodes_first_window": list(plan.levels[0]),
+            "total_dollars": round(plan.total_dollars, 0),
+            "capex_by_quarter": [round(q.capex, 0) for q in flows],
+            "npv_at_8_percent": round(npv(flows, 0.08, inputs.horizon_months), 0),
+            "seconds": round(seconds, 1),
+        }
+    saved = 1 - out["tranches"]["total_dollars"] / out["at_start"]["total_dollars"]
+    print(
+        json.dumps(
+            {
+                "trace": str(args.trace),
+                "model": "fluid" if args.fluid else "job replay",
+                "growth_percent_per_year": args.growth_percent,
+                "horizon_months": inputs.horizon_months,
+                "owned_max_nodes": args.owned_max_nodes,
+                **out,
+                "tranches_save_percent": round(100 * saved, 2),
             },
             indent=2,
         )
