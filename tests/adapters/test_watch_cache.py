@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from hybridgpu.kube.cache import (
     Reflector,
     WatchCache,
     custom_lister,
+    serves_streaming_lists,
 )
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.convert import IdleTracker
@@ -305,6 +307,24 @@ def test_the_first_sync_streams_from_the_watch_cache_without_a_list(kube: KubeTe
                 assert reflector.counters.syncs == 1, name
     finally:
         watch_cache.stop()
+        api.close()
+
+
+def test_the_probe_kopf_is_configured_by_sees_streaming_lists_served(kube: KubeTest) -> None:
+    """kopf starts its watches with a streaming list (no LIST at start or after 410) when
+    this probe says the apiserver serves them; an apiserver that does not answer is taken as
+    not serving them (kopf then lists, which works everywhere)."""
+    lists_before = apiserver_lists(kube).get(SCALINGPOLICIES, 0.0)
+    api = config.new_client_from_config(config_file=str(kube.plane.kubeconfig))
+    try:
+        assert serves_streaming_lists(api)
+        assert apiserver_lists(kube).get(SCALINGPOLICIES, 0.0) == lists_before
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            port = unused.getsockname()[1]
+        api.configuration.host = f"https://127.0.0.1:{port}"
+        assert not serves_streaming_lists(api)
+    finally:
         api.close()
 
 

@@ -12,7 +12,7 @@ from hybridgpu.cloud import kwok
 from hybridgpu.handlers import admission
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
-from hybridgpu.kube.cache import WatchCache
+from hybridgpu.kube.cache import WatchCache, serves_streaming_lists
 from hybridgpu.kube.cluster import KubeCluster, load_api_client
 from hybridgpu.kube.names import FINALIZER, GROUP
 from hybridgpu.metrics.exported import serve
@@ -69,11 +69,15 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             load_api_client(options.kubeconfig),
             listener=lambda kind, event, old, new: _on_cache_event(memo, kind, event, old, new),
         )
+        # kopf starts (and, after 410 Gone, restarts) its watches with a streaming list
+        # where the apiserver serves them: else each restart is a LIST of the kind.
+        memo["streaming_lists"] = serves_streaming_lists(api)
         memo["reconciler"] = Reconciler(KubeCluster(api), options, reads=cache)
         memo["watch_cache"] = cache
         # The kwok stand-in cloud reads its instances' Nodes from the same cache.
         kwok.read_nodes_from(cache.reflectors["nodes"].items)
         cache.start()
+    settings.watching.initial_streaming = bool(memo.get("streaming_lists"))
     # Readiness: the API answers, our CRDs are current, every pool's provider can be built,
     # and the watch caches the ticks read have been listed.
     reconciler: Reconciler = memo["reconciler"]

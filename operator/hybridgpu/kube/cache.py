@@ -597,6 +597,33 @@ def custom_lister(api: client.ApiClient) -> Callable[..., Any]:
     return list_custom
 
 
+def serves_streaming_lists(api: client.ApiClient) -> bool:
+    """Whether the apiserver serves streaming lists (a WATCH with ``sendInitialEvents``,
+    v1.32+ with the ``WatchList`` gate on): one short watch of ScalingPolicies, closed as soon
+    as it is answered. False when it is refused (400/422) or cannot be asked (then a LIST
+    is the safe way to start a watch)."""
+    try:
+        response = custom_lister(api)(
+            GROUP,
+            VERSION,
+            SCALINGPOLICIES,
+            watch=True,
+            send_initial_events=True,
+            resource_version_match="NotOlderThan",
+            allow_watch_bookmarks=True,
+            timeout_seconds=1,
+            _preload_content=False,
+            _request_timeout=(CONNECT_SECONDS, 30),
+        )
+    except Exception as err:  # refused, or no answer: start watches with a LIST
+        log.info("streaming lists not served (%s): kopf lists before it watches", err)
+        return False
+    _shutdown(response)
+    response.close()
+    response.release_conn()
+    return True
+
+
 _OBJECT_EVENTS = (b'{"type":"ADDED"', b'{"type":"MODIFIED"', b'{"type":"DELETED"')
 _RESOURCE_VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
 """An object's own version: metadata's fields before it (name, generateName, namespace,
