@@ -85,7 +85,7 @@ def main() -> int:
         settings = SimSettings(spot_hazard_per_hour=0.05, seed=7)
         result = simulation("hybridgpu", pools, policy, jobs, settings).run()
         window = trace_window_seconds(jobs)
-        core = core_sunk_per_hour(config.pools) * window / 3600 + result.owned_power_dollars
+        core = core_sunk_per_hour(config.pools) * window / 3600 + result.owned_power_window_dollars
         total = result.cloud_cost_dollars + core
         bound = fluid_bound(config.pools, jobs, window, slo)
         row: dict[str, object] = {

@@ -135,8 +135,11 @@ def test_simulate_bills_each_policy_the_electricity_its_machines_drew() -> None:
     parts = core_node_cost(pool.spec)
     sunk = 2 * (parts.capex_per_hour + parts.ops_per_hour) * window
     ours = results["hybridgpu"]
-    assert ours.owned_power_dollars > 0
-    assert ours.cost_by_tier_dollars["core"] == pytest.approx(sunk + ours.owned_power_dollars)
+    assert ours.owned_power_window_dollars > 0
+    assert ours.owned_power_window_dollars <= ours.owned_power_dollars
+    assert ours.cost_by_tier_dollars["core"] == pytest.approx(
+        sunk + ours.owned_power_window_dollars
+    )
     assert ours.cost_by_tier_dollars["core"] < core_cost_per_hour([pool]) * window
     bound = results[BOUND]
     # 16 GPU-hours of work, at least on owned GPUs drawing their share of a machine's power.
@@ -156,3 +159,17 @@ def _cloud(tier: str, per_node_hour: float) -> PoolState:
     manifest: dict[str, Any] = {"apiVersion": "hybridgpu.io/v1alpha1", "kind": "GPUPool"}
     manifest |= {"metadata": {"name": tier}, "spec": spec}
     return PoolState(name=tier, spec=GPUPool.model_validate(manifest).spec)
+
+
+def test_a_backlog_past_the_window_draws_no_billed_electricity() -> None:
+    # owned_only queues three 1-hour jobs on one machine: it runs until 3 h, but owned nodes
+    # are billed over the trace window (the first hour) for every policy, electricity too.
+    pool = _owned(1, {"idleFor": "30m", "bootTime": "5m"})
+    pre = Criticality.PREEMPTIBLE
+    trace = [TraceJob(f"j{i}", 0.0, HOUR, 8, pre) for i in range(3)]
+    cloud = [_cloud("od", 24.48), _cloud("spot", 7.36)]
+    owned_only = compare([pool, *cloud], POLICY, trace, SimSettings())["owned_only"]
+    assert owned_only.owned_power_dollars == pytest.approx(3 * power_node_hour_dollars(pool.spec))
+    assert owned_only.cost_by_tier_dollars["core"] == pytest.approx(
+        core_node_cost(pool.spec).total_per_hour
+    )

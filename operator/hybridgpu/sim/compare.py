@@ -313,8 +313,9 @@ def compare(
     for name, result in results.items():
         if name == "on_demand":
             continue
-        # Machines powered off and on (spec.power) add the electricity they drew.
-        core = hourly_core * window / 3600 + result.owned_power_dollars
+        # Machines powered off and on (spec.power) add the electricity they drew in the
+        # window (a backlog run past it is not billed, as no owned node is).
+        core = hourly_core * window / 3600 + result.owned_power_window_dollars
         result.cost_by_tier_dollars[Tier.CORE.value] = core
         result.total_cost_dollars = sum(result.cost_by_tier_dollars.values())
     results[BOUND] = fluid_bound(pools, jobs, window, slo, settings.spot_prices)

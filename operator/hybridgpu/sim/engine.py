@@ -280,6 +280,9 @@ class PolicyResult:
     owned_power_dollars: float = 0.0
     """Of the core cost, the electricity of owned pools with spec.power (billed only while
     a machine is on); their capex and ops, and every other owned pool, are the rest."""
+    owned_power_window_dollars: float = 0.0
+    """The part of ``owned_power_dollars`` drawn within the trace window (first arrival to
+    the end of the last job's required run), over which ``simulate`` bills owned nodes."""
 
     @property
     def work_gpu_hours(self) -> float:
@@ -1475,7 +1478,9 @@ class Simulation:
         end = self.now
         cost: dict[str, float] = {t.value: 0.0 for t in Tier}
         billed = 0.0
-        owned_power = 0.0
+        owned_power = owned_power_window = 0.0
+        window_start = min((j.arrival_seconds for j in self.trace), default=0.0)
+        window_end = max((j.arrival_seconds + j.duration_seconds for j in self.trace), default=0.0)
         minimum = self.settings.billing_minimum_seconds
         for node in list(self.nodes.values()) + self.removed:
             stop = node.removed_at if node.removed_at is not None else end
@@ -1500,6 +1505,8 @@ class Simulation:
             billed += hours * node.gpus
             if node.pool in self._powered:
                 owned_power += hours * node.price
+                inside = min(stop, window_end) - max(node.launched_at, window_start)
+                owned_power_window += max(inside, 0.0) / 3600 * node.price
         for name in sorted(self._powered):
             # Every machine of a powered pool costs its capex and ops, on or off.
             spec = self.pools[name].spec
@@ -1556,4 +1563,5 @@ class Simulation:
             rebalances=self.serving.completed,
             serving_disruptions=self.serving_disruptions,
             owned_power_dollars=owned_power,
+            owned_power_window_dollars=owned_power_window,
         )
