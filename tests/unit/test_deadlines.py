@@ -1,7 +1,8 @@
 """Deadline-aware spot: core/deadline.py arithmetic and the decide() rule, table-driven.
 
 The default policy ticks every 30 s (margin 60 s), restarts cost 5 min and pods get 2 min
-to stop; a switch to on-demand is allowed 2 + 10 + 5 = 17 min (1020 s).
+to stop; a switch to on-demand is allowed 2 + 10 + 5 = 17 min (1020 s), 15 min for a Job
+with no pod on a node (nothing to stop).
 """
 
 from __future__ import annotations
@@ -84,6 +85,16 @@ CASES = {
     "on-demand": Case(
         # slack 0.5 h - 1020 s = 780 s < 60 + 1020 + 1800
         workloads=[with_deadline(pending("t", 1, "preemptible"), left_h=4.5, work_h=4)],
+        want=[("deadline", "team/t", "elastic"), ("scale_up", "elastic", 1)],
+    ),
+    "a waiting Job has no pod to stop: its switch is a node and a restart (15 min), so it "
+    "still waits for spot where a running Job's 17-min switch would not": Case(
+        # 3800 s beyond the work: >= 60 + 2 x 900 + 1800 (waits); < 60 + 2 x 1020 + 1800
+        workloads=[with_deadline(pending("t", 1, "preemptible"), left_h=4 + 3800 / H, work_h=4)],
+        want=[("scale_up", "spot", 1)],
+    ),
+    "the same Job 200 s later goes on-demand": Case(
+        workloads=[with_deadline(pending("t", 1, "preemptible"), left_h=4 + 3600 / H, work_h=4)],
         want=[("deadline", "team/t", "elastic"), ("scale_up", "elastic", 1)],
     ),
     "without checkpoints a spot run must finish within the slack, else on-demand now": Case(

@@ -5,7 +5,8 @@ explained in docs/concepts.md ("Deadlines").
 A Job's slack is the time it could still lose and finish by its deadline if it were moved
 to an on-demand node now: time left, minus the work a restart now would have to redo (the
 expected duration minus what its checkpoints saved), minus the time a switch takes (stop,
-an on-demand node boots, the Job starts again). Slack only shrinks while the Job waits or
+an on-demand node boots, the Job starts again; decide() counts no stop for a Job none of
+whose pods is on a node). Slack only shrinks while the Job waits or
 runs between checkpoints, and grows by a checkpoint interval at each checkpoint.
 """
 

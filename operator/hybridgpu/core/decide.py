@@ -1884,17 +1884,16 @@ class _Decider:
         return None if ledger is None else ledger.tier
 
     def _slack(self, job: JobState) -> Slack | None:
-        started = [
-            p.started_at
-            for p in self.pods_of_job.get(job.key, [])
-            if p.node is not None and p.started_at is not None
-        ]
+        pods = self.pods_of_job.get(job.key, [])
+        started = [p.started_at for p in pods if p.node is not None and p.started_at is not None]
+        # A Job none of whose pods is on a node has nothing to stop before it switches.
+        placed = any(p.node is not None for p in pods)
         return slack_of(
             job,
             min(started) if started else None,
             self.now,
             restart_seconds=self.restart_hours * 3600.0,
-            stop_seconds=self.stop_seconds,
+            stop_seconds=self.stop_seconds if placed else 0.0,
         )
 
     def _deadline_allows_move(self, job: JobState) -> bool:

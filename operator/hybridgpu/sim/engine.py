@@ -1346,7 +1346,8 @@ class Simulation:
                 job.run_started,
                 self.now,
                 restart_seconds=self.restart_seconds,
-                stop_seconds=self.stop_seconds,
+                # As decide() counts it: a job on no node has nothing to stop.
+                stop_seconds=self.stop_seconds if job.node else 0.0,
             )
             if slack is None or state.criticality != Criticality.PREEMPTIBLE:
                 continue
