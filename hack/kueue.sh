@@ -11,6 +11,8 @@
 # plane (hack/control-plane.sh): a binary that exists is not rebuilt; a lock serializes builds.
 # How the tests run it (outside the cluster, webhooks unregistered): tests/support/kueue.py.
 set -euo pipefail
+LOG_TAG=kueue
+. "$(dirname "$0")/lib/go-controller.sh"
 
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 KUEUE_MODULE=sigs.k8s.io/kueue
@@ -21,22 +23,6 @@ KUEUE_DIR="$CACHE_DIR/kueue/kueue-$KUEUE_VERSION"
 KUEUE_BIN="$KUEUE_DIR/bin/kueue"
 KUEUE_CRDS="$KUEUE_DIR/crds"
 
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local
-export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
-
-log() { printf '[kueue] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-# module_dir MODULE@VERSION: the module's directory in the Go module cache (downloaded once).
-module_dir() {
-  local json dir tmp
-  tmp=$(mktemp -d)
-  json=$(cd "$tmp" && go mod download -json "$1" 2>&1) || true
-  rm -rf "$tmp"
-  dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p' <<<"$json")
-  [[ -n "$dir" && -d "$dir" ]] || die "go mod download $1 gave no module directory: $json"
-  printf '%s\n' "$dir"
-}
 
 cmd_paths() {
   echo "KUEUE_VERSION=$KUEUE_VERSION"
@@ -47,11 +33,11 @@ cmd_paths() {
 fetch_crds() {
   [[ -f "$KUEUE_CRDS/.complete" ]] && return 0
   local kueue_dir apis_version apis_dir tmp
-  kueue_dir=$(module_dir "$KUEUE_MODULE@$KUEUE_VERSION")
+  kueue_dir=$(module_dir "$KUEUE_MODULE" "$KUEUE_VERSION")
   # The ProvisioningRequest API version Kueue was built against (its go.mod says which).
   apis_version=$(awk -v m="$AUTOSCALER_APIS_MODULE" '$1 == m { print $2; exit }' "$kueue_dir/go.mod")
   [[ -n "$apis_version" ]] || die "$KUEUE_MODULE@$KUEUE_VERSION's go.mod requires no $AUTOSCALER_APIS_MODULE"
-  apis_dir=$(module_dir "$AUTOSCALER_APIS_MODULE@$apis_version")
+  apis_dir=$(module_dir "$AUTOSCALER_APIS_MODULE" "$apis_version")
   tmp=$(mktemp -d)
   install -m 0644 "$kueue_dir"/config/components/crd/bases/*.yaml "$tmp/"
   install -m 0644 "$apis_dir/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml" "$tmp/"
@@ -82,7 +68,7 @@ build_binary() {
 }
 
 cmd_build() {
-  command -v go >/dev/null || die "go is not installed (needed to build Kueue $KUEUE_VERSION)"
+  go_env
   mkdir -p "$KUEUE_DIR"
   exec 9>"$KUEUE_DIR/.lock"
   flock 9
@@ -92,6 +78,7 @@ cmd_build() {
 }
 
 cmd_crds() {
+  go_env
   mkdir -p "$KUEUE_DIR"
   exec 9>"$KUEUE_DIR/.lock"
   flock 9

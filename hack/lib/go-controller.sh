@@ -1,5 +1,5 @@
-# What hack/{jobset,kuberay,training-operator,lws}.sh share: building a controller's main package
-# from its Go module through the Go module proxy, cached by version, one build at a time.
+# What hack/{jobset,kuberay,training-operator,lws,kueue}.sh share: building a controller's main
+# package from its Go module through the Go module proxy, cached by version, one build at a time.
 # Sourced, not run. The sourcing script sets LOG_TAG (its log lines' prefix) first.
 #
 #   go_env                          the build environment (no cgo, the module proxy, no workspace)

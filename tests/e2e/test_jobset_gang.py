@@ -13,6 +13,7 @@ from kubernetes.client.rest import ApiException
 
 from conftest import SPOT_TAINT, Cluster, Operators, wait_for
 from support.controlplane import ControlPlane, KubeTest, gpu_job
+from support.customobjects import CreatedObjects, created_objects
 from support.jobset import jobset_controller
 from support.workloads import jobset
 
@@ -30,39 +31,14 @@ def jobset_running(
 
 
 @pytest.fixture
-def jobsets(kube: KubeTest, jobset_running: None) -> Iterator[list[str]]:
-    """Names of the JobSets the test created: deleted (with their Jobs and pods) after it."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        try:
-            kube.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, kube.namespace, PLURAL, name, propagation_policy="Foreground"
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    wait_for(
-        lambda: (
-            not kube.custom.list_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL)[
-                "items"
-            ]
-        ),
-        60,
-        "JobSets gone",
-    )
-
-
-def create_jobset(kube: KubeTest, names: list[str], body: dict[str, Any]) -> None:
-    body["metadata"]["namespace"] = kube.namespace
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, body)
-    names.append(body["metadata"]["name"])
+def jobsets(kube: KubeTest, jobset_running: None) -> Iterator[CreatedObjects]:
+    """The JobSets the test created: deleted (with their Jobs and pods) after it."""
+    with created_objects(kube, GROUP, VERSION, PLURAL, what="JobSets gone") as objects:
+        yield objects
 
 
 def jobset_object(kube: KubeTest, name: str) -> dict[str, Any]:
-    return dict(
-        kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, name)
-    )
+    return CreatedObjects(kube, GROUP, VERSION, PLURAL).get(name)
 
 
 def jobset_completed(kube: KubeTest, name: str) -> bool:
@@ -84,14 +60,14 @@ def scale_up_messages(cluster: Cluster, pool: str) -> list[str]:
 
 
 def test_a_four_pod_jobset_of_8_gpus_each_gets_four_nodes_in_one_scale_up_or_none(
-    cluster: Cluster, operators: Operators, jobsets: list[str]
+    cluster: Cluster, operators: Operators, jobsets: CreatedObjects
 ) -> None:
     policy = cluster.policy()
     elastic = cluster.pool("elastic", tier="elastic", policy=policy, per_node=8, max_nodes=3)
     operators.start()
     cluster.wait_ticking(policy)
 
-    create_jobset(cluster.kube, jobsets, jobset("train", replicas=4, gpus=8, run_duration="3s"))
+    jobsets.create(jobset("train", replicas=4, gpus=8, run_duration="3s"))
     wait_for(lambda: len(jobset_pods(cluster.kube, "train")) == 4, 60, "the JobSet's 4 pods")
     # maxNodes=3 cannot hold the gang: no node is bought for part of it.
     wait_for(
@@ -115,7 +91,7 @@ def test_a_four_pod_jobset_of_8_gpus_each_gets_four_nodes_in_one_scale_up_or_non
 
 
 def test_a_preempted_jobset_moves_whole_to_spot(
-    cluster: Cluster, operators: Operators, jobsets: list[str], tmp_path: Path
+    cluster: Cluster, operators: Operators, jobsets: CreatedObjects, tmp_path: Path
 ) -> None:
     policy = cluster.policy()
     core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
@@ -124,9 +100,7 @@ def test_a_preempted_jobset_moves_whole_to_spot(
     )
     cluster.core_nodes(core, 2, gpus=8)
     # A preemptible two-pod JobSet fills both core nodes.
-    create_jobset(
-        cluster.kube,
-        jobsets,
+    jobsets.create(
         jobset("sweep", replicas=2, gpus=8, criticality="preemptible", run_duration="600s"),
     )
     wait_for(
@@ -171,7 +145,7 @@ def test_a_preempted_jobset_moves_whole_to_spot(
 
 
 def test_a_critical_jobset_takes_core_from_preemptible_jobs_instead_of_buying_cloud(
-    cluster: Cluster, operators: Operators, jobsets: list[str]
+    cluster: Cluster, operators: Operators, jobsets: CreatedObjects
 ) -> None:
     policy = cluster.policy()
     core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
@@ -200,7 +174,7 @@ def test_a_critical_jobset_takes_core_from_preemptible_jobs_instead_of_buying_cl
     )
     operators.start()
     cluster.wait_ticking(policy)
-    create_jobset(cluster.kube, jobsets, jobset("llm", replicas=2, gpus=8, criticality="critical"))
+    jobsets.create(jobset("llm", replicas=2, gpus=8, criticality="critical"))
 
     def jobset_on_core() -> bool:
         pods = [p for p in jobset_pods(cluster.kube, "llm") if p.status.phase == "Running"]
@@ -237,7 +211,7 @@ def test_a_critical_jobset_takes_core_from_preemptible_jobs_instead_of_buying_cl
 
 
 def test_the_jobset_webhooks_are_registered_and_default_and_validate_jobsets(
-    kube: KubeTest, jobsets: list[str]
+    kube: KubeTest, jobsets: CreatedObjects
 ) -> None:
     """A JobSet created with none of the defaults gets them from the JobSet webhook (as in a
     cluster where JobSet is installed), and one the webhook finds invalid is refused."""
@@ -245,7 +219,7 @@ def test_the_jobset_webhooks_are_registered_and_default_and_validate_jobsets(
     for field in ("successPolicy", "startupPolicy", "network"):
         del bare["spec"][field]
     del bare["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"]
-    create_jobset(kube, jobsets, bare)
+    jobsets.create(bare)
     spec = jobset_object(kube, "bare")["spec"]
     assert spec["successPolicy"]["operator"] == "All", spec
     assert spec["startupPolicy"]["startupPolicyOrder"] == "AnyOrder", spec
@@ -256,12 +230,12 @@ def test_the_jobset_webhooks_are_registered_and_default_and_validate_jobsets(
     invalid = jobset("invalid", replicas=1, gpus=1)
     invalid["spec"]["successPolicy"]["targetReplicatedJobs"] = ["no-such-job"]
     with pytest.raises(ApiException) as refused:
-        create_jobset(kube, jobsets, invalid)
+        jobsets.create(invalid)
     assert "admission webhook" in str(refused.value.body), refused.value.body
 
 
 def test_a_jobset_waits_for_owned_gpus_that_free_up_instead_of_buying_cloud(
-    cluster: Cluster, operators: Operators, jobsets: list[str]
+    cluster: Cluster, operators: Operators, jobsets: CreatedObjects
 ) -> None:
     """Both core nodes run Jobs that say they end in 90 s, within the standard waitBudget
     (5m): a two-pod JobSet waits for them (core/gang_wait.py) and runs on core once they
@@ -284,7 +258,7 @@ def test_a_jobset_waits_for_owned_gpus_that_free_up_instead_of_buying_cloud(
     )
     operators.start()
     cluster.wait_ticking(policy)
-    create_jobset(cluster.kube, jobsets, jobset("llm", replicas=2, gpus=8, run_duration="600s"))
+    jobsets.create(jobset("llm", replicas=2, gpus=8, run_duration="600s"))
     note = f"gang {cluster.kube.namespace}/llm: 2 pod(s) needing 16 GPU(s) wait for owned GPUs"
 
     def waiting() -> bool:

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conftest import Cluster, Operators, wait_for
 from support.controlplane import ControlPlane, KubeTest
+from support.customobjects import CreatedObjects, created_objects
 from support.lws import lws_controller
 from support.workloads import pod_template
 
@@ -32,23 +32,20 @@ def lws_running(
 
 
 @pytest.fixture
-def leaderworkersets(kube: KubeTest, lws_running: None) -> Iterator[list[str]]:
-    """Names of the LeaderWorkerSets the test created: deleted (with their pods) after it."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        try:
-            kube.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, kube.namespace, PLURAL, name, propagation_policy="Foreground"
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    wait_for(
-        lambda: not kube.core.list_namespaced_pod(kube.namespace, label_selector=NAME_LABEL).items,
-        90,
-        "the LeaderWorkerSets' pods gone",
-    )
+def leaderworkersets(kube: KubeTest, lws_running: None) -> Iterator[CreatedObjects]:
+    """The LeaderWorkerSets the test created: deleted (with their pods) after it."""
+    with created_objects(
+        kube,
+        GROUP,
+        VERSION,
+        PLURAL,
+        gone=lambda o: (
+            not o.kube.core.list_namespaced_pod(o.kube.namespace, label_selector=NAME_LABEL).items
+        ),
+        timeout_seconds=90,
+        what="the LeaderWorkerSets' pods gone",
+    ) as objects:
+        yield objects
 
 
 def leaderworkerset(name: str, size: int, gpus: int) -> dict[str, Any]:
@@ -84,7 +81,7 @@ def group_pods(kube: KubeTest, name: str) -> list[Any]:
 
 
 def test_an_lws_group_gets_its_nodes_as_a_gang_and_is_never_rebalanced(
-    cluster: Cluster, operators: Operators, leaderworkersets: list[str]
+    cluster: Cluster, operators: Operators, leaderworkersets: CreatedObjects
 ) -> None:
     kube = cluster.kube
     policy = cluster.policy()
@@ -94,9 +91,7 @@ def test_an_lws_group_gets_its_nodes_as_a_gang_and_is_never_rebalanced(
 
     name = cluster.name("llm")
     body = leaderworkerset(name, size=2, gpus=8)
-    body["metadata"]["namespace"] = kube.namespace
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, body)
-    leaderworkersets.append(name)
+    leaderworkersets.create(body)
     # The controller made the leader, and (through its pod webhook's group label) the worker.
     wait_for(lambda: len(group_pods(kube, name)) == 2, 90, "the group's leader and worker")
     # maxNodes=1 cannot hold the group: no node is bought for half of it.

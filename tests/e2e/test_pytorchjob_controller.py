@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conftest import SPOT_TAINT, Cluster, Operators, wait_for
 from support.controlplane import ControlPlane, KubeTest, gpu_job
+from support.customobjects import CreatedObjects, created_objects
 from support.trainingoperator import pytorchjob_controller
 from support.workloads import pytorchjob
 
@@ -33,39 +33,14 @@ def controller_running(
 
 
 @pytest.fixture
-def pytorchjobs(kube: KubeTest, controller_running: None) -> Iterator[list[str]]:
-    """Names of the PyTorchJobs the test created: deleted (with their pods) after it."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        try:
-            kube.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, kube.namespace, PLURAL, name, propagation_policy="Foreground"
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    wait_for(
-        lambda: (
-            not kube.custom.list_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL)[
-                "items"
-            ]
-        ),
-        60,
-        "PyTorchJobs gone",
-    )
-
-
-def create(kube: KubeTest, names: list[str], body: dict[str, Any]) -> None:
-    body["metadata"]["namespace"] = kube.namespace
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, body)
-    names.append(body["metadata"]["name"])
+def pytorchjobs(kube: KubeTest, controller_running: None) -> Iterator[CreatedObjects]:
+    """The PyTorchJobs the test created: deleted (with their pods) after it."""
+    with created_objects(kube, GROUP, VERSION, PLURAL, what="PyTorchJobs gone") as objects:
+        yield objects
 
 
 def pytorchjob_object(kube: KubeTest, name: str) -> dict[str, Any]:
-    return dict(
-        kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, name)
-    )
+    return CreatedObjects(kube, GROUP, VERSION, PLURAL).get(name)
 
 
 def conditions(kube: KubeTest, name: str) -> dict[str, str]:
@@ -91,7 +66,7 @@ def running_on(kube: KubeTest, name: str, nodes: set[str], count: int) -> bool:
 
 
 def test_a_preempted_pytorchjob_moves_whole_to_spot_through_the_controllers_suspend(
-    cluster: Cluster, operators: Operators, pytorchjobs: list[str]
+    cluster: Cluster, operators: Operators, pytorchjobs: CreatedObjects
 ) -> None:
     policy = cluster.policy()
     core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
@@ -100,7 +75,7 @@ def test_a_preempted_pytorchjob_moves_whole_to_spot_through_the_controllers_susp
     )
     core_nodes = set(cluster.core_nodes(core, 2, gpus=8))
     # A preemptible PyTorchJob whose master and worker (8 GPUs each) fill both core nodes.
-    create(cluster.kube, pytorchjobs, pytorchjob("ddp", workers=1, criticality="preemptible"))
+    pytorchjobs.create(pytorchjob("ddp", workers=1, criticality="preemptible"))
     wait_for(lambda: running_on(cluster.kube, "ddp", core_nodes, 2), 90, "ddp running on core")
     wait_for(lambda: conditions(cluster.kube, "ddp").get("Running") == "True", 60, "Running")
     first_pods = {p.metadata.uid for p in pods_of(cluster.kube, "ddp")}
@@ -147,14 +122,14 @@ def test_a_preempted_pytorchjob_moves_whole_to_spot_through_the_controllers_susp
 
 
 def test_a_pytorchjob_of_four_8_gpu_pods_gets_four_nodes_in_one_scale_up_or_none(
-    cluster: Cluster, operators: Operators, pytorchjobs: list[str]
+    cluster: Cluster, operators: Operators, pytorchjobs: CreatedObjects
 ) -> None:
     policy = cluster.policy()
     elastic = cluster.pool("elastic", tier="elastic", policy=policy, per_node=8, max_nodes=3)
     operators.start()
     cluster.wait_ticking(policy)
 
-    create(cluster.kube, pytorchjobs, pytorchjob("llm", workers=3))
+    pytorchjobs.create(pytorchjob("llm", workers=3))
     wait_for(lambda: len(pods_of(cluster.kube, "llm")) == 4, 90, "the controller's 4 pods")
     # maxNodes=3 cannot hold the gang: no node is bought for part of it.
     wait_for(lambda: cluster.events("ScalingBlocked"), 60, "the gang reported blocked")

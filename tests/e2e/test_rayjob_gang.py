@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conftest import SPOT_TAINT, Cluster, Operators, wait_for
 from support.controlplane import ControlPlane, KubeTest, gpu_job
+from support.customobjects import CreatedObjects, created_objects
 from support.kuberay import kuberay_operator
 from support.workloads import rayjob
 
@@ -34,41 +34,23 @@ def kuberay_running(
 
 
 @pytest.fixture
-def rayjobs(kube: KubeTest, kuberay_running: None) -> Iterator[list[str]]:
-    """Names of the RayJobs the test created: deleted after it (while KubeRay runs, so it lifts
-    its finalizer), with their RayClusters and pods."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        try:
-            kube.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, kube.namespace, "rayjobs", name, propagation_policy="Foreground"
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    for plural in ("rayjobs", "rayclusters"):
-        wait_for(
-            lambda plural=plural: (
-                not kube.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, kube.namespace, plural
-                )["items"]
-            ),
-            90,
-            f"{plural} gone",
-        )
-
-
-def create_rayjob(kube: KubeTest, names: list[str], body: dict[str, Any]) -> None:
-    body["metadata"]["namespace"] = kube.namespace
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, "rayjobs", body)
-    names.append(body["metadata"]["name"])
+def rayjobs(kube: KubeTest, kuberay_running: None) -> Iterator[CreatedObjects]:
+    """The RayJobs the test created: deleted after it (while KubeRay runs, so it lifts its
+    finalizer), with their RayClusters and pods."""
+    with created_objects(
+        kube,
+        GROUP,
+        VERSION,
+        "rayjobs",
+        gone=lambda o: not o.left() and not o.left("rayclusters"),
+        timeout_seconds=90,
+        what="rayjobs and rayclusters gone",
+    ) as objects:
+        yield objects
 
 
 def rayjob_object(kube: KubeTest, name: str) -> dict[str, Any]:
-    return dict(
-        kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, "rayjobs", name)
-    )
+    return CreatedObjects(kube, GROUP, VERSION, "rayjobs").get(name)
 
 
 def deployment_status(kube: KubeTest, name: str) -> str | None:
@@ -100,14 +82,14 @@ def scale_up_messages(cluster: Cluster, pool: str) -> list[str]:
 
 
 def test_a_rayjob_of_four_8_gpu_workers_gets_four_nodes_in_one_scale_up_or_none(
-    cluster: Cluster, operators: Operators, rayjobs: list[str]
+    cluster: Cluster, operators: Operators, rayjobs: CreatedObjects
 ) -> None:
     policy = cluster.policy()
     elastic = cluster.pool("elastic", tier="elastic", policy=policy, per_node=8, max_nodes=3)
     operators.start()
     cluster.wait_ticking(policy)
 
-    create_rayjob(cluster.kube, rayjobs, rayjob("tune", workers=4, gpus=8, job_id="tune-1"))
+    rayjobs.create(rayjob("tune", workers=4, gpus=8, job_id="tune-1"))
     # KubeRay made the RayCluster: a GPU-less head and four 8-GPU workers, all pending.
     wait_for(lambda: len(ray_pods(cluster.kube, "tune")) == 5, 90, "the RayCluster's 5 pods")
     assert len(ray_pods(cluster.kube, "tune", workers_only=True)) == 4
@@ -138,7 +120,7 @@ def test_a_rayjob_of_four_8_gpu_workers_gets_four_nodes_in_one_scale_up_or_none(
 
 
 def test_a_preempted_rayjob_moves_whole_to_spot(
-    cluster: Cluster, operators: Operators, rayjobs: list[str]
+    cluster: Cluster, operators: Operators, rayjobs: CreatedObjects
 ) -> None:
     policy = cluster.policy()
     core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
@@ -147,9 +129,7 @@ def test_a_preempted_rayjob_moves_whole_to_spot(
     )
     core_nodes = set(cluster.core_nodes(core, 2, gpus=8))
     # A preemptible RayJob whose two 8-GPU workers fill both core nodes.
-    create_rayjob(
-        cluster.kube,
-        rayjobs,
+    rayjobs.create(
         rayjob("sweep", workers=2, gpus=8, criticality="preemptible", job_id="sweep-1"),
     )
     wait_for(lambda: deployment_status(cluster.kube, "sweep") == "Running", 90, "RayJob Running")
