@@ -132,7 +132,25 @@ def main() -> int:
 
 
 def _plan(count: int) -> dict[str, Any]:
+    import hybridgpu.planner.cost as cost_module
+    import hybridgpu.planner.procure as procure_module
     from hybridgpu.cli import main as cli
+
+    # Count the trace replays the plan makes (one per owned fleet and committed level it
+    # prices): the planner's cost grows with their number times the trace's length.
+    replays = {"count": 0, "cpu_seconds": 0.0}
+    replay = cost_module.replay_jobs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        began = time.process_time()
+        try:
+            return replay(*args, **kwargs)
+        finally:
+            replays["count"] += 1
+            replays["cpu_seconds"] += time.process_time() - began
+
+    cost_module.replay_jobs = counted  # type: ignore[assignment]
+    procure_module.replay_jobs = counted  # type: ignore[assignment]
 
     jobs, copies = _synthetic_jobs(count)
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,6 +177,8 @@ def _plan(count: int) -> dict[str, Any]:
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
         "recommended_nodes": None if status is None else status.get("recommendedNodes"),
+        "replays": replays["count"],
+        "replay_cpu_seconds": round(replays["cpu_seconds"], 1),
     }
 
 
