@@ -139,18 +139,20 @@ def _plan(count: int) -> dict[str, Any]:
     # Count the trace replays the plan makes (one per owned fleet and committed level it
     # prices): the planner's cost grows with their number times the trace's length.
     replays = {"count": 0, "cpu_seconds": 0.0}
-    replay = cost_module.replay_jobs
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        began = time.process_time()
-        try:
-            return replay(*args, **kwargs)
-        finally:
-            replays["count"] += 1
-            replays["cpu_seconds"] += time.process_time() - began
+    def counted(replay: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            began = time.process_time()
+            try:
+                return replay(*args, **kwargs)
+            finally:
+                replays["count"] += 1
+                replays["cpu_seconds"] += time.process_time() - began
 
-    cost_module.replay_jobs = counted  # type: ignore[assignment]
-    procure_module.replay_jobs = counted  # type: ignore[assignment]
+        return run
+
+    cost_module.replay_jobs = counted(cost_module.replay_jobs)  # type: ignore[assignment]
+    procure_module.replay_committed = counted(procure_module.replay_committed)  # type: ignore[assignment]
 
     jobs, copies = _synthetic_jobs(count)
     with tempfile.TemporaryDirectory() as tmp:

@@ -44,7 +44,22 @@ class SharedWork:
         self.committed_replays: dict[tuple[tuple[int, ...], ReplayKey], Usage] = {}
         """Replays with committed nodes (their sizes first): one plan's offers and pairs of
         offers commit the same node counts."""
+        self.enough_committed: dict[ReplayKey, list[tuple[tuple[int, ...], Usage]]] = {}
+        """Per owned fleet, committed node sizes (sorted) that every job committed capacity
+        may serve found room on, and their usage: the usage of any longer list that starts
+        with them (``replay.replay_committed``)."""
         self.curves: dict[CurvesKey, tuple[DurationCurve, DurationCurve]] = {}
+
+    def committed_usage(self, committed: tuple[int, ...], owned: ReplayKey) -> Usage | None:
+        """A known replay of ``committed`` nodes beside ``owned``: made, or the same as one
+        whose committed nodes (a prefix of these) were enough."""
+        usage = self.committed_replays.get((committed, owned))
+        if usage is not None:
+            return usage
+        for enough, usage in self.enough_committed.get(owned, ()):
+            if committed[: len(enough)] == enough:
+                return usage
+        return None
 
     def horizon_curves(self, inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:
         key = (inputs.demand_growth_per_year, inputs.horizon_months, inputs.preemptible_share)

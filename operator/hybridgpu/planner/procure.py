@@ -55,7 +55,7 @@ from hybridgpu.planner.model import (
     Usage,
 )
 from hybridgpu.planner.optimize import cheapest_mixes
-from hybridgpu.planner.replay import replay_jobs
+from hybridgpu.planner.replay import replay_committed
 
 _COST_EPS = 1e-9
 
@@ -355,17 +355,21 @@ class ProcurementModel:
                 cloud.idle_release_hours,
             )
             replicas = self.inputs.share_replicas
-            shared_key = (committed_nodes, (tuple(sorted(sizes)), timing, replicas))
-            raw = self.shared.committed_replays.get(shared_key)
+            owned_key = (tuple(sorted(sizes)), timing, replicas)
+            raw = self.shared.committed_usage(committed_nodes, owned_key)
             if raw is None:
-                raw = replay_jobs(
+                raw, enough = replay_committed(
                     self.inputs.jobs,
                     sizes,
                     cloud,
-                    committed_node_gpus=list(committed_nodes),
+                    committed_nodes,
                     share_replicas=replicas,
                 )
-                self.shared.committed_replays[shared_key] = raw
+                self.shared.committed_replays[(committed_nodes, owned_key)] = raw
+                if enough:
+                    self.shared.enough_committed.setdefault(owned_key, []).append(
+                        (committed_nodes, raw)
+                    )
             usage = raw.scaled(HOURS_PER_MONTH / self._window_hours)
             self._replays[key] = usage
         return usage

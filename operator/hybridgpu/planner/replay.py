@@ -227,6 +227,9 @@ class _Replay:
         self.owned_gpu_seconds = 0.0
         self.committed = _OwnedNodes([g * share_replicas for g in committed_node_gpus])
         self.committed_gpu_seconds = 0.0
+        self.committed_short = False
+        """Whether some job committed capacity may serve found no room on it: while not,
+        more committed nodes (after these) would change nothing (``replay_committed``)."""
         self.runs: dict[int, _Run] = {}
         self.cloud_preemptible: dict[int, None] = {}
         """Keys of the preemptible runs in the cloud (what may come back to core)."""
@@ -255,7 +258,7 @@ class _Replay:
         # Committed capacity is on-demand capacity paid in advance: only the tiers that
         # admission lets a job onto (core.placement) may use it; owned GPUs come next (they
         # cost only power, committed ones nothing more).
-        if ELASTIC in self._tiers(job) and self.committed.sizes:
+        if ELASTIC in self._tiers(job):
             slot = self.committed.best_fit(job.units(self.replicas))
             if slot is not None:
                 key = next(self._keys)
@@ -263,6 +266,7 @@ class _Replay:
                 self.runs[key] = _Run(job, COMMITTED, now, now + job.duration_seconds, slot)
                 heapq.heappush(self.finishes, (now + job.duration_seconds, key))
                 return
+            self.committed_short = True
         node = self.owned.best_fit(job.units(self.replicas))
         if node is not None:
             self.start_on_core(job, node, now, job.duration_seconds)
@@ -439,3 +443,23 @@ def replay_jobs(
     return _Replay(owned_node_gpus, cloud, spot_allowed, committed_node_gpus, share_replicas).run(
         jobs
     )
+
+
+def replay_committed(
+    jobs: Sequence[JobDemand],
+    owned_node_gpus: Sequence[int],
+    cloud: CloudRates,
+    committed_node_gpus: Sequence[int],
+    *,
+    share_replicas: int = 1,
+) -> tuple[Usage, bool]:
+    """``replay_jobs`` with committed nodes, and whether the committed nodes were enough:
+    every job they may serve found room on them when it came.
+
+    When they were, the same replay with more committed nodes listed after these (sizes
+    sorted: none smaller than these) has the same usage: each job finds the same node among
+    these in the same state (best fit takes the fullest node with room, the first among
+    equals), and a node added after them is empty, so never fuller than that choice."""
+    replay = _Replay(owned_node_gpus, cloud, None, committed_node_gpus, share_replicas)
+    usage = replay.run(jobs)
+    return usage, not replay.committed_short
