@@ -47,6 +47,7 @@ from support.chart import (
     helm,
     render,
 )
+from support.children import DIE_WITH_PARENT
 from support.controlplane import CRDS_DIR, REPO_ROOT, KubeTest, wait_until
 from support.prometheus import promtool_binary
 
@@ -1050,14 +1051,6 @@ def admission_patch(port: int, ca_file: Path, hostname: str, path: str) -> list[
     return list(json.loads(base64.b64decode(patch))) if patch else []
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when pytest dies, even by SIGKILL (Linux prctl)."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 @pytest.mark.parametrize("installed", [None], indirect=True, ids=["default-values"])
 def test_operator_with_only_the_chart_rbac_ticks_and_is_never_forbidden(
     installed: Any, tmp_path: Path
@@ -1132,7 +1125,7 @@ def test_operator_with_only_the_chart_rbac_ticks_and_is_never_forbidden(
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=tmp_path,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=DIE_WITH_PARENT,
             )
 
         def done() -> bool:

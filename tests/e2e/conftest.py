@@ -24,6 +24,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from hybridgpu.cloud.kwok import PROVIDER_PREFIX, kwok_node
+from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT, KubeTest, gpu_job, wait_until
 
 GROUP, VERSION = "hybridgpu.io", "v1alpha1"
@@ -44,14 +45,6 @@ SPOT_TOLERATION = {
     "value": "true",
     "effect": "NoSchedule",
 }
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when pytest dies, even by SIGKILL (Linux prctl)."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -160,7 +153,7 @@ class Operators:
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=REPO_ROOT,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=DIE_WITH_PARENT,
             )
         op = OperatorProcess(
             identity=identity,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import GROUP, VERSION, Cluster, Operators, free_port, wait_for
+from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -106,6 +107,7 @@ def test_an_api_server_it_cannot_reach_fails_readiness(tmp_path: Path) -> None:
             stderr=subprocess.STDOUT,
             env=env,
             cwd=REPO_ROOT,
+            preexec_fn=DIE_WITH_PARENT,
         )
     try:
         url = f"http://127.0.0.1:{metrics_port}/metrics"

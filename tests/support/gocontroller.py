@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT, ControlPlane
 
 
@@ -52,7 +53,12 @@ def controller_process(
     RuntimeError naming ``what`` with the log's tail); SIGTERM, then SIGKILL, on exit."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=DIE_WITH_PARENT,
         )
     try:
         deadline = time.monotonic() + timeout

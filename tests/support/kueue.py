@@ -19,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT, KubeTest, wait_until
 from support.gocontroller import free_port, serving_cert
 
@@ -130,7 +131,11 @@ def start_kueue(kube: KubeTest, binary: Path, work: Path) -> KueueProcess:
     log_path = work / "kueue.log"
     with log_path.open("wb") as out:
         process = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=DIE_WITH_PARENT,
         )
     kueue = KueueProcess(process, log_path, f"http://127.0.0.1:{health_port}/readyz")
 

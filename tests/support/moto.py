@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from support.children import DIE_WITH_PARENT
 from support.faultproxy import (
     DELAY_AFTER,
     DROP_AFTER,
@@ -80,6 +81,7 @@ def start_moto_server(log_path: Path) -> MotoServer:
             [_moto_binary(), "-H", "127.0.0.1", "-p", str(port)],
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=DIE_WITH_PARENT,
         )
     server = MotoServer(f"http://127.0.0.1:{port}", process)
     deadline = time.monotonic() + 30

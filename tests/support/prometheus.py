@@ -32,6 +32,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 
+from support.children import DIE_WITH_PARENT
 from support.moto import free_port
 
 HISTORY_METRIC = "hybridgpu_test_gpus_in_use"
@@ -271,7 +272,13 @@ def start_prometheus_again(server: Prometheus) -> None:
 
 def _spawn(command: tuple[str, ...], workdir: Path) -> subprocess.Popen[bytes]:
     with (workdir / "prometheus.log").open("ab") as log_file:
-        return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir)
+        return subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            preexec_fn=DIE_WITH_PARENT,
+        )
 
 
 def _wait_ready(server: Prometheus) -> None:
