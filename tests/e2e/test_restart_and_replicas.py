@@ -18,6 +18,7 @@ from conftest import (
     Cluster,
     Operators,
     core_full_of_preemptible_work,
+    pod_unschedulable,
     wait_for,
 )
 from support.controlplane import gpu_job
@@ -194,6 +195,15 @@ def test_two_replicas_only_the_lease_holder_acts(cluster: Cluster, operators: Op
         gpu_job(
             "second", gpus=4, run_duration="2s", labels={"hybridgpu.io/criticality": "standard"}
         )
+    )
+    # The ticks are counted from when the scheduler has found no room for the new pod: how
+    # fast the Job controller and the scheduler get there is not the operator's doing (at
+    # the end of a full run, with many namespaces being deleted, it took longer than the
+    # standby's first ticks, which then had nothing to act on and the count ran out).
+    wait_for(
+        lambda: any(pod_unschedulable(p) or p.spec.node_name for p in cluster.job_pods("second")),
+        KUBE_SECONDS,
+        "the second Job's pod Unschedulable (or, if the standby was that quick, placed)",
     )
     # No tick while nobody leads: the standby takes the lease once it expires (3 s).
     cluster.within_ticks(policy, lambda: len(cluster.pool_nodes(elastic)) == 2, "standby scaled up")

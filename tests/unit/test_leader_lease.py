@@ -223,3 +223,20 @@ def test_ticks_make_no_lease_request_while_the_renewal_thread_holds_it() -> None
         assert reconciler.lease.held()
     finally:
         reconciler.stop_lease_renewal()
+
+
+def test_starting_and_stopping_to_lead_is_logged_once_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = FakeCluster()
+    me, other = lease(cluster, "me"), lease(cluster, "other")
+    with caplog.at_level("INFO", logger="hybridgpu.kube.lease"):
+        assert at(me, 100.0)
+        assert at(me, 105.0)
+        assert not at(other, 106.0)
+        assert at(other, 122.0)  # unchanged for 16 s: taken over
+        assert not at(me, 123.0)
+        assert not at(me, 124.0)
+    lines = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for _, level, _ in lines] == ["INFO", "INFO", "WARNING"], lines
+    assert "as me" in lines[0][2] and "as other" in lines[1][2]

@@ -13,6 +13,7 @@ a holder whose renewal is late stops acting before any candidate can take over.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from typing import Any
 
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.errors import Conflict, NotFound
+
+log = logging.getLogger(__name__)
 
 
 def _micro(epoch_seconds: float) -> str:
@@ -66,6 +69,7 @@ class LeaderLease:
         """Another holder's record as we last read it, and when (monotonic) it first looked
         like that."""
         self._lock = threading.Lock()
+        self._leading = False
 
     def held(self) -> bool:
         """Whether we may still act: we hold the lease and no candidate can have taken it."""
@@ -80,13 +84,31 @@ class LeaderLease:
         with self._lock:
             sent = self.monotonic()
             try:
-                if self._acquire(now, sent):
-                    return True
+                leading = self._acquire(now, sent)
             except BaseException:
                 self._valid_until = float("-inf")
+                self._says(leading=False)
                 raise
-            self._valid_until = float("-inf")
-            return False
+            if not leading:
+                self._valid_until = float("-inf")
+            self._says(leading)
+            return leading
+
+    def _says(self, leading: bool) -> None:
+        """Log when this replica starts or stops leading (what an SRE looks for first)."""
+        if leading != self._leading:
+            self._leading = leading
+            if leading:
+                log.info(
+                    "leading: holds the Lease %s/%s as %s", self.namespace, self.name, self.identity
+                )
+            else:
+                log.warning(
+                    "not leading: the Lease %s/%s is held by another replica or "
+                    "could not be renewed",
+                    self.namespace,
+                    self.name,
+                )
 
     def _acquire(self, now: float, sent: float) -> bool:
         held, self._held = self._held, None
