@@ -34,7 +34,6 @@ def running(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="parent-death signal is Linux only")
 def test_a_moto_server_ends_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "tests"), str(REPO_ROOT)]))
     starter = subprocess.Popen(
