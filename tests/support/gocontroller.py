@@ -10,6 +10,7 @@ import base64
 import copy
 import datetime
 import ipaddress
+import os
 import signal
 import socket
 import subprocess
@@ -163,3 +164,55 @@ def registered_webhooks(
         yield
     finally:
         plane.kubectl("delete", "--ignore-not-found", "-f", "-", stdin=documents)
+
+
+@contextmanager
+def configured_webhook_controller(
+    plane: ControlPlane,
+    work_dir: Path,
+    *,
+    name: str,
+    binary: Path,
+    config_group: str,
+    webhook_manifests: Path,
+    pod_selector: dict[str, Any],
+    what: str,
+    started: Callable[[bytes], bool],
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A kubebuilder controller read from its ``Configuration`` file (API group
+    ``config_group``) with leader election, metrics and health probes off and its own
+    certificate management off: its webhook server on a free 127.0.0.1 port with a
+    self-signed certificate, and its webhooks registered with the apiserver while it runs
+    (pod webhooks only for pods matching ``pod_selector``); stopped, and its webhooks
+    removed, on exit."""
+    cert_dir = work_dir / "certs"
+    ca = serving_cert(cert_dir)
+    port = free_port()
+    config = work_dir / f"{name}-config.yaml"
+    config.write_text(
+        f"apiVersion: {config_group}/v1alpha1\n"
+        "kind: Configuration\n"
+        "leaderElection: {leaderElect: false}\n"
+        "internalCertManagement: {enable: false}\n"
+        f"webhook: {{host: 127.0.0.1, port: {port}, certDir: {cert_dir}}}\n"
+        'metrics: {bindAddress: "0"}\n'
+        'health: {healthProbeBindAddress: "0"}\n'
+    )
+    webhooks = webhook_configurations(
+        webhook_manifests,
+        f"https://127.0.0.1:{port}",
+        ca,
+        f"hybridgpu-tests-{name}-{port}",
+        pod_selector=pod_selector,
+    )
+    with (
+        controller_process(
+            [str(binary), f"--config={config}"],
+            {**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
+            work_dir / f"{name}-controller.log",
+            what,
+            started,
+        ) as process,
+        registered_webhooks(plane, webhooks),
+    ):
+        yield process

@@ -10,21 +10,13 @@ objectSelector of its own kustomize patches), as in a cluster where JobSet is in
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from support.controlplane import ControlPlane, install_crds
-from support.gocontroller import (
-    controller_process,
-    free_port,
-    hack_paths,
-    registered_webhooks,
-    serving_cert,
-    webhook_configurations,
-)
+from support.gocontroller import configured_webhook_controller, hack_paths
 
 JOBSET_POD_SELECTOR = {
     "matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]
@@ -56,34 +48,15 @@ def jobset_controller(plane: ControlPlane, work_dir: Path) -> Iterator[subproces
     registered); stopped, and its webhooks removed, on exit."""
     paths = jobset_paths()
     install_workload_crds(plane, "JOBSET_CRDS")
-    cert_dir = work_dir / "certs"
-    ca = serving_cert(cert_dir)
-    port = free_port()
-    config = work_dir / "jobset-config.yaml"
-    config.write_text(
-        "apiVersion: config.jobset.x-k8s.io/v1alpha1\n"
-        "kind: Configuration\n"
-        "leaderElection: {leaderElect: false}\n"
-        "internalCertManagement: {enable: false}\n"
-        f"webhook: {{host: 127.0.0.1, port: {port}, certDir: {cert_dir}}}\n"
-        'metrics: {bindAddress: "0"}\n'
-        'health: {healthProbeBindAddress: "0"}\n'
-    )
-    webhooks = webhook_configurations(
-        paths["JOBSET_WEBHOOKS"],
-        f"https://127.0.0.1:{port}",
-        ca,
-        f"hybridgpu-tests-jobset-{port}",
+    with configured_webhook_controller(
+        plane,
+        work_dir,
+        name="jobset",
+        binary=paths["JOBSET_BIN"],
+        config_group="config.jobset.x-k8s.io",
+        webhook_manifests=paths["JOBSET_WEBHOOKS"],
         pod_selector=JOBSET_POD_SELECTOR,
-    )
-    with (
-        controller_process(
-            [str(paths["JOBSET_BIN"]), f"--config={config}"],
-            {**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
-            work_dir / "jobset-controller.log",
-            "the JobSet controller",
-            lambda log: b"Starting workers" in log,
-        ) as process,
-        registered_webhooks(plane, webhooks),
-    ):
+        what="the JobSet controller",
+        started=lambda log: b"Starting workers" in log,
+    ) as process:
         yield process

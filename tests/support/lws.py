@@ -12,21 +12,13 @@ election, metrics and health probes are off.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from support.controlplane import ControlPlane, install_crds
-from support.gocontroller import (
-    controller_process,
-    free_port,
-    hack_paths,
-    registered_webhooks,
-    serving_cert,
-    webhook_configurations,
-)
+from support.gocontroller import configured_webhook_controller, hack_paths
 
 LWS_POD_SELECTOR = {
     "matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]
@@ -44,35 +36,16 @@ def lws_controller(plane: ControlPlane, work_dir: Path) -> Iterator[subprocess.P
     webhooks registered); stopped, and its webhooks removed, on exit."""
     paths = lws_paths()
     install_crds(plane, paths["LWS_CRDS"])
-    cert_dir = work_dir / "certs"
-    ca = serving_cert(cert_dir)
-    port = free_port()
-    config = work_dir / "lws-config.yaml"
-    config.write_text(
-        "apiVersion: config.lws.x-k8s.io/v1alpha1\n"
-        "kind: Configuration\n"
-        "leaderElection: {leaderElect: false}\n"
-        "internalCertManagement: {enable: false}\n"
-        f"webhook: {{host: 127.0.0.1, port: {port}, certDir: {cert_dir}}}\n"
-        'metrics: {bindAddress: "0"}\n'
-        'health: {healthProbeBindAddress: "0"}\n'
-    )
-    webhooks = webhook_configurations(
-        paths["LWS_WEBHOOKS"],
-        f"https://127.0.0.1:{port}",
-        ca,
-        f"hybridgpu-tests-lws-{port}",
+    with configured_webhook_controller(
+        plane,
+        work_dir,
+        name="lws",
+        binary=paths["LWS_BIN"],
+        config_group="config.lws.x-k8s.io",
+        webhook_manifests=paths["LWS_WEBHOOKS"],
         pod_selector=LWS_POD_SELECTOR,
-    )
-    with (
-        controller_process(
-            [str(paths["LWS_BIN"]), f"--config={config}"],
-            {**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
-            work_dir / "lws-controller.log",
-            "the LeaderWorkerSet controller",
-            # One "Starting workers" line per controller (LeaderWorkerSet, Pod).
-            lambda log: log.count(b"Starting workers") >= 2,
-        ) as process,
-        registered_webhooks(plane, webhooks),
-    ):
+        what="the LeaderWorkerSet controller",
+        # One "Starting workers" line per controller (LeaderWorkerSet, Pod).
+        started=lambda log: log.count(b"Starting workers") >= 2,
+    ) as process:
         yield process
