@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -46,6 +46,7 @@ from hybridgpu.cloud.base import (
     ProviderError,
 )
 from hybridgpu.models.pool import AWSProviderSpec, GPUPoolSpec, Tier
+from hybridgpu.models.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -584,7 +585,7 @@ class AWSProvider:
         for page in paginator.paginate(
             InstanceTypes=list(types),
             ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
-            StartTime=datetime.fromtimestamp(now - 3600),
+            StartTime=datetime.fromtimestamp(now - 3600, UTC),
         ):
             for entry in page["SpotPriceHistory"]:
                 key = (entry["InstanceType"], entry["AvailabilityZone"])
@@ -748,7 +749,7 @@ def _timestamp(text: object) -> float | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(text)
     except ValueError:
         pass
     try:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from hybridgpu.cloud.base import ProviderError
+from hybridgpu.models.timestamps import parse_rfc3339
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -59,7 +59,7 @@ def epoch_seconds(timestamp: str | None) -> float:
     0.0 when absent (callers treat 0 as unknown)."""
     if not timestamp:
         return 0.0
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    return parse_rfc3339(timestamp)
 
 
 def condition_true(obj: dict[str, Any], type_: str) -> bool:

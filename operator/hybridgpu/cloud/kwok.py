@@ -30,7 +30,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -41,6 +40,7 @@ from hybridgpu.cloud.base import Instance, InterruptionNotice, ProviderError
 from hybridgpu.cloud.kubeapi import provider_error
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import GPUPoolSpec, product_label
+from hybridgpu.models.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _matches(node: dict[str, Any], label_selector: str | None) -> bool:
 
 def _epoch(stamp: str) -> float:
     """Epoch seconds of an RFC 3339 timestamp as the apiserver writes it."""
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return parse_rfc3339(stamp)
 
 
 def _provider_error(action: str, err: ApiException) -> ProviderError:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -18,6 +17,7 @@ from hybridgpu.kube.errors import KubeError
 from hybridgpu.models.base import Condition, parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec, HeldCapacity
 from hybridgpu.models.crd import GROUP, VERSION
+from hybridgpu.models.timestamps import format_rfc3339, parse_rfc3339
 from hybridgpu.planner.held import PoolHolding, names_pools, pool_holdings, with_held_capacity
 from hybridgpu.planner.plan import plan_from_spec, plan_status
 
@@ -27,12 +27,12 @@ CHECK_INTERVAL_SECONDS = 60.0
 
 
 def _rfc3339(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(at)
 
 
 def _seconds(text: Any) -> float | None:
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(str(text))
     except ValueError:
         return None
 

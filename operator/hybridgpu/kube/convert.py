@@ -7,7 +7,6 @@ import json
 import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from hybridgpu.kube.names import (
@@ -39,6 +38,7 @@ from hybridgpu.models.snapshot import (
     MoveIntent,
     NodeState,
 )
+from hybridgpu.models.timestamps import format_rfc3339, parse_rfc3339
 
 Obj = Mapping[str, Any]
 
@@ -49,12 +49,12 @@ def epoch_of(timestamp: str | None) -> float | None:
     """Seconds since the epoch of an RFC 3339 time as Kubernetes writes it; None if absent."""
     if not timestamp:
         return None
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    return parse_rfc3339(timestamp)
 
 
 def rfc3339(epoch_seconds: float) -> str:
     """RFC 3339 UTC time (second precision, ``Z``) of ``epoch_seconds``."""
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(epoch_seconds)
 
 
 def _meta(obj: Obj) -> Obj:
@@ -440,12 +440,10 @@ def _deadline_epoch(text: str, created_at: float | None) -> float | None:
     except ValueError:
         pass
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        # a time without a zone is ambiguous: RFC 3339 requires one
+        return parse_rfc3339(text, naive="reject")
     except ValueError:
         return None
-    if moment.tzinfo is None:
-        return None  # a time without a zone is ambiguous: RFC 3339 requires one
-    return moment.timestamp()
 
 
 def checkpoint_interval(annotations: Mapping[str, str]) -> tuple[float | None, str | None]:

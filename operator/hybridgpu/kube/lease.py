@@ -17,17 +17,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from hybridgpu.kube.cluster import KubeCluster
 from hybridgpu.kube.errors import Conflict, NotFound
+from hybridgpu.models.timestamps import format_rfc3339
 
 log = logging.getLogger(__name__)
 
 
 def _micro(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_rfc3339(epoch_seconds, fraction=True)
 
 
 def holder_may_take(

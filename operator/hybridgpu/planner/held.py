@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 from hybridgpu.kube.convert import pool_of_node, pool_selector
 from hybridgpu.models.capacityplan import CapacityPlanSpec, HeldCapacity
 from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.timestamps import parse_rfc3339
 from hybridgpu.planner.model import HOURS_PER_MONTH
 
 Obj = Mapping[str, Any]
@@ -43,10 +43,7 @@ class PoolHolding:
 
 def parse_time_seconds(text: str) -> float:
     """Seconds since the epoch of an RFC 3339 date or date-time (UTC when no offset)."""
-    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return at.timestamp()
+    return parse_rfc3339(text)
 
 
 def pool_holdings(pools: Sequence[Obj], nodes: Sequence[Obj]) -> dict[str, PoolHolding]:

@@ -7,13 +7,13 @@ import csv
 import itertools
 import math
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.capacityplan import CapacityPlanSpec, TraceHistory
+from hybridgpu.models.timestamps import parse_rfc3339
 from hybridgpu.planner.model import DemandSample, JobDemand, history_from_intervals
 from hybridgpu.planner.traceread import read_trace
 
@@ -39,7 +39,7 @@ def _parse_time(path: Path, line: int, raw: str) -> float:
             )
         return seconds
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(text)
     except ValueError:
         raise UserError(
             f"{path}:{line}: field 'time' is {raw!r}; expected seconds or an ISO 8601 time"
