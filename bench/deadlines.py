@@ -24,8 +24,16 @@ the deadline Jobs compete with deadline-free batch work for owned GPUs. The cost
 cloud spend (the owned fleet costs the same for every policy), and the background Jobs'
 worst lateness is reported beside the misses.
 
+With measured physics (and no owned nodes) the ``oracle`` row is the offline oracle
+(``hybridgpu.sim.oracle``): each deadline Job's cheapest schedule that meets its deadline
+knowing the trace (when spot can launch, when each node would be preempted), summed: a lower
+bound on what any online policy pays under these physics. ``hybridgpu_over_oracle`` is
+hybridgpu's cost over it; ``every_job_on_demand_dollars`` the oracle's physics with every
+Job on one on-demand node from its arrival (boot and work only, no idle tail).
+
 Prints one JSON object: per trace and physics, each policy's cost, deadline misses and the
-saving against on-demand, summed over the seeds; skips cleanly when the traces are absent.
+saving against on-demand, summed over the seeds (``by_seed_dollars``: per seed); skips
+cleanly when the traces are absent.
 """
 
 from __future__ import annotations
@@ -40,9 +48,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
+from hybridgpu.models.base import parse_duration_seconds  # noqa: E402
 from hybridgpu.models.snapshot import Criticality, PoolState  # noqa: E402
 from hybridgpu.sim.config import parse_manifest  # noqa: E402
 from hybridgpu.sim.engine import PolicyResult, SimSettings, Simulation  # noqa: E402
+from hybridgpu.sim.oracle import ON_DEMAND, SPOT, OraclePhysics, job_schedule  # noqa: E402
 from hybridgpu.sim.spot import load_availability_trace  # noqa: E402
 from hybridgpu.sim.traces import TraceJob, load_spot_trace  # noqa: E402
 
@@ -176,16 +186,62 @@ def background_jobs(seed: int, owned_nodes: int) -> list[TraceJob]:
     return jobs
 
 
-def run(
-    trace: str, physics: str, seed: int, jobs: list[TraceJob], owned_nodes: int = 0
-) -> dict[str, PolicyResult]:
+def settings_for(trace: str, physics: str, seed: int) -> SimSettings:
     path = SPOT_TRACES / trace
-    settings = SimSettings(
+    return SimSettings(
         spot_trace=load_spot_trace(path),
         spot_availability=load_availability_trace(path) if physics == "measured" else None,
         spot_trace_aligned=physics == "measured",
         seed=seed,
     )
+
+
+def oracle(trace: str, seed: int, jobs: list[TraceJob]) -> dict[str, float]:
+    """The offline oracle of the deadline Jobs on the measured ``trace``, summed."""
+    prices = {p["tier"]: float(p["price"]) for p in POOLS}  # type: ignore[arg-type]
+    world = OraclePhysics.measured(
+        settings_for(trace, "measured", seed),
+        spot_pool="spot",
+        spot_price=prices["spot"],
+        on_demand_price=prices["elastic"],
+        interval=parse_duration_seconds(str(POLICY["interval"])),
+    )
+    out = dict.fromkeys(
+        (
+            "cost_dollars",
+            "deadline_jobs",
+            "missed",
+            "spot_hours",
+            "on_demand_hours",
+            "jobs_using_on_demand",
+            "runs",
+            "every_job_on_demand_dollars",
+        ),
+        0.0,
+    )
+    for job in jobs:
+        if job.deadline_at is None:
+            continue
+        plan = job_schedule(job, world)
+        out["deadline_jobs"] += 1
+        if plan is None or plan.finished_at > job.deadline_at + 1e-6:
+            out["missed"] += 1
+            continue
+        out["cost_dollars"] += plan.dollars
+        out["spot_hours"] += plan.hours(SPOT)
+        out["on_demand_hours"] += plan.hours(ON_DEMAND)
+        out["jobs_using_on_demand"] += any(r.tier == ON_DEMAND for r in plan.runs)
+        out["runs"] += len(plan.runs)
+        out["every_job_on_demand_dollars"] += world.dollars(
+            ON_DEMAND, world.boot + job.duration_seconds
+        )
+    return out
+
+
+def run(
+    trace: str, physics: str, seed: int, jobs: list[TraceJob], owned_nodes: int = 0
+) -> dict[str, PolicyResult]:
+    settings = settings_for(trace, physics, seed)
     owned = owned_nodes
     runs = {
         "hybridgpu": (pools("elastic", "spot", owned_nodes=owned), policy(), True),
@@ -259,12 +315,15 @@ def main() -> int:
                             "missed": 0,
                             "unfinished": 0,
                             "on_demand_moves": 0,
+                            "by_seed_dollars": [],
                         },
                     )
                     # With owned nodes, the cloud spend: the fleet costs every policy the same.
-                    row["cost_dollars"] += (
+                    cost = (
                         result.cloud_cost_dollars if args.owned_nodes else result.total_cost_dollars
                     )
+                    row["cost_dollars"] += cost
+                    row["by_seed_dollars"].append(round(cost, 2))
                     row["on_demand_moves"] += result.deadlines.on_demand_moves
                     if args.owned_nodes:
                         late = result.max_lateness_seconds.get("preemptible", 0.0) / 3600
@@ -275,10 +334,24 @@ def main() -> int:
                     row["deadline_jobs"] += result.deadlines.jobs
                     row["missed"] += result.deadlines.missed
                     row["unfinished"] += result.unfinished_jobs
+                if physics == "measured" and not args.owned_nodes:
+                    bound = oracle(trace, seed, jobs)
+                    row = totals.setdefault("oracle", {"by_seed_dollars": []})
+                    for key, value in bound.items():
+                        row[key] = row.get(key, 0.0) + value
+                    row["by_seed_dollars"].append(round(bound["cost_dollars"], 2))
             on_demand = totals["on_demand"]["cost_dollars"]
-            for row in totals.values():
+            for name, row in totals.items():
                 row["cost_dollars"] = round(row["cost_dollars"], 2)
                 row["saving_vs_on_demand"] = round(1 - row["cost_dollars"] / on_demand, 3)
+                if name == "oracle":
+                    for key in ("spot_hours", "on_demand_hours", "every_job_on_demand_dollars"):
+                        row[key] = round(row[key], 2)
+                    for key in ("deadline_jobs", "missed", "jobs_using_on_demand", "runs"):
+                        row[key] = int(row[key])
+                    row["hybridgpu_over_oracle"] = round(
+                        totals["hybridgpu"]["cost_dollars"] / row["cost_dollars"], 3
+                    )
             per_physics[physics] = totals
         out[trace] = per_physics
     out["wall_seconds"] = round(time.perf_counter() - start, 1)

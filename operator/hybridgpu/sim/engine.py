@@ -71,7 +71,7 @@ from hybridgpu.sim.defaults import (
     DEFAULT_CHECKPOINT_SECONDS,
 )
 from hybridgpu.sim.prices import PriceSteps, SpotPrices
-from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace
+from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace, pool_offset
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
 INTERRUPTION_NOTICE_SECONDS = 120.0
@@ -402,9 +402,7 @@ class Simulation:
         # Where each spot pool starts in the measured series: per pool, so that adding a
         # pool or a policy does not shift the others.
         self.spot_offsets = {
-            p.name: random.Random(f"{settings.seed}:{p.name}").randrange(1 << 30)
-            for p in pools
-            if p.spec.tier == Tier.SPOT
+            p.name: pool_offset(settings.seed, p.name) for p in pools if p.spec.tier == Tier.SPOT
         }
         self.cost_terms: dict[str, float] = dict.fromkeys(COST_TERMS, 0.0)
         self._accounted_to = 0.0

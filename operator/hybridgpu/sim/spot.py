@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,12 @@ from hybridgpu.errors import UserError
 from hybridgpu.inputs import read_text
 
 CountMeaning = Literal["unavailable", "available"]
+
+
+def pool_offset(seed: int, pool: str) -> int:
+    """Where a spot pool starts in the measured series of a simulation seeded ``seed``: per
+    pool, so that adding a pool or a policy does not shift the others."""
+    return random.Random(f"{seed}:{pool}").randrange(1 << 30)
 
 
 def _load_counts(path: str | Path, what: str) -> tuple[float, list[int]]:
