@@ -29,7 +29,11 @@ With measured physics (and no owned nodes) the ``oracle`` row is the offline ora
 knowing the trace (when spot can launch, when each node would be preempted), summed: a lower
 bound on what any online policy pays under these physics. ``hybridgpu_over_oracle`` is
 hybridgpu's cost over it; ``every_job_on_demand_dollars`` the oracle's physics with every
-Job on one on-demand node from its arrival (boot and work only, no idle tail).
+Job on one on-demand node from its arrival (boot and work only, no idle tail). The oracle
+with less foresight, to see what each part is worth: ``on_demand_to_the_end_dollars`` (a Job
+once on on-demand stays there, as hybridgpu's rule does), ``spot_until_reclaimed_dollars``
+(a spot run lasts until it finishes or its node is reclaimed: no knowing when the
+interruption comes), ``both_dollars``.
 
 Prints one JSON object: per trace and physics, each policy's cost, deadline misses and the
 saving against on-demand, summed over the seeds (``by_seed_dollars``: per seed); skips
@@ -196,6 +200,14 @@ def settings_for(trace: str, physics: str, seed: int) -> SimSettings:
     )
 
 
+# The oracle with less foresight (sim/oracle.py): what each part of it is worth.
+RESTRICTED = {
+    "on_demand_to_the_end_dollars": (True, False),
+    "spot_until_reclaimed_dollars": (False, True),
+    "both_dollars": (True, True),
+}
+
+
 def oracle(trace: str, seed: int, jobs: list[TraceJob]) -> dict[str, float]:
     """The offline oracle of the deadline Jobs on the measured ``trace``, summed."""
     prices = {p["tier"]: float(p["price"]) for p in POOLS}  # type: ignore[arg-type]
@@ -216,6 +228,7 @@ def oracle(trace: str, seed: int, jobs: list[TraceJob]) -> dict[str, float]:
             "jobs_using_on_demand",
             "runs",
             "every_job_on_demand_dollars",
+            *RESTRICTED,
         ),
         0.0,
     )
@@ -235,6 +248,15 @@ def oracle(trace: str, seed: int, jobs: list[TraceJob]) -> dict[str, float]:
         out["every_job_on_demand_dollars"] += world.dollars(
             ON_DEMAND, world.boot + job.duration_seconds
         )
+        for key, (to_the_end, until_reclaimed) in RESTRICTED.items():
+            restricted = job_schedule(
+                job,
+                world,
+                on_demand_to_the_end=to_the_end,
+                spot_until_reclaimed=until_reclaimed,
+            )
+            assert restricted is not None  # all on-demand from arrival is one of them
+            out[key] += restricted.dollars
     return out
 
 
@@ -345,7 +367,12 @@ def main() -> int:
                 row["cost_dollars"] = round(row["cost_dollars"], 2)
                 row["saving_vs_on_demand"] = round(1 - row["cost_dollars"] / on_demand, 3)
                 if name == "oracle":
-                    for key in ("spot_hours", "on_demand_hours", "every_job_on_demand_dollars"):
+                    for key in (
+                        "spot_hours",
+                        "on_demand_hours",
+                        "every_job_on_demand_dollars",
+                        *RESTRICTED,
+                    ):
                         row[key] = round(row[key], 2)
                     for key in ("deadline_jobs", "missed", "jobs_using_on_demand", "runs"):
                         row[key] = int(row[key])

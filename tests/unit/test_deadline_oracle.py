@@ -172,3 +172,22 @@ def test_the_oracle_is_never_dearer_than_the_operator_and_never_late(
     assert job.deadline_at is not None and finished <= job.deadline_at + 1e-6
     assert plan.dollars <= result.total_cost_dollars + 1e-9, (plan, result.to_json())
     assert not math.isnan(plan.dollars)
+
+
+def test_restricted_oracles_stay_on_demand_or_on_spot_until_the_reclaim() -> None:
+    # The bridge above, but a Job on on-demand stays there: all of it on demand.
+    late_spot = physics([1] * 12 + [0] * 88)
+    plan = cheapest_schedule(0.0, 4 * H, 5 * H, late_spot, on_demand_to_the_end=True)
+    assert plan is not None
+    assert [r.tier for r in plan.runs] == [ON_DEMAND]
+    # The spot window above, without knowing when the node goes: the spot run lasts to its
+    # reclaim (40 min + 2 min from a launch at 0, or as long from 9.5 min), keeping the
+    # 30 min checkpoint; on demand finishes from there.
+    window = physics([0] * 4 + [1] * 14)
+    plan = cheapest_schedule(0.0, H, 3 * H, window, spot_until_reclaimed=True)
+    assert plan is not None
+    spot, od = plan.runs
+    assert (spot.tier, spot.stopped - spot.launched, spot.progress_after) == (SPOT, 2520, 1800)
+    assert (od.tier, od.launched) == (ON_DEMAND, spot.stopped)
+    assert plan.dollars == pytest.approx(dollars(SPOT_PRICE, 2520) + dollars(OD_PRICE, 2400))
+    assert replay(plan, 0.0, H, window)[0] == pytest.approx(plan.dollars)

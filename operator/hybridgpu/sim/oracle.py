@@ -156,22 +156,47 @@ class OracleSchedule:
         return sum(r.stopped - r.launched for r in self.runs if r.tier == tier) / 3600
 
 
-def job_schedule(job: TraceJob, physics: OraclePhysics) -> OracleSchedule | None:
+def job_schedule(
+    job: TraceJob,
+    physics: OraclePhysics,
+    *,
+    on_demand_to_the_end: bool = False,
+    spot_until_reclaimed: bool = False,
+) -> OracleSchedule | None:
     """``cheapest_schedule`` of a 1-GPU trace Job with a deadline, at its own checkpoint
     interval when it states one."""
     if job.deadline_at is None or job.gpus != 1:
         raise ValueError(f"{job.name}: the oracle schedules 1-GPU Jobs with a deadline")
     if job.checkpoint_seconds is not None:
         physics = replace(physics, checkpoint=job.checkpoint_seconds)
-    return cheapest_schedule(job.arrival_seconds, job.duration_seconds, job.deadline_at, physics)
+    return cheapest_schedule(
+        job.arrival_seconds,
+        job.duration_seconds,
+        job.deadline_at,
+        physics,
+        on_demand_to_the_end=on_demand_to_the_end,
+        spot_until_reclaimed=spot_until_reclaimed,
+    )
 
 
 def cheapest_schedule(
-    arrival: float, duration: float, deadline_at: float, physics: OraclePhysics
+    arrival: float,
+    duration: float,
+    deadline_at: float,
+    physics: OraclePhysics,
+    *,
+    on_demand_to_the_end: bool = False,
+    spot_until_reclaimed: bool = False,
 ) -> OracleSchedule | None:
     """The cheapest schedule that finishes a Job of ``duration`` seconds arriving at
     ``arrival`` by ``deadline_at`` (seconds on the simulation's clock); None when even an
-    on-demand node launched at its arrival cannot."""
+    on-demand node launched at its arrival cannot.
+
+    Two restrictions measure what parts of the foresight are worth (``bench/deadlines.py``
+    reports them): ``on_demand_to_the_end``, a Job once on on-demand stays there (as
+    hybridgpu's rule does); ``spot_until_reclaimed``, a spot run ends only when it finishes
+    or its node is reclaimed, keeping its last checkpoint (as an operator that does not
+    know when the interruption comes)."""
     step = physics.interval
     first = math.ceil(arrival / step - 1e-9)
     last = math.floor((deadline_at + _EPS) / step)
@@ -219,10 +244,29 @@ def cheapest_schedule(
             after = np.full(ticks, inf)
             after[: ticks - shift] = value[j + m][shift:]
             for code, name in enumerate(names):
-                via = physics.dollars(name, run) + after
+                if code == 1 and on_demand_to_the_end:
+                    continue
                 ok = np.isfinite(after)
                 if code == 0:
                     ok &= spot_ok & (times + run <= reclaim + _EPS)
+                if code == 0 and spot_until_reclaimed:
+                    # The node's reclaim ends the run with m checkpoints saved: m is the
+                    # most the run saves before it, and the Job is free again then.
+                    done = times + physics.boot + overhead + duration - j * every
+                    ok &= np.minimum(times + run + every, done) > reclaim + _EPS
+                    ended = np.where(ok, reclaim, times)
+                    back = np.minimum(np.ceil((ended - times) / step - 1e-9), ticks).astype(int)
+                    index = np.minimum(np.arange(ticks) + back, ticks - 1)
+                    later = np.where(np.arange(ticks) + back < ticks, value[j + m][index], inf)
+                    via = (
+                        physics.price(name)
+                        * np.maximum(ended - times, physics.billing_minimum)
+                        / 3600
+                        + later
+                    )
+                    ok &= np.isfinite(later)
+                else:
+                    via = physics.dollars(name, run) + after
                 better = ok & (via < best - 1e-12)
                 best[better] = via[better]
                 tier[better] = code
@@ -246,6 +290,8 @@ def cheapest_schedule(
             after_progress = duration
         else:
             stop = start + physics.boot + overhead + m * every
+            if name == SPOT and spot_until_reclaimed:
+                stop = float(reclaim[k])
             after_progress = before + m * every
         runs.append(
             OracleRun(
