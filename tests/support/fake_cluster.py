@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonpatch
+
 from hybridgpu.kube.cluster import ClusterObjects, ObjectRef
 from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
 from hybridgpu.kube.errors import Conflict, NotFound
@@ -260,6 +262,10 @@ class FakeCluster:
             raise NotFound(f"{kind.kind} {namespace}/{name} not found", status=404)
         if isinstance(patch, dict):
             _merge(found, patch)
+        else:  # RFC 6902, as the apiserver applies it (a failed "test" fails it all)
+            patched = jsonpatch.apply_patch(found, patch)
+            found.clear()
+            found.update(patched)
         return copy.deepcopy(found)
 
     def pods_of_workload(self, kind: WorkloadKind, namespace: str, name: str) -> list[Obj]:

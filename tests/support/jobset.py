@@ -42,6 +42,12 @@ def install_workload_crds(plane: ControlPlane, which: str) -> list[str]:
     return names
 
 
+def reinstall_workload_crds_later() -> None:
+    """Another version of one of WORKLOAD_CRDS was installed (Trainer v2.2's TrainJob CRD, by
+    support.trainer): install WORKLOAD_CRDS again when next asked."""
+    _installed.discard("WORKLOAD_CRDS")
+
+
 @contextmanager
 def jobset_controller(plane: ControlPlane, work_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The JobSet controller running against ``plane`` (its CRD installed, its webhooks

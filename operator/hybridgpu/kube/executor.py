@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -52,6 +53,12 @@ from hybridgpu.kube.workloads import (
     start_patch,
     workload_owner,
 )
+from hybridgpu.kube.workloads.kinds import (
+    TRAINJOB_CRD,
+    TRAINJOB_OVERRIDE_FIELDS,
+    TrainJob,
+    trainjob_override_field,
+)
 from hybridgpu.models.actions import (
     Action,
     CordonUnhealthy,
@@ -90,6 +97,10 @@ REBALANCE_EVENT_REASONS = {
 EVENT_REPEAT_SECONDS = 60.0
 """The same state Event (blocked, metrics unavailable) is bumped at most this often: ticks
 triggered by pod churn would otherwise write one per tick. Actions are always recorded."""
+TRAINJOB_FIELD_SECONDS = 300.0
+"""How long the TrainJob CRD's override field, read from the CRD, is taken as known: a
+Trainer upgraded while the operator runs is seen within this long (and at once when a move's
+patch comes back without the pin it wrote)."""
 ORPHAN_NODE_GRACE_SECONDS = 60.0
 """A node whose instance the provider does not know is deleted only after this long (it may
 just have been created and the provider's list may lag)."""
@@ -169,6 +180,8 @@ class PlanExecutor:
         self.serving = ServingMover(cluster, clock, serving_reads)
         self._kinds: dict[str, str] = {}
         """The kind of each workload of the plan's snapshot that is not a batch/v1 Job."""
+        self._trainjob_field: tuple[float, str] | None = None
+        """When the TrainJob CRD was read, and the override field it serves."""
 
     # ------------------------------------------------------------------ plan
     def execute(
@@ -661,10 +674,72 @@ class PlanExecutor:
             self.cluster.clear_job_start_time(namespace, name)
             step = "repin"
         if step == "repin":
+            if isinstance(kind, TrainJob):
+                return self._repin_trainjob(kind, job, move, pools)
             self.cluster.patch_workload(kind, namespace, name, repin_patch(kind, job, move, pools))
         self.cluster.patch_workload(kind, namespace, name, finish_patch(kind))
         log.info("moved %s %s/%s to %s", kind.kind, namespace, name, move.to_pool or "its queue")
         return True
+
+    def _trainjob_override_field(self) -> tuple[str | None, str]:
+        """The field the cluster's TrainJob CRD serves for a move's pin (read from the CRD,
+        kept for ``TRAINJOB_FIELD_SECONDS``), or None and why not."""
+        now = time.monotonic()
+        if self._trainjob_field is not None and now - self._trainjob_field[0] < (
+            TRAINJOB_FIELD_SECONDS
+        ):
+            return self._trainjob_field[1], ""
+        try:
+            crd = self.cluster.read_crd(TRAINJOB_CRD)
+        except KubeError as err:
+            return None, f"its CRD {TRAINJOB_CRD} could not be read ({err})"
+        served = trainjob_override_field(crd)
+        if served is None:
+            fields = ", ".join(f"spec.{f}" for f in TRAINJOB_OVERRIDE_FIELDS)
+            return None, f"its CRD {TRAINJOB_CRD} serves none of {fields}"
+        self._trainjob_field = (now, served)
+        return served, ""
+
+    def _repin_trainjob(
+        self, kind: TrainJob, job: dict[str, Any], move: Move, pools: Mapping[str, GPUPoolSpec]
+    ) -> bool:
+        """Repoint a suspended TrainJob through the override field its Trainer serves, then
+        resume it. When the CRD serves none (or drops the pin, as a Trainer upgraded under us
+        does), the TrainJob stays suspended with its move recorded and a Warning Event
+        ``MoveBlocked`` says why; the move goes on once the field is served."""
+        meta = job.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        target = move.to_pool if move.to_pool in pools else move.from_pool
+        served, why = self._trainjob_override_field()
+        if served is not None:
+            writer = kind.served(served)
+            ops = repin_patch(writer, job, move, pools)
+            patched = self.cluster.patch_workload(writer, namespace, name, ops)
+            wrote = [o["value"] for o in ops if str(o["path"]).endswith("/nodeSelector")]
+            kept = [t.pod_spec.get("nodeSelector") or {} for t in writer.templates(patched)]
+            if wrote == kept:
+                self.cluster.patch_workload(writer, namespace, name, finish_patch(writer))
+                log.info("moved TrainJob %s/%s to %s (spec.%s)", namespace, name, target, served)
+                return True
+            # The apiserver pruned what we wrote: the CRD changed since we read it. Take the
+            # recorded step back so the next tick writes the pin again, through the new field.
+            self._trainjob_field = None
+            self.cluster.patch_workload(
+                writer,
+                namespace,
+                name,
+                {"metadata": {"annotations": {MOVE_ANNOTATION: move.annotation()}}},
+            )
+            why = f"the apiserver dropped the spec.{served} entry the move wrote"
+        message = (
+            f"TrainJob {namespace}/{name} cannot be repointed to pool {target}: {why}; it stays "
+            "suspended until its Trainer serves spec.runtimePatches (v2.2+), "
+            "spec.podTemplateOverrides (v2.1) or spec.podSpecOverrides (v2.0) "
+            "(docs/workloads.md#trainjob)"
+        )
+        log.error("%s", message)
+        self._event(Execution(), job_ref(namespace, name, kind), "MoveBlocked", message, "Warning")
+        return False
 
     def finish_interrupted(
         self, snapshot: ClusterSnapshot, pools: Mapping[str, GPUPoolSpec]

@@ -50,10 +50,11 @@ class PodTemplate:
     """Pods that run from it at once (replicas times parallelism)."""
     spec_path: str | None = None
     """JSON pointer to where a move writes its ``nodeSelector`` and ``tolerations`` (None:
-    ``path + /spec``); a TrainJob's is its trainer's entry of ``spec.podSpecOverrides``."""
+    ``path + /spec``); a TrainJob's is in the entry for its trainer of the override field its
+    Trainer serves (``spec.runtimePatches``, ``podTemplateOverrides`` or ``podSpecOverrides``)."""
     create: tuple[dict[str, Any], ...] = ()
     """JSON-patch operations that make ``spec_path`` exist first (a TrainJob without an
-    override for its trainer yet)."""
+    override for its trainer yet, or hybridgpu's runtime patch written afresh)."""
 
     @property
     def pod_spec(self) -> Obj:

@@ -8,15 +8,19 @@
   with it); the head template plus each worker group's (``replicas`` pods); suspending deletes
   its RayCluster.
 - PyTorchJob (kubeflow.org/v1): ``spec.runPolicy.suspend``; a template per replica type.
-- TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow trainer v2): ``spec.suspend``; no pod
+- TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2): ``spec.suspend``; no pod
   template of its own (its runtime has them): its demand is ``spec.trainer.numNodes`` pods of
   ``spec.trainer.resourcesPerNode``, and a move repoints its trainer job (``node``) through
-  ``spec.podSpecOverrides``. Its pods run in a JobSet of the same name that it owns.
+  the field the cluster's Trainer serves: hybridgpu's own entry of ``spec.runtimePatches``
+  (v2.2+), else its trainer's ``spec.podTemplateOverrides`` (v2.1) or
+  ``spec.podSpecOverrides`` (v2.0) entry. Its pods run in a JobSet of the same name that it
+  owns.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from hybridgpu.kube.convert import Obj, job_is_finished, owner_job
@@ -215,12 +219,156 @@ class PyTorchJob:
 
 
 TRAINER_JOB = "node"
-"""The trainer's replicated job in Kubeflow trainer v2's runtimes (its constants.Node)."""
+"""The trainer's replicated job in Kubeflow Trainer v2's runtimes (its constants.Node)."""
+
+RUNTIME_PATCHES = "runtimePatches"
+"""Trainer v2.2+: ``spec.runtimePatches``, patches of the runtime's JobSet template keyed by
+``manager``."""
+POD_TEMPLATE_OVERRIDES = "podTemplateOverrides"
+"""Trainer v2.1: ``spec.podTemplateOverrides`` (``targetJobs`` and a pod ``spec``)."""
+POD_SPEC_OVERRIDES = "podSpecOverrides"
+"""Trainer v2.0: ``spec.podSpecOverrides`` (``targetJobs`` and pod spec fields)."""
+TRAINJOB_OVERRIDE_FIELDS = (RUNTIME_PATCHES, POD_TEMPLATE_OVERRIDES, POD_SPEC_OVERRIDES)
+"""The fields of a TrainJob's spec a move can repoint it through, newest Trainer first."""
+RUNTIME_PATCH_MANAGER = "hybridgpu.io/manager"
+"""hybridgpu's ``manager`` in ``spec.runtimePatches``: it reads and writes only that entry."""
+TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
+
+
+def trainjob_override_field(crd: Obj | None) -> str | None:
+    """The field of ``TRAINJOB_OVERRIDE_FIELDS`` (newest first) that the TrainJob CRD's
+    v1alpha1 schema has; None when the CRD is missing or has none of them."""
+    for version in ((crd or {}).get("spec") or {}).get("versions") or []:
+        if version.get("name") != TrainJob.version or not version.get("served", True):
+            continue
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        spec = (schema.get("properties") or {}).get("spec") or {}
+        fields = spec.get("properties") or {}
+        return next((f for f in TRAINJOB_OVERRIDE_FIELDS if f in fields), None)
+    return None
 
 
 def _targets_trainer_only(override: Obj) -> bool:
     targets = [str((t or {}).get("name")) for t in override.get("targetJobs") or []]
     return targets == [TRAINER_JOB]
+
+
+def _dig(obj: Any, *keys: str) -> Obj:
+    for key in keys:
+        obj = (obj or {}).get(key) if isinstance(obj, dict) else None
+    return obj if isinstance(obj, dict) else {}
+
+
+def _own_runtime_patch(spec: Obj) -> int | None:
+    patches = spec.get(RUNTIME_PATCHES) or []
+    return next(
+        (i for i, p in enumerate(patches) if (p or {}).get("manager") == RUNTIME_PATCH_MANAGER),
+        None,
+    )
+
+
+def runtime_patch(pod_spec: Obj) -> Obj:
+    """hybridgpu's entry of ``spec.runtimePatches``: ``pod_spec`` (its nodeSelector and
+    tolerations) for the trainer job's pods."""
+    return {
+        "manager": RUNTIME_PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": TRAINER_JOB,
+                            "template": {"spec": {"template": {"spec": dict(pod_spec)}}},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+_RUNTIME_PATCH_POD_SPEC = (
+    "trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template/spec"
+)
+"""Where the trainer job's pod spec is in an entry made by :func:`runtime_patch`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Override:
+    """Where a TrainJob's trainer pods get their scheduling fields, and what they are now."""
+
+    pod_spec: Obj
+    spec_path: str
+    create: tuple[dict[str, Any], ...]
+
+
+def _runtime_patch_override(spec: Obj) -> _Override:
+    """Trainer v2.2+: hybridgpu's own ``spec.runtimePatches`` entry (manager
+    ``hybridgpu.io/manager``), written whole on each move (so applying it again changes
+    nothing, and a later move replaces it); the other managers' entries are never touched."""
+    patches = spec.get(RUNTIME_PATCHES) or []
+    index = _own_runtime_patch(spec)
+    pod_spec: Obj = {}
+    create: tuple[dict[str, Any], ...]
+    if index is None:
+        index = len(patches)
+        path = f"/spec/{RUNTIME_PATCHES}/-" if patches else f"/spec/{RUNTIME_PATCHES}"
+        value: Any = runtime_patch({}) if patches else [runtime_patch({})]
+        create = ({"op": "add", "path": path, "value": value},)
+    else:
+        jobs = _dig(patches[index], "trainingRuntimeSpec", "template", "spec").get("replicatedJobs")
+        job: Any = next((j for j in jobs or [] if (j or {}).get("name") == TRAINER_JOB), {})
+        pod_spec = _dig(job, "template", "spec", "template", "spec")
+        create = (
+            # The entry is still ours where we read it (another manager's may have moved it).
+            {
+                "op": "test",
+                "path": f"/spec/{RUNTIME_PATCHES}/{index}/manager",
+                "value": RUNTIME_PATCH_MANAGER,
+            },
+            {
+                "op": "replace",
+                "path": f"/spec/{RUNTIME_PATCHES}/{index}",
+                "value": runtime_patch({}),
+            },
+        )
+    return _Override(pod_spec, f"/spec/{RUNTIME_PATCHES}/{index}/{_RUNTIME_PATCH_POD_SPEC}", create)
+
+
+def _target_override(spec: Obj, field: str) -> _Override:
+    """Trainer v2.0 (``podSpecOverrides``: the fields in the entry) and v2.1
+    (``podTemplateOverrides``: under its ``spec``): the entry whose ``targetJobs`` is the
+    trainer job alone, added when there is none; other entries and other fields are kept."""
+    overrides = spec.get(field) or []
+    index = next((i for i, o in enumerate(overrides) if _targets_trainer_only(o)), None)
+    nested = field == POD_TEMPLATE_OVERRIDES
+    create: tuple[dict[str, Any], ...] = ()
+    if index is None:
+        index = len(overrides)
+        entry: dict[str, Any] = {"targetJobs": [{"name": TRAINER_JOB}]}
+        if nested:
+            entry["spec"] = {}
+        create = ({"op": "add", "path": f"/spec/{field}", "value": [*overrides, entry]},)
+        override: Obj = {}
+    else:
+        override = overrides[index] or {}
+        if nested and not isinstance(override.get("spec"), dict):
+            create = ({"op": "add", "path": f"/spec/{field}/{index}/spec", "value": {}},)
+    path = f"/spec/{field}/{index}"
+    if nested:
+        return _Override(_dig(override, "spec"), f"{path}/spec", create)
+    return _Override(override, path, create)
+
+
+def _field_in_use(spec: Obj) -> str:
+    """The field a TrainJob's trainer is pinned through now (to read it without knowing the
+    cluster's Trainer): hybridgpu's runtime patch, else a trainer override of v2.1, else
+    v2.0's."""
+    if _own_runtime_patch(spec) is not None:
+        return RUNTIME_PATCHES
+    if any(_targets_trainer_only(o or {}) for o in spec.get(POD_TEMPLATE_OVERRIDES) or []):
+        return POD_TEMPLATE_OVERRIDES
+    return POD_SPEC_OVERRIDES
 
 
 class TrainJob(_SuspendInSpec):
@@ -231,6 +379,16 @@ class TrainJob(_SuspendInSpec):
     gang_by_default = True
     clears_start_time = False
 
+    def __init__(self, field: str | None = None) -> None:
+        self.field = field
+        """The field of ``TRAINJOB_OVERRIDE_FIELDS`` the cluster's TrainJob CRD serves, which
+        a move writes (``trainjob_override_field``); None: the one the object uses now (for
+        reading its pool; a move must know the served one)."""
+
+    def served(self, field: str) -> TrainJob:
+        """This adapter writing ``field`` (what the cluster's Trainer serves)."""
+        return TrainJob(field)
+
     def finished(self, obj: Obj) -> bool:
         return _conditions_true(obj, ("Complete", "Failed"))
 
@@ -238,30 +396,25 @@ class TrainJob(_SuspendInSpec):
         """One template: the trainer's nodes, with the scheduling fields of its override."""
         spec = obj.get("spec") or {}
         trainer = spec.get("trainer") or {}
-        overrides = spec.get("podSpecOverrides") or []
-        index = next((i for i, o in enumerate(overrides) if _targets_trainer_only(o)), None)
-        create: tuple[dict[str, Any], ...] = ()
-        if index is None:
-            index = len(overrides)
-            entry = {"targetJobs": [{"name": TRAINER_JOB}]}
-            create = (
-                {"op": "add", "path": "/spec/podSpecOverrides", "value": [*overrides, entry]},
-            )
-        override = overrides[index] if index < len(overrides) else {}
+        field = self.field or _field_in_use(spec)
+        if field == RUNTIME_PATCHES:
+            override = _runtime_patch_override(spec)
+        else:
+            override = _target_override(spec, field)
         pod_spec = {
             "containers": [
                 {"name": TRAINER_JOB, "resources": trainer.get("resourcesPerNode") or {}}
             ],
-            "nodeSelector": override.get("nodeSelector") or {},
-            "tolerations": override.get("tolerations") or [],
+            "nodeSelector": override.pod_spec.get("nodeSelector") or {},
+            "tolerations": override.pod_spec.get("tolerations") or [],
         }
         return [
             PodTemplate(
                 "/spec/trainer",
                 {"metadata": {}, "spec": pod_spec},
                 int_field(trainer.get("numNodes"), 1),
-                spec_path=f"/spec/podSpecOverrides/{index}",
-                create=create,
+                spec_path=override.spec_path,
+                create=override.create,
             )
         ]
 
