@@ -5,7 +5,8 @@ gang gets all its nodes in one scale-up or none, and a preempted RayJob is moved
 
 KubeRay creates the RayCluster and its head and worker pods itself. There is no Ray in kwok, so
 the RayJobs are in InteractiveMode with ``spec.jobId`` given (tests/support/kuberay.py): KubeRay
-takes them to Running once the cluster is Ready and never completes them."""
+takes them to Running once the cluster is Ready and never completes them; one is in K8sJobMode,
+with a submitter pod kwok keeps running."""
 
 from __future__ import annotations
 
@@ -179,3 +180,90 @@ def test_a_preempted_rayjob_moves_whole_to_spot(
     )
     moves = [e.message for e in cluster.events("Preempt")]
     assert any("sweep" in m for m in moves), moves
+
+
+def submitter_jobs(kube: KubeTest, name: str) -> list[Any]:
+    """The submitter Jobs KubeRay made for RayJob ``name`` (K8sJobMode)."""
+    return list(
+        kube.batch.list_namespaced_job(
+            kube.namespace, label_selector=f"ray.io/originated-from-cr-name={name}"
+        ).items
+    )
+
+
+def test_a_preempted_rayjob_in_k8s_job_mode_moves_and_gets_a_new_submitter(
+    cluster: Cluster, operators: Operators, rayjobs: CreatedObjects
+) -> None:
+    """K8sJobMode (KubeRay's default): KubeRay runs ``ray job submit`` in a submitter Job it
+    owns. hybridgpu moves the RayJob, never the submitter Job by itself (a GPU-less Job of
+    another kind's): on suspend KubeRay deletes the Job with the RayCluster, and on resume
+    makes both again, the workers on spot. (No Ray in kwok: the submitter pod only runs for
+    ``hybridgpu.io/run-duration``, and KubeRay's queries of the dashboard fail and are
+    retried, so the RayJob stays Running.)"""
+    policy = cluster.policy()
+    core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
+    spot = cluster.pool(
+        "spot", tier="spot", policy=policy, per_node=8, max_nodes=2, taints=[SPOT_TAINT]
+    )
+    core_nodes = set(cluster.core_nodes(core, 2, gpus=8))
+    body = rayjob("submit", workers=2, gpus=8, criticality="preemptible")
+    body["spec"]["submissionMode"] = "K8sJobMode"
+    body["spec"]["submitterPodTemplate"] = {
+        "metadata": {"annotations": {"hybridgpu.io/run-duration": "600s"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "ray-job-submitter", "image": "rayproject/ray:2.46.0"}],
+        },
+    }
+    rayjobs.create(body)
+    wait_for(lambda: deployment_status(cluster.kube, "submit") == "Running", 120, "RayJob Running")
+    workers = ray_pods(cluster.kube, "submit", workers_only=True)
+    assert len(workers) == 2 and {p.spec.node_name for p in workers} == core_nodes
+    wait_for(lambda: submitter_jobs(cluster.kube, "submit"), 60, "KubeRay's submitter Job")
+    (first_submitter,) = submitter_jobs(cluster.kube, "submit")
+    assert [r.kind for r in first_submitter.metadata.owner_references] == ["RayJob"]
+
+    operators.start()
+    cluster.wait_ticking(policy)
+    cluster.kube.create_job(
+        gpu_job(
+            "urgent", gpus=8, run_duration="600s", labels={"hybridgpu.io/criticality": "critical"}
+        )
+    )
+
+    def workers_on_spot() -> bool:
+        nodes = {n.metadata.name for n in cluster.pool_nodes(spot)}
+        pods = [
+            p
+            for p in ray_pods(cluster.kube, "submit", workers_only=True)
+            if p.status.phase == "Running"
+        ]
+        return len(pods) == 2 and all(p.spec.node_name in nodes for p in pods)
+
+    wait_for(workers_on_spot, 240, "the RayJob's workers running on spot")
+    wait_for(
+        lambda: deployment_status(cluster.kube, "submit") == "Running",
+        90,
+        "RayJob Running again",
+    )
+
+    def new_submitter() -> list[Any]:
+        return [
+            j
+            for j in submitter_jobs(cluster.kube, "submit")
+            if j.metadata.uid != first_submitter.metadata.uid
+            and j.metadata.deletion_timestamp is None
+        ]
+
+    wait_for(new_submitter, 90, "KubeRay's new submitter Job")
+    (submitter,) = new_submitter()
+    # hybridgpu never suspended, annotated or repointed the submitter Job itself.
+    notes = submitter.metadata.annotations or {}
+    assert not [k for k in notes if k.startswith("hybridgpu.io/")], notes
+    assert not submitter.spec.suspend
+    assert not (submitter.spec.template.spec.node_selector or {})
+    body = rayjob_object(cluster.kube, "submit")
+    assert body["spec"]["suspend"] is False
+    assert "hybridgpu.io/move" not in (body["metadata"].get("annotations") or {})
+    moves = [e.message for e in cluster.events("Preempt")]
+    assert any("submit" in m for m in moves), moves
