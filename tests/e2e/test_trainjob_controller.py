@@ -7,12 +7,17 @@ JobSet the Trainer controller rebuilds carry the spot pool's nodeSelector and to
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from conftest import SPOT_TAINT, SPOT_TOLERATION, Cluster, Operators, wait_for
+from hybridgpu.kube.cluster import KubeCluster
+from hybridgpu.kube.executor import PlanExecutor
+from hybridgpu.kube.workloads import KINDS
+from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import ControlPlane, KubeTest, gpu_job
 from support.customobjects import CreatedObjects, created_objects
 from support.jobset import jobset_controller
@@ -169,3 +174,77 @@ def test_a_preempted_trainjob_moves_to_spot_through_its_runtime_patch(
     )
     moves = [e.message for e in cluster.events("Preempt")]
     assert any("llm" in m for m in moves), moves
+
+
+class NoCapacity:
+    """A move adds and removes no machines."""
+
+    def scale_up(self, pool: str, nodes: int) -> None:
+        raise AssertionError("a move does not scale")
+
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
+        raise AssertionError("a move does not terminate")
+
+    def known_provider_ids(self, pool: str) -> set[str] | None:
+        return None
+
+
+def test_each_move_rewrites_hybridgpus_one_runtime_patch_through_the_trainer_webhooks(
+    kube: KubeTest, trainjobs: CreatedObjects
+) -> None:
+    """The operator's move (in this process) run twice on a TrainJob, with Trainer's
+    webhooks validating each write: the first appends hybridgpu's entry, the second rewrites
+    it in place (the JSON patch's test and replace); there is one hybridgpu entry, the other
+    manager's is unchanged, and the Trainer controller rebuilds the JobSet's pods with the
+    second pool's nodeSelector. (No nodes: the pods stay pending, which is all a move needs.)"""
+    spec = {
+        "gpu": {"model": "A100", "perNode": 8},
+        "maxNodes": 4,
+        "provider": {"type": "fake"},
+        "pricing": {"perNodeHour": 8},
+    }
+    pools = {
+        "spot": GPUPoolSpec.model_validate({**spec, "tier": "spot", "taints": [SPOT_TAINT]}),
+        "elastic": GPUPoolSpec.model_validate({**spec, "tier": "elastic"}),
+    }
+    cluster = KubeCluster(kube.plane.api)
+    executor = PlanExecutor(cluster, NoCapacity(), time.time)
+    kind = KINDS["TrainJob"]
+    trainjobs.create(trainjob_v22("llm", nodes=2, gpus=8, criticality="preemptible"))
+    wait_for(lambda: len(pods_of(kube, "llm")) == 2, 60, "the TrainJob's 2 pods")
+    created = trainjob_object(kube, "llm")["spec"]["runtimePatches"]
+
+    for pool in ("spot", "elastic"):
+        executor.start_move(kube.namespace, "llm", pool, pools, kind)
+
+        def moved() -> bool:
+            job = cluster.get_workload(kind, kube.namespace, "llm")
+            return executor.advance_moves([job], pools) == 0
+
+        wait_for(moved, 120, f"the move to {pool} done")
+        patches = trainjob_object(kube, "llm")["spec"]["runtimePatches"]
+        assert [p["manager"] for p in patches] == [OTHER_MANAGER, "hybridgpu.io/manager"]
+        assert patches[0] == created[0]
+        (node_job,) = patches[1]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        assert node_job["template"]["spec"]["template"]["spec"]["nodeSelector"] == {
+            "hybridgpu.io/pool": pool
+        }
+        wait_for(
+            lambda pool=pool: (
+                len(pods := pods_of(kube, "llm")) == 2
+                and all(p.spec.node_selector == {"hybridgpu.io/pool": pool} for p in pods)
+            ),
+            90,
+            f"the JobSet's pods remade for {pool}",
+        )
+    # The JobSet the Trainer controller rebuilt has no spot toleration any more. (Its child
+    # Jobs, and so the pods, keep it: JobSet v0.11.1 merges a suspended JobSet's tolerations
+    # into the existing child Jobs on resume rather than replacing them; the nodeSelector
+    # above is what pins them.)
+    jobset = kube.custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", kube.namespace, "jobsets", "llm"
+    )
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    pod_spec = replicated["template"]["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {"hybridgpu.io/pool": "elastic"}
+    assert not [t for t in pod_spec.get("tolerations") or [] if t["key"] == SPOT_TAINT["key"]]
