@@ -49,6 +49,11 @@ class SharedWork:
         may serve found room on, and their usage: the usage of any longer list that starts
         with them (``replay.replay_committed``)."""
         self.curves: dict[CurvesKey, tuple[DurationCurve, DurationCurve]] = {}
+        self.period_curves: dict[
+            tuple[tuple[float, ...], int, float | None], tuple[DurationCurve, DurationCurve, float]
+        ] = {}
+        """Procurement's demand curves of a period's monthly factors with some GPUs committed
+        (firm, total, committed GPU-hours used): the same for every offer signed."""
 
     def committed_usage(self, committed: tuple[int, ...], owned: ReplayKey) -> Usage | None:
         """A known replay of ``committed`` nodes beside ``owned``: made, or the same as one
@@ -56,6 +61,9 @@ class SharedWork:
         usage = self.committed_replays.get((committed, owned))
         if usage is not None:
             return usage
+        if not committed and owned in self.replays:
+            # The same replay as the owned-only one of the fleet search (no committed node).
+            return self.replays[owned]
         for enough, usage in self.enough_committed.get(owned, ()):
             if committed[: len(enough)] == enough:
                 return usage

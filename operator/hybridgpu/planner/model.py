@@ -310,6 +310,11 @@ class DurationCurve:
     def peak(self) -> float:
         return self._levels[-1] if self._levels else 0.0
 
+    @property
+    def levels(self) -> list[float]:
+        """The distinct levels, lowest first (where ``gpu_hours_below`` bends)."""
+        return self._levels
+
     def gpu_hours_below(self, gpus: float) -> float:
         """GPU-hours of the demand that ``gpus`` GPUs serve: sum of hours x min(level, gpus)."""
         i = bisect.bisect_left(self._levels, gpus)

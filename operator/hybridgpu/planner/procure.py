@@ -254,9 +254,13 @@ class ProcurementModel:
         self.after_horizon_by_offer = tuple(_after_horizon_months(o, self.periods) for o in offers)
         self.after_horizon_months = max(self.after_horizon_by_offer, default=0)
         self._levels = _history_levels(inputs)
+        self._levels_key = None if inputs.jobs else inputs.preemptible_share
+        """What the levels depend on besides the history and jobs (``SharedWork`` is for one
+        of each): the preemptible share, for a history without criticalities."""
         self._window_hours = _window_hours(inputs)
         self._curves: dict[tuple[tuple[float, ...], int], tuple[DurationCurve, DurationCurve]] = {}
         self._committed_used: dict[tuple[tuple[float, ...], int], float] = {}
+        self._fluid_usages: dict[tuple[tuple[float, ...], int, int], Usage] = {}
         self._replays: dict[tuple[tuple[int, ...], tuple[int, ...]], Usage] = {}
         self._factors = {p.index: _period_factors(inputs, p) for p in self.periods}
         self._period_costs: dict[
@@ -275,6 +279,9 @@ class ProcurementModel:
         """Committing to more than the firm peak under any one offer never pays: its level
         could be lowered to it (every window allows that) and serve the same work for less."""
         self._level_windows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._firm_slack: float | None = None
+        self._groups: dict[tuple[bytes, ...], list[tuple[tuple[int, ...], np.ndarray]]] = {}
+        self._trace_firm: DurationCurve | None = None
 
     def is_purchase_window(self, period: Period) -> bool:
         """Owned nodes may be bought at the start of ``period`` (always the first)."""
@@ -311,11 +318,96 @@ class ProcurementModel:
             )
         )
 
+    # ------------------------------------------------------------ lower bound
+    def lower_bound(self, nodes: Sequence[int]) -> float:
+        """Dollars ``best_schedule(self, nodes)`` cannot go below, without a replay: the owned
+        nodes, plus in each period the firm demand above the owned GPUs at the cheapest price
+        that can serve it (an offer's effective price if every committed GPU were busy, else
+        on demand). Spot, the months past the horizon and idle committed or cloud GPUs only
+        add to it.
+
+        Why it holds with a trace: a critical or standard job runs from its arrival for its
+        duration on an owned, a committed or an on-demand GPU (the replay never delays,
+        evicts or moves one; cloud GPUs are billed from their launch), so with G owned and C
+        committed GPUs the replay's on-demand GPU-hours are at least the trace's firm demand
+        above G + C. With growth, the plan adds the fluid model's grown demand less its flat
+        demand to the replay; their difference from the trace's own demand curve is bounded
+        (``_slack``). Committing C GPUs is paid every hour, at least as much as what C GPUs
+        could serve of the demand above G, so committed plus on-demand dollars are at least
+        the cheapest price times the firm GPU-hours above G. A relative margin of 1e-9 covers
+        float rounding; the search skips a fleet only when this bound already loses."""
+        nodes = tuple(nodes)
+        owned = self.owned_model.owned_gpus(nodes)
+        hourly = self._owned_hourly(nodes)
+        cloud = self.inputs.cloud
+        od = cloud.on_demand_per_gpu_hour
+        cheapest = min([od, *(o.effective_per_gpu_hour for o in self.offers)])
+        jobs = bool(self.inputs.jobs)
+        grows = jobs and self.inputs.demand_growth_per_year != 0
+        slack = self._slack() if grows else 0.0
+        total = 0.0
+        firm = 0.0
+        for period in self.periods:
+            total += hourly * period.hours
+            if jobs and not grows:
+                above = self._trace_firm_above(owned)
+            else:
+                above = self._fluid(self._factors[period.index], 0, owned).elastic
+            firm += period.months * max(cheapest * above - od * slack, 0.0)
+        return (total + firm) * (1.0 - 1e-9)
+
+    def _trace_firm_curve(self) -> DurationCurve:
+        """The trace's firm demand, GPU-hours per calendar month (the replay's scale)."""
+        if self._trace_firm is None:
+            from hybridgpu.planner.model import history_from_intervals
+
+            samples = history_from_intervals(
+                (j.arrival_seconds, j.arrival_seconds + j.duration_seconds, j.demand_gpus, False)
+                for j in self.inputs.jobs
+                if not j.preemptible
+            )
+            scale = HOURS_PER_MONTH / self._window_hours
+            self._trace_firm = DurationCurve((s.firm_gpus, s.hours * scale) for s in samples)
+        return self._trace_firm
+
+    def _trace_firm_above(self, gpus: float) -> float:
+        """GPU-hours per month of the trace's firm demand above ``gpus``, less a margin."""
+        curve = self._trace_firm_curve()
+        above = curve.total_gpu_hours - curve.gpu_hours_below(gpus)
+        return max(above - 1e-9 * curve.total_gpu_hours, 0.0)
+
+    def _slack(self) -> float:
+        """How far the fluid model's flat firm demand above any capacity x (GPU-hours per
+        month) exceeds the trace's own: the most the growth correction can take off a
+        replay's on-demand hours below the grown fluid model's (0 when the history is the
+        trace's demand, plus a float margin)."""
+        if self._firm_slack is None:
+            trace = self._trace_firm_curve()
+            flat_key = ((1.0,), 0)
+            self._fluid((1.0,), 0, 0)
+            flat = self._curves[flat_key][0]
+            points = {0.0, *trace.levels, *flat.levels}
+            worst = 0.0
+            for x in points:
+                fluid_above = flat.total_gpu_hours - flat.gpu_hours_below(x)
+                trace_above = trace.total_gpu_hours - trace.gpu_hours_below(x)
+                worst = max(worst, fluid_above - trace_above)
+            self._firm_slack = worst + 1e-9 * (flat.total_gpu_hours + trace.total_gpu_hours)
+        return self._firm_slack
+
     # ------------------------------------------------------------------ usage
     def _fluid(self, factors: tuple[float, ...], committed_gpus: int, owned_gpus: int) -> Usage:
         """GPU-hours per calendar month at these demand factors (one per month, averaged)."""
+        known = self._fluid_usages.get((factors, committed_gpus, owned_gpus))
+        if known is not None:
+            return known
         key = (factors, committed_gpus)
         curves = self._curves.get(key)
+        shared_key = (factors, committed_gpus, self._levels_key)
+        if curves is None and shared_key in self.shared.period_curves:
+            *pair, used = self.shared.period_curves[shared_key]
+            curves = self._curves[key] = (pair[0], pair[1])
+            self._committed_used[key] = used
         if curves is None:
             firm_points: list[tuple[float, float]] = []
             total_points: list[tuple[float, float]] = []
@@ -330,8 +422,11 @@ class ProcurementModel:
                     total_points.append((left + preemptible * factor, weight))
             curves = self._curves[key] = (DurationCurve(firm_points), DurationCurve(total_points))
             self._committed_used[key] = used
+            self.shared.period_curves[shared_key] = (*curves, used)
         usage = _fluid_usage(curves[0], curves[1], owned_gpus, self.inputs.cloud)
-        return replace(usage, committed=self._committed_used[key])
+        usage = Usage(usage.owned, usage.elastic, usage.spot, self._committed_used[key])
+        self._fluid_usages[(factors, committed_gpus, owned_gpus)] = usage
+        return usage
 
     def _replay(self, nodes: tuple[int, ...], committed_nodes: tuple[int, ...]) -> Usage:
         """GPU-hours per calendar month of the trace replayed on this fleet."""
@@ -542,10 +637,28 @@ class ProcurementModel:
             )
             return np.asarray(values[where.reshape(shape)])
         out = np.empty(shape)
-        for index in np.ndindex(*shape):
-            levels = tuple(int(g[index]) for g in grids)
-            out[index] = self._cloud_dollars(period, nodes, self.committed_node_gpus(levels))
+        flat = out.reshape(-1)
+        for committed_nodes, where in self._committed_groups(grids):
+            flat[where] = self._cloud_dollars(period, nodes, committed_nodes)
         return out
+
+    def _committed_groups(
+        self, grids: Sequence[np.ndarray]
+    ) -> list[tuple[tuple[int, ...], np.ndarray]]:
+        """The level combinations of ``grids`` grouped by the committed nodes they make
+        (offers of the same node size make the same nodes from many combinations): each
+        group's nodes and flat positions. The same for every period and fleet."""
+        key = tuple(g.tobytes() for g in grids)
+        groups = self._groups.get(key)
+        if groups is None:
+            by_nodes: dict[tuple[int, ...], list[int]] = {}
+            columns = [g.reshape(-1).tolist() for g in grids]
+            for position, levels in enumerate(zip(*columns, strict=True)):
+                by_nodes.setdefault(self.committed_node_gpus(levels), []).append(position)
+            groups = self._groups[key] = [
+                (nodes, np.array(where, dtype=int)) for nodes, where in by_nodes.items()
+            ]
+        return groups
 
     def level_window(self, i: int, period: Period, before: int) -> tuple[int, int]:
         """The levels offer ``i`` may take in ``period`` after ``before`` in the one before
@@ -919,13 +1032,19 @@ def optimal_procurement(
     offers: Sequence[CommittedOffer],
     shared: SharedWork | None = None,
     owned_tranche_months: int | None = None,
+    *,
+    prune: bool = True,
 ) -> Procurement:
     """The cheapest owned fleet, committed offers and committed levels per period: every
     owned size (its cheapest node mix), nothing, every offer and every set of offers signed
     together, the best schedule of each. Offers held today (``current_units``) are paid
     until their terms end, so every choice includes them. With ``owned_tranche_months`` owned
     nodes may also be bought at the start of every that many months (tranches: the fleet of
-    every period is searched, never smaller than the one before)."""
+    every period is searched, never smaller than the one before).
+
+    With ``prune`` a fleet whose ``ProcurementModel.lower_bound`` already costs at least what
+    would let it replace the best found so far is not scheduled (nor replayed): it could not
+    have replaced it, so the answer is the same as without pruning."""
     shared = SharedWork() if shared is None else shared
     best: Procurement | None = None
     best_dollars = math.inf
@@ -947,6 +1066,9 @@ def optimal_procurement(
             continue
         check_search_size(model)
         for _, nodes in cheapest_mixes(model.owned_model):
+            threshold = best_dollars * (1.0 - _COST_EPS) - 1e-9
+            if prune and model.lower_bound(nodes) >= threshold:
+                continue
             schedule, dollars = best_schedule(model, nodes)
             if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
                 best_dollars = dollars
