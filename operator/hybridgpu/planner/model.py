@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -292,17 +293,17 @@ class DurationCurve:
 
     def __init__(self, points: Iterable[tuple[float, float]]) -> None:
         merged: dict[float, float] = {}
+        get = merged.get
         for level, hours in points:
             if hours > 0:
-                merged[level] = merged.get(level, 0.0) + hours
+                merged[level] = get(level, 0.0) + hours
         self._levels = sorted(merged)
         weights = [merged[v] for v in self._levels]
-        self._prefix_gpu_hours = [0.0]
-        for level, hours in zip(self._levels, weights, strict=True):
-            self._prefix_gpu_hours.append(self._prefix_gpu_hours[-1] + level * hours)
-        self._suffix_hours = [0.0] * (len(weights) + 1)
-        for i in range(len(weights) - 1, -1, -1):
-            self._suffix_hours[i] = self._suffix_hours[i + 1] + weights[i]
+        # Running sums added in the same order as a loop would (0.0 + x is x exactly).
+        products: map[float] = map(operator.mul, self._levels, weights)
+        self._prefix_gpu_hours: list[float] = [0.0, *itertools.accumulate(products)]
+        self._suffix_hours: list[float] = [*itertools.accumulate(reversed(weights))][::-1]
+        self._suffix_hours.append(0.0)
         self.total_gpu_hours = self._prefix_gpu_hours[-1]
         self.hours = self._suffix_hours[0]
 
