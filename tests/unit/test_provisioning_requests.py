@@ -221,3 +221,16 @@ def test_a_request_waits_for_owned_gpus_that_free_up_within_its_budget() -> None
     assert conditions_of(cluster, "gang")["Provisioned"] == ("False", "WaitingForOwnedCapacity")
     plan = tick(cluster, [], owned, now=NOW + 60)
     assert conditions_of(cluster, "gang")["Provisioned"] == ("True", "CapacityIsProvisioned")
+
+
+def test_without_a_request_hybridgpu_serves_the_pods_are_not_read() -> None:
+    """Every tick reads the requests; with none of a class hybridgpu serves (the usual case)
+    it does not go through the cluster's GPU pods (thousands, each tick) for consumers."""
+
+    class Untouchable:
+        def __iter__(self) -> Any:
+            raise AssertionError("the pods were read")
+
+    cluster = fake(request("other", 1, cls="queued-provisioning.gke.io"))
+    assert read_requests(cast(KubeCluster, cluster), cast(Any, Untouchable())) == []
+    assert read_requests(cast(KubeCluster, cluster), cast(Any, Untouchable()), []) == []

@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,15 +121,46 @@ def kwok_node(name: str, pool: str, spec: GPUPoolSpec) -> dict[str, Any]:
     }
 
 
-_node_source: Callable[[], list[dict[str, Any]]] | None = None
+_node_source: Callable[[], Sequence[dict[str, Any]]] | None = None
+_selected_from: tuple[Sequence[dict[str, Any]] | None, dict[str, list[dict[str, Any]]]] = (
+    None,
+    {},
+)
+"""The last sequence the source returned, and what was selected from it by pool."""
 
 
-def read_nodes_from(source: Callable[[], list[dict[str, Any]]] | None) -> None:
+def read_nodes_from(source: Callable[[], Sequence[dict[str, Any]]] | None) -> None:
     """Read Nodes from ``source`` (the operator's watch cache of Nodes) instead of listing
     them on every call: the operator process sets it at start (handlers/startup.py), so a
-    tick makes no LIST for the kwok stand-in cloud either. None: list again."""
-    global _node_source
+    tick makes no LIST for the kwok stand-in cloud either. None: list again.
+
+    A source that returns the very same sequence while its Nodes are unchanged (the
+    cache's ``Reflector.view``) has each pool's Nodes picked out of it once, not on each
+    of the calls a tick makes per pool; a source returning a new sequence each time is
+    read afresh each time."""
+    global _node_source, _selected_from
     _node_source = source
+    _selected_from = (None, {})
+
+
+def _pool_nodes(nodes: Sequence[dict[str, Any]], pool: str) -> list[dict[str, Any]]:
+    """The Nodes of ``nodes`` this provider made for ``pool`` (its label and provider ID),
+    remembered while ``nodes`` is the last sequence the source returned."""
+    global _selected_from
+    seen, by_pool = _selected_from
+    if seen is not nodes:
+        by_pool = {}
+        _selected_from = (nodes, by_pool)
+    found = by_pool.get(pool)
+    if found is None:
+        selector = f"{POOL_LABEL}={pool}"
+        found = [n for n in nodes if _matches(n, selector) and _made_for(n, pool)]
+        by_pool[pool] = found
+    return found
+
+
+def _made_for(node: dict[str, Any], pool: str) -> bool:
+    return (node.get("spec") or {}).get("providerID") == provider_id(pool, node["metadata"]["name"])
 
 
 def _matches(node: dict[str, Any], label_selector: str | None) -> bool:
@@ -192,6 +223,11 @@ class KwokProvider:
         """Node name -> its launch, for instances still in their boot delay."""
         self._created: dict[str, _Boot] = {}
         """Nodes created but not yet seen in the node source (it trails by a watch event)."""
+        self._registered: dict[
+            str, tuple[list[dict[str, Any]], tuple[Instance, ...], frozenset[str]]
+        ] = {}
+        """Pool -> the Nodes last read for it, their instances and names (kept while
+        ``_nodes`` returns that same list)."""
 
     def boot_delay_for(self, spec: GPUPoolSpec) -> float:
         """Seconds from a scale-up of this pool until its Node exists."""
@@ -210,16 +246,26 @@ class KwokProvider:
     def instances(self, pool: str, spec: GPUPoolSpec) -> list[Instance]:
         nodes = self._nodes(pool)
         self._end_terminations(nodes)
-        out = [
-            Instance(
-                instance_id=n["metadata"]["name"],
-                provider_id=n["spec"]["providerID"],
-                state="terminating" if n["metadata"].get("deletionTimestamp") else "running",
-                launched_at=_epoch(n["metadata"]["creationTimestamp"]),
+        made = self._registered.get(pool)
+        if made is None or made[0] is not nodes:  # the same list: the same Nodes (_pool_nodes)
+            made = (
+                nodes,
+                tuple(
+                    Instance(
+                        instance_id=n["metadata"]["name"],
+                        provider_id=n["spec"]["providerID"],
+                        state="terminating"
+                        if n["metadata"].get("deletionTimestamp")
+                        else "running",
+                        launched_at=_epoch(n["metadata"]["creationTimestamp"]),
+                    )
+                    for n in nodes
+                ),
+                frozenset(n["metadata"]["name"] for n in nodes),
             )
-            for n in nodes
-        ]
-        joined = {n["metadata"]["name"] for n in nodes}
+            self._registered[pool] = made
+        out = list(made[1])
+        joined = made[2]
         with self._lock:
             for name in joined & self._created.keys():
                 del self._created[name]
@@ -356,12 +402,11 @@ class KwokProvider:
         return list(json.loads(response.data).get("items") or [])
 
     def _nodes(self, pool: str) -> list[dict[str, Any]]:
+        source = _node_source
+        if source is not None:
+            return _pool_nodes(source(), pool)
         nodes = self._list_nodes(label_selector=f"{POOL_LABEL}={pool}")
-        return [
-            n
-            for n in nodes
-            if (n.get("spec") or {}).get("providerID") == provider_id(pool, n["metadata"]["name"])
-        ]
+        return [n for n in nodes if _made_for(n, pool)]
 
     def _launch_later(self, pool: str, spec: GPUPoolSpec, delay_seconds: float) -> None:
         name = f"{pool}-{uuid.uuid4().hex[:6]}"

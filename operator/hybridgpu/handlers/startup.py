@@ -75,7 +75,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         memo["reconciler"] = Reconciler(KubeCluster(api), options, reads=cache)
         memo["watch_cache"] = cache
         # The kwok stand-in cloud reads its instances' Nodes from the same cache.
-        kwok.read_nodes_from(cache.reflectors["nodes"].items)
+        kwok.read_nodes_from(cache.reflectors["nodes"].view)
         cache.start()
     settings.watching.initial_streaming = bool(memo.get("streaming_lists"))
     # Readiness: the API answers, our CRDs are current, every pool's provider can be built,

@@ -230,6 +230,11 @@ class Reflector:
         """Sync by a streaming list; False once the apiserver refused one (then LIST)."""
         self.last_error: str | None = None
         self._store: dict[str, Obj] = {}
+        self._generation = 0
+        """Counts the store's changes (under ``_lock``): a sorted view of an older one is stale."""
+        self._view: tuple[Obj, ...] | None = None
+        """The store sorted as a LIST returns it, kept until the store changes (every tick
+        reads thousands of unchanged objects; sorting them again each time cost CPU)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._hold = threading.Event()
@@ -242,10 +247,28 @@ class Reflector:
     # ----------------------------------------------------------------- reads
     def items(self) -> list[Obj]:
         """The stored objects in the apiserver's LIST order (by namespace, then name)."""
+        return list(self.view())
+
+    def view(self) -> tuple[Obj, ...]:
+        """:meth:`items` as a tuple that is the same object until the store changes, so a
+        reader may keep what it derived from it while ``view() is`` the one it derived from
+        (the objects are shared: read them, never change them)."""
         with self._lock:
+            view, generation = self._view, self._generation
+            if view is not None:
+                return view
             pairs = list(self._store.items())
         pairs.sort(key=lambda kv: kv[0])
-        return [obj for _, obj in pairs]
+        view = tuple(obj for _, obj in pairs)
+        with self._lock:
+            if self._generation == generation:
+                self._view = view
+        return view
+
+    def _changed(self) -> None:
+        """The store changed (call with ``_lock`` held)."""
+        self._generation += 1
+        self._view = None
 
     def get(self, key: str) -> Obj | None:
         with self._lock:
@@ -338,6 +361,7 @@ class Reflector:
         with self._lock:
             had = bool(self._store)
             self._store = {}
+            self._changed()
         reason = "not installed" if err.status == 404 else f"not allowed ({err})"
         if self.absent_since is None or reason != self.absent_reason:
             if err.status == 404:
@@ -365,6 +389,7 @@ class Reflector:
         """A whole sync's objects become the store in one step, then the listener hears it."""
         with self._lock:
             self._store = fresh
+            self._changed()
         self.resource_version = version
         self.counters.syncs += 1
         self.synced.set()
@@ -529,9 +554,11 @@ class Reflector:
             if kind == "DELETED" or (keep is not None and not keep(obj)):
                 if old is not None:
                     del self._store[key]
+                    self._changed()
             else:
                 new = strip(obj)
                 self._store[key] = new
+                self._changed()
         if version:
             self.resource_version = version
         if old is not None or new is not None:

@@ -202,11 +202,13 @@ def read_requests(
     CRD. ``pods``: the cluster's GPU pods (to find the requests they consume); ``listed``:
     the requests as the watch cache holds them (None: listed from the apiserver). Their
     PodTemplates are read from the apiserver."""
+    requests = cluster.list_provisioning_requests() if listed is None else listed
+    ours = [r for r in requests if served(r)]
+    if not ours:
+        return []  # no pass over the pods (thousands of them) when there is no request
     consumed = consumed_requests(pods)
     out: list[Request] = []
-    for raw in cluster.list_provisioning_requests() if listed is None else listed:
-        if not served(raw):
-            continue
+    for raw in ours:
         meta = _meta(raw)
         namespace = str(meta.get("namespace"))
         refs = [
