@@ -13,7 +13,9 @@ the others none (bound straight to a node), and then the operator runs on that c
 (``hybridgpu run`` as a subprocess, kwok provider): its RSS, the duration of ``--ticks``
 steady-state ticks, the apiserver's LIST calls during those ticks (its own
 ``apiserver_request_total{verb="LIST"}``, read before and after), and ``--samples`` reactions
-(a pending GPU pod -> the new node the operator launched).
+(a pending GPU pod -> the new node the operator launched). A control plane started with
+``HYBRIDGPU_AUDIT_LOG=1`` (hack/control-plane.sh) keeps an audit log of LIST requests; the
+LISTs of the steady ticks are then also counted by client (user agent and user).
 
     .venv/bin/python bench/kwok_scale.py --operator --nodes 5000 --pods 50000 --gpu-pods 20000
 """
@@ -40,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from support.controlplane import (  # noqa: E402
     ControlPlane,
     KubeTest,
+    audit_lists,
     create_test_namespace,
     gpu_job,
     gpu_node,
@@ -47,6 +50,7 @@ from support.controlplane import (  # noqa: E402
     script_paths,
     start_control_plane,
     stop_control_plane,
+    utc_stamp,
     wait_until,
 )
 
@@ -479,6 +483,7 @@ def operator_run(
         # Steady state: N ticks; each tick's duration from the histogram's sum between ticks,
         # LIST calls from the apiserver's own counters (nothing here LISTs meanwhile).
         lists_before = apiserver_lists(plane)
+        steady_since = utc_stamp()
         cpu_before = process_memory(op.process.pid)["cpu_seconds"]
         t0 = time.monotonic()
         last_sum, last_count = operator_reconcile(op)
@@ -489,6 +494,7 @@ def operator_run(
             if count_ == last_count + 1:
                 ticks.append(total - last_sum)
             last_sum, last_count = total, count_
+        steady_until = utc_stamp()
         lists_after = apiserver_lists(plane)
         result["steady_ticks"] = len(ticks)
         result["steady_wall_seconds"] = round(time.monotonic() - t0, 1)
@@ -504,6 +510,10 @@ def operator_run(
             for k in sorted(lists_after)
             if lists_after[k] != lists_before.get(k, 0.0)
         }
+        if plane.audit_log is not None:
+            result["list_calls_during_steady_ticks_by_client"] = audit_lists(
+                plane.audit_log, steady_since, steady_until
+            )
         result["operator_memory_steady"] = process_memory(op.process.pid)
         result["pods_running_after_steady_ticks"] = count_or_none(
             plane, pods_path, {"fieldSelector": "status.phase=Running"}

@@ -24,6 +24,10 @@ BIN_DIR="$CP_DIR/bin"
 CLUSTER_NAME=${HYBRIDGPU_CLUSTER_NAME:-dev}
 RUN_DIR=${HYBRIDGPU_RUN_DIR:-$CACHE_DIR/run/$CLUSTER_NAME}
 KWOK_LEASE_SECONDS=${HYBRIDGPU_KWOK_LEASE_SECONDS:-40}
+# HYBRIDGPU_AUDIT_LOG=1: the apiserver writes an audit log of every LIST (one JSON line per
+# request at Metadata level: user, userAgent, resource, stage) to $RUN_DIR/logs/audit.log, to
+# find who lists in a benchmark's steady state. Off by default.
+AUDIT_LOG=${HYBRIDGPU_AUDIT_LOG:-}
 NODE_GRACE_ARGS=()
 if [[ "$KWOK_LEASE_SECONDS" != 40 ]]; then
   NODE_GRACE_ARGS=(--node-monitor-grace-period="$((KWOK_LEASE_SECONDS + 30))s")
@@ -509,8 +513,26 @@ start_etcd() {
     --unsafe-no-fsync --quota-backend-bytes=8589934592 --log-level=warn
 }
 
+audit_args() {
+  [[ -n "$AUDIT_LOG" && "$AUDIT_LOG" != 0 ]] || return 0
+  cat >"$RUN_DIR/audit-policy.yaml" <<'AUDIT'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [list]
+- level: None
+AUDIT
+  printf '%s\n' --audit-policy-file="$RUN_DIR/audit-policy.yaml" \
+    --audit-log-path="$LOGS/audit.log" --audit-log-maxsize=500 --audit-log-maxbackup=2
+}
+
 start_kube-apiserver() {
+  local audit=()
+  mapfile -t audit < <(audit_args)
   start_component kube-apiserver "$BIN_DIR/kube-apiserver" \
+    "${audit[@]}" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \

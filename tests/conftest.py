@@ -47,7 +47,7 @@ def kube_cluster() -> Iterator[ControlPlane]:
         finally:
             plane.close()
         return
-    plane = start_control_plane(f"pytest-{os.getpid()}")
+    plane = start_control_plane(f"pytest-{os.getpid()}", audit=True)
     try:
         install_crds(plane)
         yield plane

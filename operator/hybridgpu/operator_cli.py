@@ -247,6 +247,7 @@ def _run(args: argparse.Namespace) -> int:
         webhook_host=env.webhook_host,
         webhook_cert_dir=args.webhook_cert_dir or env.webhook_cert_dir,
         profile_ticks=env.profile_ticks,
+        watch_seconds=env.watch_seconds,
     )
     # `kill -USR1 <pid>` prints every thread's stack: how to see what a stuck tick waits on.
     faulthandler.register(signal.SIGUSR1)

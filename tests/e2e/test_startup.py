@@ -1,12 +1,14 @@
 """A misconfigured operator says so at start, once, and is not ready: a --fake-provider that
 does not import, an API server it cannot reach. (Missing and old CRDs: tests/unit/
-test_preflight.py; the session's CRDs are shared by every test.)"""
+test_preflight.py; the session's CRDs are shared by every test.) A running operator's steady
+ticks make no LIST request."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 
 from conftest import GROUP, VERSION, Cluster, Operators, free_port, wait_for
 from support.children import DIE_WITH_PARENT
-from support.controlplane import REPO_ROOT
+from support.controlplane import REPO_ROOT, audit_lists, utc_stamp
 
 pytestmark = pytest.mark.e2e
 
@@ -130,3 +132,46 @@ def test_an_api_server_it_cannot_reach_fails_readiness(tmp_path: Path) -> None:
             process.wait(timeout=10)
     lines = [line for line in log_path.read_text().splitlines() if "hybridgpu is not ready" in line]
     assert len(lines) == 1, lines
+
+
+def test_steady_ticks_of_the_operator_process_make_no_list_request(
+    cluster: Cluster, operators: Operators
+) -> None:
+    """Issue 14's zero LISTs per steady tick, for the whole ``hybridgpu run`` process: its
+    watch caches, kopf's watches, the leader Lease, the start-up checks and the kwok stand-in
+    cloud. Every watch is resumed every 2 s here (``HYBRIDGPU_WATCH_SECONDS``), so the ticks
+    counted also see watches of both kinds resumed. The apiserver's audit log says who made
+    each LIST (tests/conftest.py starts the control plane with one): none may come from the
+    operator's clients (``hybridgpu/...``) or kopf's (``kopf/...``). The in-process version,
+    for the reconciler alone, is tests/adapters/test_watch_cache.py's
+    ``test_ticks_read_the_cache_make_no_list_call...``."""
+    audit_log = cluster.kube.plane.audit_log
+    if audit_log is None:
+        pytest.skip("the control plane was started without an audit log (HYBRIDGPU_AUDIT_LOG)")
+    policy = cluster.policy(interval="1s")
+    core = cluster.pool("core", tier="core", policy=policy, max_nodes=1)
+    cluster.pool("elastic", tier="elastic", policy=policy, price=10.0)
+    cluster.kube.create_gpu_nodes(core, 1, tier="core", gpus=4)
+    operators.start(extra_env={"HYBRIDGPU_WATCH_SECONDS": "2"})
+    cluster.wait_ticking(policy)
+    cluster.wait_ticks(policy, ticks=2)  # past the first syncs
+
+    since = utc_stamp()
+    started = time.monotonic()
+    cluster.wait_ticks(policy, ticks=4)
+    while time.monotonic() - started < 8:  # at least three rounds of resumed watches
+        cluster.wait_ticks(policy, ticks=1)
+    # A LIST this test makes in the window: the audit log is read, and read whole.
+    cluster.kube.core.list_namespaced_pod(cluster.kube.namespace)
+    cluster.wait_ticks(policy, ticks=1)
+    until = utc_stamp()
+
+    lists = audit_lists(audit_log, since, until)
+    assert sum(lists.get("pods", {}).values()) >= 1, lists
+    operator_lists = {
+        (resource, who): n
+        for resource, by_client in lists.items()
+        for who, n in by_client.items()
+        if who.startswith(("hybridgpu/", "kopf/"))
+    }
+    assert operator_lists == {}

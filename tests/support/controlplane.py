@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,6 +85,13 @@ class ControlPlane:
     name: str | None = None
     owned: bool = False
     _api: client.ApiClient | None = field(default=None, repr=False)
+
+    @property
+    def audit_log(self) -> Path | None:
+        """The apiserver's audit log of LIST requests, when it was started with one
+        (``HYBRIDGPU_AUDIT_LOG=1``; hack/control-plane.sh keeps it beside the kubeconfig)."""
+        path = self.kubeconfig.parent / "logs" / "audit.log"
+        return path if path.exists() else None
 
     @property
     def api(self) -> client.ApiClient:
@@ -175,13 +183,46 @@ def script_paths(name: str) -> dict[str, Path]:
     return {key: Path(value) for key, value in pairs}
 
 
-def start_control_plane(name: str) -> ControlPlane:
+def start_control_plane(name: str, *, audit: bool = False) -> ControlPlane:
     """Start (building first if needed) a control plane called ``name``; it dies with us.
+    With ``audit``, its apiserver keeps an audit log of LIST requests (``audit_lists``).
 
     The script's watchdog stops it if this process exits without calling stop_control_plane.
     """
-    _run_script("up", name, extra_env={"HYBRIDGPU_CP_OWNER_PID": str(os.getpid())})
+    extra_env = {"HYBRIDGPU_CP_OWNER_PID": str(os.getpid())}
+    if audit:
+        extra_env["HYBRIDGPU_AUDIT_LOG"] = "1"
+    _run_script("up", name, extra_env=extra_env)
     return ControlPlane(kubeconfig=script_paths(name)["KUBECONFIG"], name=name, owned=True)
+
+
+def utc_stamp() -> str:
+    """Now as the audit log writes its timestamps (RFC 3339, microseconds, UTC)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def audit_lists(audit_log: Path, since: str, until: str | None = None) -> dict[str, dict[str, int]]:
+    """LIST requests the apiserver received from ``since`` to ``until`` (``utc_stamp``
+    values; None: up to now), by resource and then client (user agent, user), from its
+    audit log."""
+    out: dict[str, dict[str, int]] = {}
+    with audit_log.open() as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            received = event.get("requestReceivedTimestamp", "")
+            if event.get("verb") != "list" or received < since:
+                continue
+            if until is not None and received > until:
+                continue
+            ref = event.get("objectRef") or {}
+            user = (event.get("user") or {}).get("username")
+            who = f"{event.get('userAgent', '?')} ({user})"
+            by_client = out.setdefault(ref.get("resource", "?"), {})
+            by_client[who] = by_client.get(who, 0) + 1
+    return out
 
 
 def stop_control_plane(plane: ControlPlane) -> None:

@@ -50,3 +50,19 @@ def test_every_kopf_watch_outside_hybridgpu_io_is_filtered_by_the_apiserver() ->
         labels = handler.labels or {}
         assert selectors.collect(resource) == sorted(labels), handler.id
         assert all(value is kopf.PRESENT for value in labels.values()), handler.id
+
+
+def test_kopf_watches_are_resumed_as_often_as_the_operator_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every 120 s by default; ``HYBRIDGPU_WATCH_SECONDS`` (tests) shortens it."""
+    from hybridgpu.handlers.options import OperatorOptions
+
+    assert settings().watching.server_timeout == 120
+    assert settings().watching.client_timeout == 150
+    monkeypatch.setenv("HYBRIDGPU_WATCH_SECONDS", "2")
+    seconds = OperatorOptions.from_env().watch_seconds
+    assert seconds == 2
+    short = kopf.OperatorSettings()
+    watch_settings(short, seconds)
+    assert (short.watching.server_timeout, short.watching.client_timeout) == (2, 32)

@@ -11,6 +11,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from hybridgpu import USER_AGENT
 from hybridgpu.cloud.base import ProviderError
 from hybridgpu.models.timestamps import parse_rfc3339
 
@@ -20,12 +21,15 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     in-cluster service account, else ~/.kube/config."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
-        return config.new_client_from_config(config_file=path)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+        api = config.new_client_from_config(config_file=path)
+    else:
+        try:
+            config.load_incluster_config()
+            api = client.ApiClient()
+        except config.ConfigException:
+            api = config.new_client_from_config()
+    api.user_agent = USER_AGENT
+    return api
 
 
 _find_client = api_client  # the constructor's parameter of the same name hides it

@@ -41,6 +41,10 @@ class OperatorOptions:
     """A file where the ticks' cProfile statistics are written after each tick (every tick
     since start, added up; read with ``python -m pstats``); None: not profiled. For
     benchmarks (bench/kwok_scale.py --profile), from $HYBRIDGPU_PROFILE_TICKS."""
+    watch_seconds: int | None = None
+    """How long each watch request (the watch caches' and kopf's) lasts before it is resumed
+    from its last version; None: the defaults (300 s and 120 s). From
+    $HYBRIDGPU_WATCH_SECONDS: tests shorten it so that a few ticks see watches resumed."""
 
     @classmethod
     def from_env(cls) -> OperatorOptions:
@@ -66,6 +70,9 @@ class OperatorOptions:
             webhook_host=env.get("HYBRIDGPU_WEBHOOK_HOST") or None,
             webhook_cert_dir=env.get("HYBRIDGPU_WEBHOOK_CERT_DIR") or None,
             profile_ticks=env.get("HYBRIDGPU_PROFILE_TICKS") or None,
+            watch_seconds=int(env["HYBRIDGPU_WATCH_SECONDS"])
+            if env.get("HYBRIDGPU_WATCH_SECONDS")
+            else None,
         )
 
 

@@ -12,7 +12,7 @@ from hybridgpu.cloud import kwok
 from hybridgpu.handlers import admission
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.handlers.options import OperatorOptions
-from hybridgpu.kube.cache import WatchCache, serves_streaming_lists
+from hybridgpu.kube.cache import WATCH_SECONDS, WatchCache, serves_streaming_lists
 from hybridgpu.kube.cluster import KubeCluster, load_api_client
 from hybridgpu.kube.names import FINALIZER, GROUP
 from hybridgpu.metrics.exported import serve
@@ -45,7 +45,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Handler failures and retries become Kubernetes Events users see with kubectl describe.
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
-    watch_settings(settings)
+    watch_settings(settings, options.watch_seconds)
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
     logging.getLogger("kopf.objects").addFilter(
@@ -68,6 +68,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         cache = WatchCache.for_api(
             load_api_client(options.kubeconfig),
             listener=lambda kind, event, old, new: _on_cache_event(memo, kind, event, old, new),
+            watch_seconds=options.watch_seconds or WATCH_SECONDS,
         )
         # kopf starts (and, after 410 Gone, restarts) its watches with a streaming list
         # where the apiserver serves them: else each restart is a LIST of the kind.
@@ -92,11 +93,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         )
 
 
-def watch_settings(settings: kopf.OperatorSettings) -> None:
-    """How kopf's own watches run: reconnected regularly (a silently dropped connection must
-    not blind the operator), and labelled kinds filtered by the apiserver."""
-    settings.watching.server_timeout = 120
-    settings.watching.client_timeout = 150
+def watch_settings(settings: kopf.OperatorSettings, seconds: int | None = None) -> None:
+    """How kopf's own watches run: reconnected regularly (every ``seconds``, default 120: a
+    silently dropped connection must not blind the operator), and labelled kinds filtered by
+    the apiserver."""
+    settings.watching.server_timeout = seconds or 120
+    settings.watching.client_timeout = (seconds or 120) + 30
     settings.watching.connect_timeout = 10
     for resource, selector in admission.SERVER_SIDE_LABELS.items():
         settings.watching.label_selectors[resource] = selector

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from hybridgpu import USER_AGENT
 from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
 from hybridgpu.kube.errors import Conflict, KubeError, NotFound, from_api_exception
 from hybridgpu.kube.names import (
@@ -47,14 +48,18 @@ Obj = dict[str, Any]
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """An ApiClient from ``kubeconfig``, $KUBECONFIG, ~/.kube/config, or in-cluster config."""
+    """An ApiClient from ``kubeconfig``, $KUBECONFIG, ~/.kube/config, or in-cluster config,
+    that says it is hybridgpu (``User-Agent``)."""
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+        api = config.new_client_from_config(config_file=kubeconfig)
+    else:
+        try:
+            config.load_incluster_config()
+            api = client.ApiClient()
+        except config.ConfigException:
+            api = config.new_client_from_config()
+    api.user_agent = USER_AGENT
+    return api
 
 
 @dataclass(frozen=True, slots=True)
