@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from hybridgpu.planner.model import (
@@ -931,9 +931,30 @@ def test_owned_tranches_agree_with_a_milp(samples, types, deal, growth):
     MILP's optimum (owned nodes per type and period, never fewer than before) over nothing
     and the offer."""
     plan = plan_inputs(samples, types, months=36, growth=growth)
-    got = optimal_procurement(plan, [deal], owned_tranche_months=6)
+    try:
+        got = optimal_procurement(plan, [deal], owned_tranche_months=6)
+    except ValueError as err:
+        # Demand tripling a year on 2-GPU types makes more node mixes than the planner
+        # searches; it says so and names the field that bounds them (the test below).
+        assert "node mixes" in str(err) and "maxNodes" in str(err), err
+        reject()
     want = min(milp_total(plan, None, tranche=6), milp_total(plan, deal, tranche=6))
     assert got.total_dollars == pytest.approx(want, rel=1e-7, abs=1e-4)
+
+
+def test_too_many_owned_node_mixes_for_tranches_is_a_clear_error() -> None:
+    """The example Hypothesis found: 2 GPUs growing +200% a year for 3 years on two 2-GPU
+    types is 79 x 79 node mixes, more than the tranche search takes; the error says how many
+    and which field bounds them, instead of searching for minutes."""
+    plan = plan_inputs(
+        [(0.5, 4.0, 2.0)],
+        [node_type("b", gpus=2, gpu_hour=2.2), node_type("a", gpus=2, gpu_hour=1.3)],
+        months=36,
+        growth=2.0,
+    )
+    deal = offer(price=1.4, unit=2, term=1, decrease=0.5, months=6)
+    with pytest.raises(ValueError, match=r"6,241 node mixes of 2 candidate types .*maxNodes"):
+        optimal_procurement(plan, [deal], owned_tranche_months=6)
 
 
 def test_growing_demand_is_bought_in_tranches_and_paid_when_bought():
