@@ -3,35 +3,18 @@ or find, and their API errors as the project's ProviderError."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from hybridgpu import USER_AGENT
+from hybridgpu import kubeclient
 from hybridgpu.cloud.base import ProviderError
 from hybridgpu.models.timestamps import parse_rfc3339
 
-
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """``kubeconfig``, else $KUBECONFIG (``hybridgpu run`` sets it from --kubeconfig), else the
-    in-cluster service account, else ~/.kube/config."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        api = config.new_client_from_config(config_file=path)
-    else:
-        try:
-            config.load_incluster_config()
-            api = client.ApiClient()
-        except config.ConfigException:
-            api = config.new_client_from_config()
-    api.user_agent = USER_AGENT
-    return api
-
-
+api_client = kubeclient.api_client
 _find_client = api_client  # the constructor's parameter of the same name hides it
 
 

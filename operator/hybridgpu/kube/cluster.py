@@ -15,10 +15,10 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from hybridgpu import USER_AGENT
+from hybridgpu import kubeclient
 from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
 from hybridgpu.kube.errors import Conflict, KubeError, NotFound, from_api_exception
 from hybridgpu.kube.names import (
@@ -47,19 +47,7 @@ T = TypeVar("T")
 Obj = dict[str, Any]
 
 
-def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """An ApiClient from ``kubeconfig``, $KUBECONFIG, ~/.kube/config, or in-cluster config,
-    that says it is hybridgpu (``User-Agent``)."""
-    if kubeconfig:
-        api = config.new_client_from_config(config_file=kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-            api = client.ApiClient()
-        except config.ConfigException:
-            api = config.new_client_from_config()
-    api.user_agent = USER_AGENT
-    return api
+load_api_client = kubeclient.api_client
 
 
 @dataclass(frozen=True, slots=True)
