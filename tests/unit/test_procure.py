@@ -25,25 +25,11 @@ from hybridgpu.planner.procure import (
     ProcurementModel,
     optimal_procurement,
 )
+from support.planner import node_type
 
 pytestmark = pytest.mark.unit
 
 FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def node_type(name: str = "n", gpus: int = 4, gpu_hour: float = 1.0) -> OwnedNodeType:
-    """An owned node whose GPU-hour costs ``gpu_hour`` (half capital, straight line, half power)."""
-    node_hour = gpu_hour * gpus
-    return OwnedNodeType(
-        name=name,
-        gpus_per_node=gpus,
-        capex_dollars=node_hour / 2 * 4 * 8760,
-        amortization_years=4,
-        power_watts=node_hour / 2 * 1000 / (1.25 * 0.1),
-        pue=1.25,
-        electricity_per_kwh=0.1,
-        cost_of_capital_per_year=0.0,
-    )
 
 
 def offer(

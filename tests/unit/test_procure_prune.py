@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import hybridgpu.planner.procure as procure
 from hybridgpu.planner.io import history_from_jobs
-from hybridgpu.planner.model import CloudRates, DemandSample, JobDemand, OwnedNodeType, PlanInputs
+from hybridgpu.planner.model import CloudRates, DemandSample, JobDemand, PlanInputs
 from hybridgpu.planner.optimize import cheapest_mixes
 from hybridgpu.planner.procure import (
     CommittedOffer,
@@ -20,31 +20,11 @@ from hybridgpu.planner.procure import (
     offer_choices,
     optimal_procurement,
 )
+from support.planner import CLOUD, node_type, random_jobs
 
 pytestmark = pytest.mark.unit
 
-CLOUD = CloudRates(
-    4.0,
-    1.5,
-    spot_interruptions_per_hour=0.05,
-    spot_restart_overhead_hours=0.2,
-    node_startup_hours=0.05,
-    idle_release_hours=0.25,
-)
-
-
-def node_type(name: str, gpus: int, gpu_hour: float) -> OwnedNodeType:
-    node_hour = gpu_hour * gpus
-    return OwnedNodeType(
-        name=name,
-        gpus_per_node=gpus,
-        capex_dollars=node_hour / 2 * 4 * 8760,
-        amortization_years=4,
-        power_watts=node_hour / 2 * 1000 / (1.25 * 0.1),
-        pue=1.25,
-        electricity_per_kwh=0.1,
-        cost_of_capital_per_year=0.0,
-    )
+jobs_strategy = random_jobs(30)
 
 
 def offer(name: str, price: float, unit: int, term: int, decrease: float) -> CommittedOffer:
@@ -53,17 +33,6 @@ def offer(name: str, price: float, unit: int, term: int, decrease: float) -> Com
     )
 
 
-jobs_strategy = st.lists(
-    st.builds(
-        JobDemand,
-        arrival_seconds=st.integers(0, 20 * 3600).map(float),
-        duration_seconds=st.integers(60, 8 * 3600).map(float),
-        gpus=st.sampled_from([1, 2, 4, 8]),
-        preemptible=st.booleans(),
-    ),
-    min_size=1,
-    max_size=30,
-)
 offers_strategy = st.lists(
     st.builds(
         offer,

@@ -8,31 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridgpu.planner.model import CloudRates, JobDemand
+from hybridgpu.planner.model import JobDemand
 from hybridgpu.planner.replay import replay_committed
+from support.planner import CLOUD, random_jobs
 
 pytestmark = pytest.mark.unit
 
-CLOUD = CloudRates(
-    4.0,
-    1.5,
-    spot_interruptions_per_hour=0.05,
-    spot_restart_overhead_hours=0.2,
-    node_startup_hours=0.05,
-    idle_release_hours=0.25,
-)
-
-jobs_strategy = st.lists(
-    st.builds(
-        JobDemand,
-        arrival_seconds=st.integers(0, 20 * 3600).map(float),
-        duration_seconds=st.integers(60, 8 * 3600).map(float),
-        gpus=st.sampled_from([1, 2, 4, 8]),
-        preemptible=st.booleans(),
-    ),
-    min_size=1,
-    max_size=40,
-)
+jobs_strategy = random_jobs(40)
 
 
 @settings(max_examples=150, deadline=None)
