@@ -194,3 +194,29 @@ def gang(
         for i in range(size if created is None else created)
     ]
     return [(pods[0], state), *((p, None) for p in pods[1:])]
+
+
+def core_and_spot_pool_specs() -> dict[str, GPUPoolSpec]:
+    """Two GPUPool specs of 8-A100 nodes a workload moves between: ``core`` (owned, static)
+    and ``spot`` (tainted ``hybridgpu.io/spot=true:NoSchedule``)."""
+    return {
+        "core": GPUPoolSpec.model_validate(
+            {
+                "tier": "core",
+                "gpu": {"model": "A100", "perNode": 8},
+                "maxNodes": 2,
+                "provider": {"type": "static"},
+                "pricing": {"capexPerNode": 200000},
+            }
+        ),
+        "spot": GPUPoolSpec.model_validate(
+            {
+                "tier": "spot",
+                "gpu": {"model": "A100", "perNode": 8},
+                "maxNodes": 8,
+                "provider": {"type": "fake"},
+                "pricing": {"perNodeHour": 8},
+                "taints": [{"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}],
+            }
+        ),
+    }

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from tests.support.builders import policy, pool
+from tests.support.builders import core_and_spot_pool_specs, policy, pool
 from tests.support.workloads import jobset, pod_of, pytorchjob, rayjob, trainjob
 
 from hybridgpu.core.decide import decide
@@ -27,7 +27,6 @@ from hybridgpu.kube.workloads import (
     workload_state,
 )
 from hybridgpu.models.actions import ScaleUp
-from hybridgpu.models.pool import GPUPoolSpec
 
 pytestmark = pytest.mark.unit
 
@@ -166,28 +165,7 @@ def test_each_pod_belongs_to_its_workload(labels: dict, owner: tuple | None, wan
     assert (None if ref is None else (ref.kind, ref.name)) == want
 
 
-def pools() -> dict[str, GPUPoolSpec]:
-    return {
-        "core": GPUPoolSpec.model_validate(
-            {
-                "tier": "core",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 2,
-                "provider": {"type": "static"},
-                "pricing": {"capexPerNode": 200000},
-            }
-        ),
-        "spot": GPUPoolSpec.model_validate(
-            {
-                "tier": "spot",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 8,
-                "provider": {"type": "fake"},
-                "pricing": {"perNodeHour": 8},
-                "taints": [{"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}],
-            }
-        ),
-    }
+pools = core_and_spot_pool_specs
 
 
 def apply_json_patch(obj: dict, ops: list[dict[str, Any]]) -> dict:

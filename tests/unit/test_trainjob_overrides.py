@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import jsonpatch
 import pytest
+from tests.support.builders import core_and_spot_pool_specs
 from tests.support.fake_cluster import FakeCluster
 from tests.support.workloads import trainjob
 
@@ -34,7 +35,6 @@ from hybridgpu.kube.workloads.kinds import (
     TrainJob,
     trainjob_override_field,
 )
-from hybridgpu.models.pool import GPUPoolSpec
 
 pytestmark = pytest.mark.unit
 
@@ -65,28 +65,7 @@ KUEUE_PATCH = {
 }
 
 
-def pools() -> dict[str, GPUPoolSpec]:
-    return {
-        "core": GPUPoolSpec.model_validate(
-            {
-                "tier": "core",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 2,
-                "provider": {"type": "static"},
-                "pricing": {"capexPerNode": 200000},
-            }
-        ),
-        "spot": GPUPoolSpec.model_validate(
-            {
-                "tier": "spot",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 8,
-                "provider": {"type": "fake"},
-                "pricing": {"perNodeHour": 8},
-                "taints": [{"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}],
-            }
-        ),
-    }
+pools = core_and_spot_pool_specs
 
 
 def move(obj: dict[str, Any], kind: TrainJob, to_pool: str) -> dict[str, Any]:
