@@ -14,7 +14,7 @@ import pytest
 
 from conftest import SPOT_TAINT, Cluster, Operators, wait_for
 from support.controlplane import ControlPlane, KubeTest, gpu_job
-from support.customobjects import CreatedObjects, created_objects
+from support.customobjects import CreatedObjects, all_running_on, created_objects
 from support.trainingoperator import pytorchjob_controller
 from support.workloads import pytorchjob
 
@@ -57,12 +57,7 @@ def pods_of(kube: KubeTest, name: str) -> list[Any]:
 
 
 def running_on(kube: KubeTest, name: str, nodes: set[str], count: int) -> bool:
-    pods = [p for p in pods_of(kube, name) if p.metadata.deletion_timestamp is None]
-    return (
-        len(pods) == count
-        and all(p.status.phase == "Running" for p in pods)
-        and {p.spec.node_name for p in pods} <= nodes
-    )
+    return all_running_on(pods_of(kube, name), nodes, count)
 
 
 def test_a_preempted_pytorchjob_moves_whole_to_spot_through_the_controllers_suspend(

@@ -19,7 +19,7 @@ from hybridgpu.kube.executor import PlanExecutor
 from hybridgpu.kube.workloads import KINDS
 from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import ControlPlane, KubeTest, gpu_job
-from support.customobjects import CreatedObjects, created_objects
+from support.customobjects import CreatedObjects, all_running_on, created_objects
 from support.jobset import jobset_controller
 from support.trainer import RUNTIME, trainer_controller
 
@@ -107,12 +107,7 @@ def pods_of(kube: KubeTest, name: str) -> list[Any]:
 
 
 def running_on(kube: KubeTest, name: str, nodes: set[str], count: int) -> bool:
-    pods = pods_of(kube, name)
-    return (
-        len(pods) == count
-        and all(p.status.phase == "Running" for p in pods)
-        and {p.spec.node_name for p in pods} <= nodes
-    )
+    return all_running_on(pods_of(kube, name), nodes, count)
 
 
 def test_a_preempted_trainjob_moves_to_spot_through_its_runtime_patch(

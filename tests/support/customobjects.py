@@ -80,3 +80,14 @@ def created_objects(
         interval_seconds=0.1,
         what=what or f"{plural} gone",
     )
+
+
+def all_running_on(pods: list[Any], nodes: set[str], count: int) -> bool:
+    """``count`` pods (none being deleted), every one Running on one of ``nodes``: a custom
+    workload's pods where a test expects them."""
+    live = [p for p in pods if p.metadata.deletion_timestamp is None]
+    return (
+        len(live) == count
+        and all(p.status.phase == "Running" for p in live)
+        and {p.spec.node_name for p in live} <= nodes
+    )
