@@ -19,24 +19,11 @@ from hybridgpu.kube.workloads import KINDS
 from hybridgpu.models.pool import GPUPoolSpec
 from support.controlplane import ControlPlane, KubeTest, wait_until
 from support.jobset import install_workload_crds
-from support.workloads import pod_of, pytorchjob, rayjob, trainjob
+from support.workloads import NoCapacity, pod_of, pytorchjob, rayjob, trainjob
 
 pytestmark = pytest.mark.adapters
 
 SPOT_TAINT = {"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}
-
-
-class NoCapacity:
-    """The move never adds or removes machines."""
-
-    def scale_up(self, pool: str, nodes: int) -> None:
-        raise AssertionError("a move does not scale")
-
-    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
-        raise AssertionError("a move does not terminate")
-
-    def known_provider_ids(self, pool: str) -> set[str] | None:
-        return None
 
 
 def pools() -> dict[str, GPUPoolSpec]:

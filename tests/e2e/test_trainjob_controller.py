@@ -22,6 +22,7 @@ from support.controlplane import ControlPlane, KubeTest, gpu_job
 from support.customobjects import CreatedObjects, all_running_on, created_objects
 from support.jobset import jobset_controller
 from support.trainer import RUNTIME, trainer_controller
+from support.workloads import NoCapacity
 
 pytestmark = pytest.mark.e2e
 
@@ -169,19 +170,6 @@ def test_a_preempted_trainjob_moves_to_spot_through_its_runtime_patch(
     )
     moves = [e.message for e in cluster.events("Preempt")]
     assert any("llm" in m for m in moves), moves
-
-
-class NoCapacity:
-    """A move adds and removes no machines."""
-
-    def scale_up(self, pool: str, nodes: int) -> None:
-        raise AssertionError("a move does not scale")
-
-    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
-        raise AssertionError("a move does not terminate")
-
-    def known_provider_ids(self, pool: str) -> set[str] | None:
-        return None
 
 
 def test_each_move_rewrites_hybridgpus_one_runtime_patch_through_the_trainer_webhooks(

@@ -229,3 +229,17 @@ def pod_of(
         },
         "status": status,
     }
+
+
+class NoCapacity:
+    """The capacity of a PlanExecutor that only moves workloads: a move never adds or removes
+    machines, so any call to scale or terminate fails the test."""
+
+    def scale_up(self, pool: str, nodes: int) -> None:
+        raise AssertionError("a move does not scale")
+
+    def terminate(self, pool: str, node: str, provider_id: str | None) -> bool:
+        raise AssertionError("a move does not terminate")
+
+    def known_provider_ids(self, pool: str) -> set[str] | None:
+        return None
