@@ -3,6 +3,7 @@
     .venv/bin/python bench/simulate_scale.py dlrm                  # the full DLRM trace
     .venv/bin/python bench/simulate_scale.py dlrm --days 3         # its first 3 days
     .venv/bin/python bench/simulate_scale.py synthetic --jobs 20000
+    .venv/bin/python bench/simulate_scale.py synthetic --jobs 200000 --policy owned_only
     .venv/bin/python bench/simulate_scale.py plan --jobs 200000
 
 ``dlrm``: the Alibaba 2025 DLRM serving trace (../shared/traces/alibaba-dlrm, 7,386 GPU
@@ -37,7 +38,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from hybridgpu.sim.compare import WaitSLO, fluid_bound, policy_runs, simulation  # noqa: E402
+from hybridgpu.sim.compare import (  # noqa: E402
+    BOUND,
+    POLICIES,
+    WaitSLO,
+    fluid_bound,
+    policy_runs,
+    simulation,
+)
 from hybridgpu.sim.compare import trace_window_seconds as window_seconds  # noqa: E402
 from hybridgpu.sim.config import load_cluster  # noqa: E402
 from hybridgpu.sim.engine import SimSettings  # noqa: E402
@@ -63,13 +71,18 @@ def _synthetic_jobs(jobs: int) -> tuple[list[TraceJob], int]:
     return out[:jobs], copies
 
 
-def _simulate(pools: Any, policy: Any, jobs: list[TraceJob]) -> dict[str, Any]:
-    """Every policy of `hybridgpu simulate` (its default physics: hazard 0.05, seed 7)."""
+def _simulate(
+    pools: Any, policy: Any, jobs: list[TraceJob], only: list[str] | None = None
+) -> dict[str, Any]:
+    """Every policy of `hybridgpu simulate` (its default physics: hazard 0.05, seed 7), or
+    those of ``only`` (``fluid_bound`` among them for the bound)."""
     settings = SimSettings(spot_hazard_per_hour=0.05, seed=7)
     out: dict[str, Any] = {"jobs": len(jobs), "policies": {}}
     start = time.perf_counter()
     cpu = time.process_time()
     for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
+        if only is not None and name not in only:
+            continue
         began = time.perf_counter()
         began_cpu = time.process_time()
         sim = simulation(name, run_pools, run_policy, jobs, settings)
@@ -82,7 +95,8 @@ def _simulate(pools: Any, policy: Any, jobs: list[TraceJob]) -> dict[str, Any]:
             "cloud_cost_dollars": round(result.cloud_cost_dollars, 2),
             "unfinished_jobs": result.unfinished_jobs,
         }
-    fluid_bound(pools, jobs, window_seconds(jobs), WaitSLO())
+    if only is None or BOUND in only:
+        fluid_bound(pools, jobs, window_seconds(jobs), WaitSLO())
     out["wall_seconds"] = round(time.perf_counter() - start, 1)
     out["cpu_seconds"] = round(time.process_time() - cpu, 1)
     return out
@@ -93,6 +107,12 @@ def main() -> int:
     parser.add_argument("what", choices=("dlrm", "synthetic", "plan"))
     parser.add_argument("--jobs", type=int, default=20_000, help="synthetic and plan")
     parser.add_argument("--days", type=float, default=None, help="dlrm: only its first days")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        choices=POLICIES,
+        help="dlrm and synthetic: run only this policy (repeatable; default: all of them)",
+    )
     args = parser.parse_args()
     if args.what == "dlrm":
         if not DLRM.exists():
@@ -107,7 +127,7 @@ def main() -> int:
                 for j in jobs
                 if j.arrival_seconds < end
             ]
-        out = _simulate(config.pools, config.policy.spec, jobs)
+        out = _simulate(config.pools, config.policy.spec, jobs, args.policy)
     elif args.what == "synthetic":
         jobs, copies = _synthetic_jobs(args.jobs)
         config = load_cluster(BUNDLED)
@@ -123,7 +143,7 @@ def main() -> int:
             )
             for p in config.pools
         ]
-        out = {"copies": copies, **_simulate(pools, config.policy.spec, jobs)}
+        out = {"copies": copies, **_simulate(pools, config.policy.spec, jobs, args.policy)}
     else:
         out = _plan(args.jobs)
     out["peak_rss_mib"] = _peak_rss_mib()

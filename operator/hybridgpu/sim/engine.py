@@ -94,6 +94,9 @@ SERIES_STEP_SECONDS = 600.0
 HEARTBEAT_SECONDS = 600.0
 # GPU utilization of a running job whose trace gives none: busy.
 BUSY_UTILIZATION_PERCENT = 90.0
+# A pending job's class for the scheduler: its pinned pool, whether it is preemptible, its
+# GPUs and GPU models (``Simulation._class_key``).
+_ClassKey = tuple[str | None, bool, int, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -375,6 +378,10 @@ class Simulation:
         self.pending: set[int] = set()
         self._queue: SortedList[tuple[int, float, int]] = SortedList()
         """The pending jobs in the scheduler's order: (criticality rank, pending since, index)."""
+        self._classes: dict[_ClassKey, SortedList[tuple[int, float, int]]] = {}
+        """The same, split by class (``_class_key``)."""
+        self._class_of: dict[int, _ClassKey] = {}
+        """The class each pending job is queued in."""
         self._smallest_job_gpus = min((j.gpus for j in self.trace), default=0)
         self.running: set[int] = set()
         self.preemptions = 0
@@ -407,7 +414,7 @@ class Simulation:
         self.cost_terms: dict[str, float] = dict.fromkeys(COST_TERMS, 0.0)
         self._accounted_to = 0.0
         self.progress = progress
-        self._eligible_cache: dict[tuple[str | None, bool, int, tuple[str, ...]], list[str]] = {}
+        self._eligible_cache: dict[_ClassKey, list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         self._tally = {p.name: _Tally() for p in pools}
         self._placeable: dict[str, FreeGPUs[str]] = {p.name: FreeGPUs() for p in pools}
@@ -609,12 +616,23 @@ class Simulation:
             self._push(self.now + max(delay, 1.0), "notice", node.name)
 
     # ------------------------------------------------------------- scheduler
+    def _class_key(self, job: _Job) -> _ClassKey:
+        """What decides where the job's pod may land and how much room it needs: jobs of one
+        class fit wherever any of them fits."""
+        trace = job.trace
+        return (
+            job.pool,
+            trace.criticality == Criticality.PREEMPTIBLE,
+            trace.gpus,
+            trace.gpu_models,
+        )
+
     def _eligible_pools(self, job: _Job) -> list[str]:
         """The pools the job's pod may land on, in decide()'s order (``core.placement``)."""
-        trace = job.trace
-        key = (job.pool, trace.criticality == Criticality.PREEMPTIBLE, trace.gpus, trace.gpu_models)
+        key = self._class_key(job)
         cached = self._eligible_cache.get(key)
         if cached is None:
+            trace = job.trace
             order = placement_order(
                 list(self.pools.values()),
                 trace.gpus,
@@ -629,20 +647,51 @@ class Simulation:
     def _queue_key(self, job: _Job) -> tuple[int, float, int]:
         return (CRITICALITY_RANK[job.trace.criticality], job.pending_since, job.index)
 
+    def _enqueue(self, job: _Job) -> None:
+        """The job waits: in the scheduler's queue and its class's."""
+        self.pending.add(job.index)
+        key = self._queue_key(job)
+        self._queue.add(key)
+        klass = self._class_key(job)
+        queue = self._classes.get(klass)
+        if queue is None:
+            queue = self._classes[klass] = SortedList()
+        queue.add(key)
+        self._class_of[job.index] = klass
+
+    def _dequeue(self, job: _Job) -> None:
+        """The job no longer waits (it started), or its class changes (``_enqueue`` again)."""
+        self.pending.discard(job.index)
+        key = self._queue_key(job)
+        self._queue.remove(key)
+        klass = self._class_of.pop(job.index)
+        queue = self._classes[klass]
+        queue.remove(key)
+        if not queue:
+            del self._classes[klass]
+
     def _room(self) -> int:
         """The most free GPUs on any node pods can land on."""
         return max((placeable.most_free for placeable in self._placeable.values()), default=0)
 
     def _schedule(self) -> None:
         """Place pending pods, most critical and oldest first, each on the fullest node of
-        its first eligible pool that has room (kube-scheduler with a bin-packing score)."""
+        its first eligible pool that has room (kube-scheduler with a bin-packing score).
+
+        A pass only takes GPUs, so once a job found no room, no later job of its class
+        (``_class_key``) finds any in that pass: the pass walks the classes' queues merged
+        in the queue's order and drops a class at its first job that does not fit. Its cost
+        grows with the jobs it places and the classes, not with the queue's length."""
         if not self.pending:
             return
         room = self._room()
         if room < self._smallest_job_gpus:
             return  # a queue in front of full nodes costs nothing per event
-        for _, _, index in list(self._queue):
-            job = self.jobs[index]
+        heads = [(queue[0], klass) for klass, queue in self._classes.items() if klass[2] <= room]
+        heapq.heapify(heads)
+        while heads:
+            key, klass = heapq.heappop(heads)
+            job = self.jobs[key[2]]
             need = job.trace.gpus
             if need > room:
                 continue
@@ -653,12 +702,16 @@ class Simulation:
                 self._start(job, self.nodes[best])
                 room = self._room()
                 break
+            else:
+                continue  # the class has no room left in this pass
             if room < self._smallest_job_gpus:
                 return
+            queue = self._classes.get(klass)
+            if queue:
+                heapq.heappush(heads, (queue[0], klass))
 
     def _start(self, job: _Job, node: _Node) -> None:
-        self.pending.discard(job.index)
-        self._queue.remove(self._queue_key(job))
+        self._dequeue(job)
         self.running.add(job.index)
         node.free -= job.trace.gpus
         node.jobs.add(job.index)
@@ -726,8 +779,7 @@ class Simulation:
             job.run_overhead = self.settings.restart_overhead_seconds
             job.pending_since = self.now
             job.pool = pool
-            self.pending.add(job.index)
-            self._queue.add(self._queue_key(job))
+            self._enqueue(job)
         else:
             self._demand_gpus -= job.trace.gpus
             job.done = True
@@ -1160,7 +1212,9 @@ class Simulation:
                 if job.node is not None:
                     self._stop(job, requeue=True, pool=action.to_pool)
                 else:
+                    self._dequeue(job)
                     job.pool = action.to_pool
+                    self._enqueue(job)
                     self._job_changed(job.index)
             elif isinstance(action, RebalanceReplica):
                 serving_sim.start(self, action)
@@ -1425,8 +1479,7 @@ class Simulation:
         """Process one event; returns 1 when a job finished."""
         if kind == "arrive":
             assert isinstance(payload, int)
-            self.pending.add(payload)
-            self._queue.add(self._queue_key(self.jobs[payload]))
+            self._enqueue(self.jobs[payload])
             self._demand_gpus += self.jobs[payload].trace.gpus
             self._job_changed(payload)
             return 0
