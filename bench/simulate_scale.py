@@ -10,7 +10,7 @@
 instances over 31 days) on examples/cluster-dlrm.yaml (250 owned 8-GPU nodes, thousands of
 cloud nodes allowed), every policy and the bound, as `hybridgpu simulate` runs them.
 ``synthetic``: ``--jobs`` jobs of the bundled scenario's kind over 30 days: that many
-independent copies of the built-in synthetic process (each about 3,900 jobs in 30 days),
+independent copies of the built-in synthetic process (each about 3,550 jobs in 30 days),
 on the bundled cluster with every pool's maxNodes times the copies. ``plan``: `hybridgpu
 plan --config examples/plan.yaml` on the same synthetic jobs written as a CSV trace.
 
@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import csv
 import io
+import itertools
 import json
 import math
 import resource
@@ -54,7 +55,9 @@ from hybridgpu.sim.traces import TraceJob, load_trace, synthetic  # noqa: E402
 DLRM = ROOT.parent / "shared" / "traces" / "alibaba-dlrm" / "disaggregated_DLRM_trace.csv"
 BUNDLED = ROOT / "operator" / "hybridgpu" / "sim" / "scenarios" / "default-cluster.yaml"
 SYNTHETIC_DAYS = 30.0
-JOBS_PER_COPY = 3900  # the synthetic process yields about this many in 30 days
+# The synthetic process yields about 3,550 jobs in 30 days (seeds 1-52: 184,846); copies are
+# added past this first guess until there are ``--jobs``.
+JOBS_PER_COPY = 3900
 
 
 def _peak_rss_mib() -> int:
@@ -62,11 +65,15 @@ def _peak_rss_mib() -> int:
 
 
 def _synthetic_jobs(jobs: int) -> tuple[list[TraceJob], int]:
+    """The first ``jobs`` jobs (by arrival) of as many copies as it takes to have them."""
     copies = max(1, math.ceil(jobs / JOBS_PER_COPY))
     out: list[TraceJob] = []
-    for copy in range(copies):
+    for copy in itertools.count():
+        if copy >= copies and len(out) >= jobs:
+            break
         for job in synthetic(seed=copy + 1, hours=SYNTHETIC_DAYS * 24):
             out.append(replace(job, name=f"c{copy}-{job.name}"))
+    copies = copy
     out.sort(key=lambda j: (j.arrival_seconds, j.name))
     return out[:jobs], copies
 
