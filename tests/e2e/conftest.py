@@ -243,6 +243,7 @@ class Cluster:
         provider: dict[str, Any] | None = None,
         power: dict[str, Any] | None = None,
         committed: dict[str, Any] | None = None,
+        node_selector: dict[str, str] | None = None,
     ) -> str:
         name = self.name(short)
         spec: dict[str, Any] = {
@@ -266,6 +267,8 @@ class Cluster:
             spec["provider"] = provider or {"type": "kwok"}
         if committed is not None:
             spec["committed"] = committed
+        if node_selector is not None:
+            spec["nodeSelector"] = node_selector
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "GPUPool",

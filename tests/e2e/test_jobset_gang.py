@@ -144,6 +144,68 @@ def test_a_preempted_jobset_moves_whole_to_spot(
     assert any("sweep" in m for m in moves), moves
 
 
+def test_a_jobset_moves_between_pools_whose_selectors_use_different_label_keys(
+    cluster: Cluster, operators: Operators, jobsets: CreatedObjects
+) -> None:
+    """The JobSet controller merges a resumed JobSet's nodeSelector into the child Jobs it
+    kept instead of replacing it: repinned through the JobSet alone, the children would keep
+    core's key beside spot's and their pods would match no node. The move repoints the child
+    Jobs too, so the pods run on spot with spot's selector only."""
+    owned, spot_only = {"example.com/owned": "true"}, {"example.com/capacity": "spot"}
+    policy = cluster.policy()
+    core = cluster.pool(
+        "core", tier="core", policy=policy, per_node=8, max_nodes=2, node_selector=owned
+    )
+    spot = cluster.pool(
+        "spot",
+        tier="spot",
+        policy=policy,
+        per_node=8,
+        max_nodes=2,
+        taints=[SPOT_TAINT],
+        node_selector=spot_only,
+    )
+    cluster.kube.create_gpu_nodes(core, 2, tier="core", gpus=8, labels=owned)
+    sweep = jobset("sweep", replicas=2, gpus=8, criticality="preemptible", run_duration="600s")
+    sweep["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"] = (
+        dict(owned)
+    )
+    jobsets.create(sweep)
+    wait_for(
+        lambda: (
+            sum(1 for p in jobset_pods(cluster.kube, "sweep") if p.status.phase == "Running") == 2
+        ),
+        60,
+        "the JobSet running on core",
+    )
+    operators.start()
+    cluster.wait_ticking(policy)
+    cluster.kube.create_job(
+        gpu_job(
+            "urgent",
+            gpus=8,
+            run_duration="600s",
+            labels={"hybridgpu.io/criticality": "critical"},
+        )
+    )
+
+    def whole_jobset_on_spot() -> bool:
+        pods = [p for p in jobset_pods(cluster.kube, "sweep") if p.status.phase == "Running"]
+        nodes = {n.metadata.name for n in cluster.pool_nodes(spot)}
+        return len(pods) == 2 and all(p.spec.node_name in nodes for p in pods)
+
+    wait_for(whole_jobset_on_spot, 120, "both JobSet pods running on spot")
+    for pod in jobset_pods(cluster.kube, "sweep"):
+        assert "example.com/owned" not in (pod.spec.node_selector or {}), pod.spec.node_selector
+        assert spot_only.items() <= (pod.spec.node_selector or {}).items()
+    children = cluster.kube.batch.list_namespaced_job(
+        cluster.kube.namespace, label_selector="jobset.sigs.k8s.io/jobset-name=sweep"
+    ).items
+    assert len(children) == 2
+    for child in children:
+        assert "example.com/owned" not in (child.spec.template.spec.node_selector or {})
+
+
 def test_a_critical_jobset_takes_core_from_preemptible_jobs_instead_of_buying_cloud(
     cluster: Cluster, operators: Operators, jobsets: CreatedObjects
 ) -> None:

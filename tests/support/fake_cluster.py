@@ -15,7 +15,7 @@ import jsonpatch
 
 from hybridgpu.kube.cluster import ClusterObjects, ObjectRef
 from hybridgpu.kube.convert import pod_spec_gpus, rfc3339
-from hybridgpu.kube.errors import Conflict, NotFound
+from hybridgpu.kube.errors import Conflict, Invalid, NotFound
 from hybridgpu.kube.names import CORDONED_BY_ANNOTATION, JOB_NAME_LABEL, POOL_LABEL
 from hybridgpu.kube.workloads import WorkloadKind
 from hybridgpu.models.crd import all_crds
@@ -34,6 +34,24 @@ def _merge(into: Obj, patch: Obj) -> None:
             _merge(into[key], value)
         else:
             into[key] = copy.deepcopy(value)
+
+
+def _apply(obj: Obj, patch: Obj | list[Obj]) -> None:
+    """A merge patch (a dict) or a JSON patch (a list), as the apiserver applies them (a failed
+    RFC 6902 "test" fails it all)."""
+    if isinstance(patch, dict):
+        _merge(obj, patch)
+    else:
+        patched = jsonpatch.apply_patch(obj, patch)
+        obj.clear()
+        obj.update(patched)
+
+
+def _selected(obj: Obj, label_selector: str) -> bool:
+    """Whether ``obj``'s labels match an equality label selector ("k=v,k2=v2")."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    terms = (term.split("=", 1) for term in label_selector.split(",") if term)
+    return all(labels.get(k) == v for k, v in terms)
 
 
 def gpu_node(
@@ -229,13 +247,11 @@ class FakeCluster:
         return copy.deepcopy(self.deployments[(namespace, name)])
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
-        wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
         return copy.deepcopy(
             [
                 p
                 for (ns, _), p in self.pods.items()
-                if ns == namespace
-                and all(p["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+                if ns == namespace and _selected(p, label_selector)
             ]
         )
 
@@ -260,22 +276,16 @@ class FakeCluster:
         found = self.workloads.get((kind.kind, namespace, name))
         if found is None:
             raise NotFound(f"{kind.kind} {namespace}/{name} not found", status=404)
-        if isinstance(patch, dict):
-            _merge(found, patch)
-        else:  # RFC 6902, as the apiserver applies it (a failed "test" fails it all)
-            patched = jsonpatch.apply_patch(found, patch)
-            found.clear()
-            found.update(patched)
+        _apply(found, patch)
         return copy.deepcopy(found)
 
     def pods_of_workload(self, kind: WorkloadKind, namespace: str, name: str) -> list[Obj]:
-        wanted = dict(term.split("=", 1) for term in kind.pod_selector(name).split(","))
         return copy.deepcopy(
             [
                 p
                 for (ns, _), p in self.pods.items()
                 if ns == namespace
-                and all(p["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+                and _selected(p, kind.pod_selector(name))
                 and p["status"].get("phase") not in ("Succeeded", "Failed")
                 and (getattr(kind, "selector_exact", True) or kind.owner_of(p) == name)
             ]
@@ -356,9 +366,28 @@ class FakeCluster:
         job = self.jobs.get((namespace, name))
         if job is None:
             raise NotFound(f"Job {namespace}/{name} not found", status=404)
-        if isinstance(patch, dict):
-            _merge(job, patch)
+        before = copy.deepcopy(job)
+        _apply(job, patch)
+        template_changed = (job.get("spec") or {}).get("template") != (
+            before.get("spec") or {}
+        ).get("template")
+        started = (before.get("status") or {}).get("startTime")
+        if template_changed and (not (before.get("spec") or {}).get("suspend") or started):
+            # The apiserver lets a Job's pod template change only while it is suspended and
+            # has no startTime (the mutable scheduling directives of suspended Jobs).
+            job.clear()
+            job.update(before)
+            raise Invalid(f"Job {namespace}/{name}: spec.template: field is immutable", status=422)
         return copy.deepcopy(job)
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
+        return copy.deepcopy(
+            [
+                j
+                for (ns, _), j in self.jobs.items()
+                if ns == namespace and _selected(j, label_selector)
+            ]
+        )
 
     def clear_job_start_time(self, namespace: str, name: str) -> None:
         self.patch_job(namespace, name, {"status": {"startTime": None}})

@@ -386,6 +386,15 @@ class KubeCluster:
         )
         return result
 
+    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
+        items: list[Obj] = self._json(
+            f"list Jobs in {namespace} ({label_selector})",
+            lambda: self.batch.list_namespaced_job(
+                namespace, label_selector=label_selector, _preload_content=False
+            ),
+        )["items"]
+        return items
+
     def clear_job_start_time(self, namespace: str, name: str) -> None:
         """Clear status.startTime of a suspended Job (the apiserver then allows repinning)."""
         self._call(

@@ -44,6 +44,7 @@ from hybridgpu.kube.workloads import (
     WorkloadKind,
     WorkloadRef,
     api_version_of,
+    child_job_repin_patch,
     finish_patch,
     from_pool,
     kind_named,
@@ -674,11 +675,41 @@ class PlanExecutor:
             self.cluster.clear_job_start_time(namespace, name)
             step = "repin"
         if step == "repin":
+            if kind.child_jobs_selector and not self._repin_child_jobs(kind, job, move, pools):
+                return False
             if isinstance(kind, TrainJob):
                 return self._repin_trainjob(kind, job, move, pools)
             self.cluster.patch_workload(kind, namespace, name, repin_patch(kind, job, move, pools))
         self.cluster.patch_workload(kind, namespace, name, finish_patch(kind))
         log.info("moved %s %s/%s to %s", kind.kind, namespace, name, move.to_pool or "its queue")
+        return True
+
+    def _repin_child_jobs(
+        self, kind: WorkloadKind, job: dict[str, Any], move: Move, pools: Mapping[str, GPUPoolSpec]
+    ) -> bool:
+        """Repoint the suspended child Jobs a JobSet kept (see ``child_job_repin_patch``)
+        before the workload is resumed; False (the move waits a tick) while one of them is not
+        suspended yet."""
+        meta = job.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        selector = str(kind.child_jobs_selector).format(name=name)
+        for child in self.cluster.list_jobs(namespace, selector):
+            ops = child_job_repin_patch(child, move, pools)
+            if ops is None:
+                continue
+            child_name = str((child.get("metadata") or {}).get("name"))
+            if not (child.get("spec") or {}).get("suspend"):
+                log.info(
+                    "move of %s %s/%s waits for Job %s to suspend",
+                    kind.kind,
+                    namespace,
+                    name,
+                    child_name,
+                )
+                return False
+            if (child.get("status") or {}).get("startTime"):
+                self.cluster.clear_job_start_time(namespace, child_name)
+            self.cluster.patch_job(namespace, child_name, ops)
         return True
 
     def _trainjob_override_field(self) -> tuple[str | None, str]:

@@ -75,6 +75,11 @@ class WorkloadKind(Protocol):
     clears_start_time: bool
     """Whether the move must clear status.startTime before the templates may change (batch/v1
     Jobs; the other kinds' controllers do it on their child Jobs)."""
+    child_jobs_selector: str | None
+    """A label selector template (``{name}`` is the workload's name) for the child Jobs of a
+    JobSet that runs its pods and that the JobSet controller merges, not replaces, the
+    templates into on resume (JobSet and TrainJob, whose JobSet has its name); None for kinds
+    whose controller rebuilds the pods from the templates."""
 
     def suspended(self, obj: Obj) -> bool:
         """Whether the workload is suspended now."""
@@ -238,6 +243,31 @@ def repin_patch(
             }
         )
     return ops
+
+
+def child_job_repin_patch(
+    child: Obj, move: Move, pools: Mapping[str, GPUPoolSpec]
+) -> list[dict[str, Any]] | None:
+    """JSON patch that points a suspended child Job of a moved JobSet at the move's target pool
+    (as :func:`repin_patch` points the JobSet), or None when it already points there.
+
+    The JobSet controller merges a resumed JobSet's template ``nodeSelector`` and tolerations
+    into the child Jobs it kept while suspended instead of replacing them, so a child would keep
+    the selector keys of the pool the JobSet left. When the two pools select their nodes by
+    different label keys, its pods would ask for both pools' labels and never schedule. The
+    child's template is therefore repointed first, with the same rules as the JobSet's.
+    """
+    to_pool = move.to_pool if move.to_pool in pools else move.from_pool
+    pod_spec = ((child.get("spec") or {}).get("template") or {}).get("spec") or {}
+    selector, tolerations = repin_template(pod_spec, to_pool, pools)
+    if selector == (pod_spec.get("nodeSelector") or {}) and tolerations == (
+        pod_spec.get("tolerations") or []
+    ):
+        return None
+    return [
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": selector},
+        {"op": "add", "path": "/spec/template/spec/tolerations", "value": tolerations},
+    ]
 
 
 def from_pool(kind: WorkloadKind, obj: Obj) -> str | None:

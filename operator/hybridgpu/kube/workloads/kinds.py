@@ -57,6 +57,7 @@ class BatchJob(_SuspendInSpec):
     plural = "jobs"
     gang_by_default = False
     clears_start_time = True
+    child_jobs_selector: str | None = None
 
     def finished(self, obj: Obj) -> bool:
         return job_is_finished(obj)
@@ -90,6 +91,7 @@ class JobSet(_SuspendInSpec):
     plural = "jobsets"
     gang_by_default = True
     clears_start_time = False
+    child_jobs_selector: str | None = JOBSET_NAME_LABEL + "={name}"
 
     def finished(self, obj: Obj) -> bool:
         return _conditions_true(obj, ("Completed", "Failed"))
@@ -131,6 +133,7 @@ class RayJob(_SuspendInSpec):
     plural = "rayjobs"
     gang_by_default = True
     clears_start_time = False
+    child_jobs_selector: str | None = None
 
     def finished(self, obj: Obj) -> bool:
         status = (obj.get("status") or {}).get("jobDeploymentStatus")
@@ -187,6 +190,7 @@ class PyTorchJob:
     plural = "pytorchjobs"
     gang_by_default = True
     clears_start_time = False
+    child_jobs_selector: str | None = None
 
     def suspended(self, obj: Obj) -> bool:
         return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
@@ -378,6 +382,7 @@ class TrainJob(_SuspendInSpec):
     plural = "trainjobs"
     gang_by_default = True
     clears_start_time = False
+    child_jobs_selector: str | None = JOBSET_NAME_LABEL + "={name}"
 
     def __init__(self, field: str | None = None) -> None:
         self.field = field
