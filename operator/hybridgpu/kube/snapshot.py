@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -10,7 +10,6 @@ from hybridgpu.kube.cluster import ClusterObjects
 from hybridgpu.kube.convert import (
     IdleTracker,
     Obj,
-    annotations_of,
     gpu_pod,
     is_idle,
     is_lws_leader,
@@ -19,12 +18,11 @@ from hybridgpu.kube.convert import (
     labels_of,
     lws_group,
     node_state,
-    owner_job,
     pod_spec_gpus,
     pool_of_node,
     pool_selector,
 )
-from hybridgpu.kube.names import CRITICALITY_LABEL, IDLE_TIMEOUT_ANNOTATION
+from hybridgpu.kube.names import CRITICALITY_LABEL
 from hybridgpu.kube.workloads import (
     kind_of,
     owned_by_workload,
@@ -74,25 +72,42 @@ class Conversions:
     converts only the objects that changed since the last (the watch caches hand it the same
     20,000 pods and 5,000 nodes every tick; parsing each one again was most of a tick's CPU).
 
-    An object's conversion is reused while its ``resourceVersion`` (which the apiserver
-    changes on every write) and everything else it was computed from are unchanged: for a
-    pod, its Job's criticality, annotations and queued state; for a node, the pools'
-    selectors and this tick's measurements of it. Objects without a ``resourceVersion`` are
-    converted every time. Entries of objects no longer listed are dropped at each build.
-    Not thread-safe: one per policy, used by one tick at a time."""
+    The watch cache never changes a stored object: a change replaces it with a new one (of a
+    new ``resourceVersion``). So a conversion is kept by the object's identity (the very dict
+    the last build read) and reused while that object is still the one read and everything
+    else it was computed from is unchanged: for a pod, its Job's criticality, annotations and
+    queued state (the Jobs whose inputs changed since the last build are found once, then each
+    pod of theirs is converted again); for a node, its pool (the pools' selectors) and this
+    tick's measurements of it. Objects read afresh (a LIST) are converted every time. Entries
+    of objects no longer read are dropped at each build (an entry holds its object, so its
+    identity cannot be reused by another meanwhile). Not thread-safe: one per policy, used
+    by one tick at a time."""
 
     def __init__(self) -> None:
-        self._pods: dict[str, tuple[str, str | None, Any, GPUPod | None]] = {}
-        self._pools: dict[str, tuple[str, str | None]] = {}
-        self._nodes: dict[str, tuple[str, str, tuple[Any, ...], NodeState]] = {}
-        self._old_pods: dict[str, tuple[str, str | None, Any, GPUPod | None]] = {}
-        self._old_pools: dict[str, tuple[str, str | None]] = {}
-        self._old_nodes: dict[str, tuple[str, str, tuple[Any, ...], NodeState]] = {}
+        self._pods: dict[int, tuple[Obj, str | None, GPUPod | None]] = {}
+        self._pools: dict[int, tuple[Obj, str | None]] = {}
+        self._nodes: dict[int, tuple[Obj, tuple[Any, ...], NodeState]] = {}
+        self._old_pods: dict[int, tuple[Obj, str | None, GPUPod | None]] = {}
+        self._old_pools: dict[int, tuple[Obj, str | None]] = {}
+        self._old_nodes: dict[int, tuple[Obj, tuple[Any, ...], NodeState]] = {}
         self._selectors: Any = None
+        self._jobs: tuple[dict[str, Criticality], dict[str, Mapping[str, str]], set[str]] = (
+            {},
+            {},
+            set(),
+        )
+        self._changed_jobs: Container[str | None] = set()
+        """Jobs whose criticality, annotations or queued state changed since the last build."""
         self.hits = 0
         self.misses = 0
 
-    def begin(self, selectors: Mapping[str, Mapping[str, str]]) -> None:
+    def begin(
+        self,
+        selectors: Mapping[str, Mapping[str, str]],
+        criticality: Mapping[str, Criticality],
+        job_notes: Mapping[str, Mapping[str, str]],
+        queued: Collection[str],
+    ) -> None:
         """Start a build: what the last build kept is what this one may reuse."""
         self._old_pods, self._pods = self._pods, {}
         self._old_nodes, self._nodes = self._nodes, {}
@@ -101,6 +116,21 @@ class Conversions:
         if signature != self._selectors:
             self._old_pools = {}
             self._selectors = signature
+        jobs = (dict(criticality), dict(job_notes), set(queued))
+        last_criticality, last_notes, last_queued = self._jobs
+        changed: set[str | None] = set()
+        if bool(jobs[1]) != bool(last_notes):
+            # gpu_pod reads a pod's own annotations only while there are no Jobs' to read
+            self._changed_jobs = _EVERY_JOB
+            self._jobs = jobs
+            return
+        if jobs[0] != last_criticality:
+            changed.update(_changed_keys(jobs[0], last_criticality))
+        if jobs[1] != last_notes:
+            changed.update(_changed_keys(jobs[1], last_notes))
+        changed.update(jobs[2] ^ last_queued)
+        self._jobs = jobs
+        self._changed_jobs = changed
 
     def gpu_pod(
         self,
@@ -109,60 +139,85 @@ class Conversions:
         job_notes: Mapping[str, Mapping[str, str]],
         queued: Collection[str],
     ) -> GPUPod | None:
-        meta = raw.get("metadata") or {}
-        version = meta.get("resourceVersion")
-        if not version:
-            self.misses += 1
-            return gpu_pod(raw, criticality, job_notes, queued)
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
-        entry = self._old_pods.get(key)
-        job = entry[1] if entry is not None and entry[0] == version else owner_job(raw)
-        inputs: Any = None
-        if job is not None:  # what gpu_pod reads of the pod's Job
-            notes = _UNSET
-            if job_notes and IDLE_TIMEOUT_ANNOTATION not in annotations_of(raw):
-                notes = job_notes.get(job)
-            inputs = (criticality.get(job), notes, job in queued)
-        if entry is not None and entry[0] == version and entry[2] == inputs:
+        """``convert.gpu_pod`` of ``raw``, kept from the last build when it may be."""
+        ident = id(raw)
+        entry = self._old_pods.get(ident)
+        if entry is not None and entry[0] is raw and entry[1] not in self._changed_jobs:
             self.hits += 1
-            pod = entry[3]
-        else:
-            self.misses += 1
-            pod = gpu_pod(raw, criticality, job_notes, queued)
-        self._pods[key] = (version, job, inputs, pod)
+            self._pods[ident] = entry
+            return entry[2]
+        self.misses += 1
+        pod = gpu_pod(raw, criticality, job_notes, queued)
+        self._pods[ident] = (raw, None if pod is None else pod.job, pod)
         return pod
 
     def pool_of_node(self, raw: Obj, selectors: Mapping[str, Mapping[str, str]]) -> str | None:
-        meta = raw.get("metadata") or {}
-        version = meta.get("resourceVersion")
-        if not version:
-            return pool_of_node(raw, selectors)
-        name = str(meta.get("name"))
-        entry = self._old_pools.get(name)
-        if entry is not None and entry[0] == version:
-            pool = entry[1]
-        else:
-            pool = pool_of_node(raw, selectors)
-        self._pools[name] = (version, pool)
+        """``convert.pool_of_node`` of ``raw``, kept while it and the selectors are the same."""
+        ident = id(raw)
+        entry = self._old_pools.get(ident)
+        if entry is not None and entry[0] is raw:
+            self._pools[ident] = entry
+            return entry[1]
+        pool = pool_of_node(raw, selectors)
+        self._pools[ident] = (raw, pool)
         return pool
 
-    def node_state(self, raw: Obj, pool: str, **measured: Any) -> NodeState:
-        meta = raw.get("metadata") or {}
-        version = meta.get("resourceVersion")
-        if not version:
-            self.misses += 1
-            return node_state(raw, pool, **measured)
-        name = str(meta.get("name"))
-        inputs = tuple(sorted(measured.items()))
-        entry = self._old_nodes.get(name)
-        if entry is not None and entry[0] == version and entry[1] == pool and entry[2] == inputs:
+    def node_state(
+        self,
+        raw: Obj,
+        pool: str,
+        idle_since: float | None,
+        utilization_percent: float | None,
+        utilization_stale: bool,
+        interruption_deadline: float | None,
+        xid_errors: int,
+        instance_terminated: bool,
+    ) -> NodeState:
+        """``convert.node_state`` of ``raw`` with these measurements, kept from the last build
+        when the node and all of them are the same."""
+        ident = id(raw)
+        inputs = (
+            pool,
+            idle_since,
+            utilization_percent,
+            utilization_stale,
+            interruption_deadline,
+            xid_errors,
+            instance_terminated,
+        )
+        entry = self._old_nodes.get(ident)
+        if entry is not None and entry[0] is raw and entry[1] == inputs:
             self.hits += 1
-            state = entry[3]
-        else:
-            self.misses += 1
-            state = node_state(raw, pool, **measured)
-        self._nodes[name] = (version, pool, inputs, state)
+            self._nodes[ident] = entry
+            return entry[2]
+        self.misses += 1
+        state = node_state(
+            raw,
+            pool,
+            idle_since=idle_since,
+            utilization_percent=utilization_percent,
+            utilization_stale=utilization_stale,
+            interruption_deadline=interruption_deadline,
+            xid_errors=xid_errors,
+            instance_terminated=instance_terminated,
+        )
+        self._nodes[ident] = (raw, inputs, state)
         return state
+
+
+class _EveryJob:
+    """Contains every Job: each pod of one is converted again."""
+
+    def __contains__(self, job: object) -> bool:
+        return True
+
+
+_EVERY_JOB = _EveryJob()
+
+
+def _changed_keys(now: Mapping[str, Any], last: Mapping[str, Any]) -> set[str]:
+    """Keys whose value differs between the two mappings (present in one only included)."""
+    return {k for k in now.keys() | last.keys() if now.get(k, _UNSET) != last.get(k, _UNSET)}
 
 
 def build_snapshot(
@@ -188,7 +243,6 @@ def build_snapshot(
     """
     selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
     convert = conversions if conversions is not None else Conversions()
-    convert.begin(selectors)
     jobs: list[JobState] = []
     criticality: dict[str, Criticality] = {}
     job_notes: dict[str, Mapping[str, str]] = {}
@@ -224,6 +278,7 @@ def build_snapshot(
                 continue  # moving into another policy's pool: its demand, not ours
         jobs.append(state)
 
+    convert.begin(selectors, criticality, job_notes, queued)
     pods: list[GPUPod] = []
     gpu_pods_on: dict[str, int] = {}
     leaders_without_gpus: set[str] = set()
@@ -270,13 +325,12 @@ def build_snapshot(
             convert.node_state(
                 raw,
                 pool,
-                idle_since=since,
-                utilization_percent=util,
-                utilization_stale=name in measured.stale_nodes,
-                interruption_deadline=deadline,
-                xid_errors=measured.xid_errors_by_node.get(name, 0),
-                instance_terminated=bool(provider_id)
-                and provider_id in measured.terminated_provider_ids,
+                since,
+                util,
+                name in measured.stale_nodes,
+                deadline,
+                measured.xid_errors_by_node.get(name, 0),
+                bool(provider_id) and provider_id in measured.terminated_provider_ids,
             )
         )
     idle.forget_all_but(
