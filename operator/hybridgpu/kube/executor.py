@@ -183,6 +183,9 @@ class PlanExecutor:
         """The kind of each workload of the plan's snapshot that is not a batch/v1 Job."""
         self._trainjob_field: tuple[float, str] | None = None
         """When the TrainJob CRD was read, and the override field it serves."""
+        self._shaped: dict[tuple[str, ...], tuple[dict[str, GPUPoolSpec], dict[int, Any]]] = {}
+        """By the pools of a shape_nodes call (their names): those pools' specs, and the Node
+        objects (by identity) found already labelled and tainted as those specs say."""
 
     # ------------------------------------------------------------------ plan
     def execute(
@@ -793,11 +796,24 @@ class PlanExecutor:
 
     # ------------------------------------------------------------ node shape
     def shape_nodes(self, nodes: list[dict[str, Any]], pools: Mapping[str, GPUPoolSpec]) -> None:
-        """Put each pool's labels and taints on its nodes where they are missing."""
+        """Put each pool's labels and taints on its nodes where they are missing.
+
+        A Node object (the watch cache's: replaced on every change, never mutated) found
+        with nothing missing is not looked at again while it is the one read and its pools'
+        specs are unchanged: the answer would be the same."""
+        names = tuple(sorted(pools))
+        specs, done = self._shaped.get(names, ({}, {}))
+        if specs != pools:
+            specs, done = dict(pools), {}
+        shaped: dict[int, Any] = {}
         selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
         for raw in nodes:
+            if done.get(id(raw)) is raw:
+                shaped[id(raw)] = raw
+                continue
             pool = pool_of_node(raw, selectors)
             if pool is None:
+                shaped[id(raw)] = raw
                 continue
             spec = pools[pool]
             name = str((raw.get("metadata") or {}).get("name"))
@@ -805,16 +821,22 @@ class PlanExecutor:
             # The tier label is what admission holds preemptible pods to (core or spot).
             wanted = {**spec.labels, TIER_LABEL: str(spec.tier)}
             missing: dict[str, str | None] = {k: v for k, v in wanted.items() if labels.get(k) != v}
+            taints = list((raw.get("spec") or {}).get("taints") or [])
+            have = {(t.get("key"), t.get("value"), t.get("effect")) for t in taints}
+            want = [t.to_wire() for t in spec.taints if (t.key, t.value, t.effect) not in have]
+            if not missing and not want:
+                shaped[id(raw)] = raw
+                continue
             try:
                 if missing:
                     self.cluster.patch_node_metadata(name, labels=missing)
-                taints = list((raw.get("spec") or {}).get("taints") or [])
-                have = {(t.get("key"), t.get("value"), t.get("effect")) for t in taints}
-                want = [t.to_wire() for t in spec.taints if (t.key, t.value, t.effect) not in have]
                 if want:
                     self.cluster.set_node_taints(name, taints + want)
             except KubeError as err:
                 log.warning("could not label/taint node %s: %s", name, err)
+        if names not in self._shaped and len(self._shaped) >= 16:
+            self._shaped.clear()  # pools renamed again and again: forget the old sets
+        self._shaped[names] = (specs, shaped)
 
     def delete_orphan_nodes(self, snapshot: ClusterSnapshot, now: float) -> list[str]:
         """Delete Node objects of cloud instances the provider no longer has."""
