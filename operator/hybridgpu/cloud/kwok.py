@@ -228,6 +228,14 @@ class KwokProvider:
         ] = {}
         """Pool -> the Nodes last read for it, their instances and names (kept while
         ``_nodes`` returns that same list)."""
+        self._deleting: dict[str, tuple[list[dict[str, Any]], list[tuple[str, float]]]] = {}
+        """Pool -> the Nodes last read for it, and those of them deleted and still holding
+        the termination finalizer (name, deletion time): kept while that list is the one."""
+        self._notices_from: tuple[Sequence[dict[str, Any]] | None, list[InterruptionNotice]] = (
+            None,
+            [],
+        )
+        """The last sequence the node source returned and the notices read from it."""
 
     def boot_delay_for(self, spec: GPUPoolSpec) -> float:
         """Seconds from a scale-up of this pool until its Node exists."""
@@ -245,7 +253,7 @@ class KwokProvider:
 
     def instances(self, pool: str, spec: GPUPoolSpec) -> list[Instance]:
         nodes = self._nodes(pool)
-        self._end_terminations(nodes)
+        self._end_terminations(pool, nodes)
         made = self._registered.get(pool)
         if made is None or made[0] is not nodes:  # the same list: the same Nodes (_pool_nodes)
             made = (
@@ -328,8 +336,13 @@ class KwokProvider:
         return None  # kwok has no market: pools are priced by pricing.perNodeHour
 
     def interruptions(self) -> list[InterruptionNotice]:
+        source = _node_source
+        nodes = source() if source is not None else self._list_nodes()
+        seen, notices = self._notices_from
+        if seen is nodes:  # the cache's same view: the same Nodes, the same notices
+            return list(notices)
         notices = []
-        for node in self._list_nodes():
+        for node in nodes:
             meta, spec = node.get("metadata") or {}, node.get("spec") or {}
             deadline = (meta.get("annotations") or {}).get(INTERRUPTION_ANNOTATION)
             if deadline is None or not str(spec.get("providerID") or "").startswith(
@@ -351,7 +364,9 @@ class KwokProvider:
                     receipt=f"{meta['name']}@{deadline}",
                 )
             )
-        return notices
+        if source is not None:
+            self._notices_from = (nodes, notices)
+        return list(notices)
 
     def acknowledge(self, notice: InterruptionNotice) -> None:
         patch = {"metadata": {"annotations": {INTERRUPTION_ANNOTATION: None}}}
@@ -363,19 +378,23 @@ class KwokProvider:
 
     # --- internals --------------------------------------------------------------------
 
-    def _end_terminations(self, nodes: list[dict[str, Any]]) -> None:
+    def _end_terminations(self, pool: str, nodes: list[dict[str, Any]]) -> None:
         """Lift the termination finalizer of Nodes deleted longer ago than the termination
         time (the timer that would have lifted it died with an earlier process)."""
+        seen = self._deleting.get(pool)
+        if seen is None or seen[0] is not nodes:  # the same list: the same Nodes (_pool_nodes)
+            deleting = []
+            for node in nodes:
+                meta = node.get("metadata") or {}
+                deleted = meta.get("deletionTimestamp")
+                if deleted and TERMINATION_FINALIZER in (meta.get("finalizers") or []):
+                    deleting.append((str(meta["name"]), _epoch(deleted)))
+            seen = (nodes, deleting)
+            self._deleting[pool] = seen
         now = self.clock()
-        for node in nodes:
-            meta = node.get("metadata") or {}
-            deleted = meta.get("deletionTimestamp")
-            if (
-                deleted
-                and TERMINATION_FINALIZER in (meta.get("finalizers") or [])
-                and now - _epoch(deleted) >= self.termination_seconds
-            ):
-                self._lift_finalizer(str(meta["name"]))
+        for name, deleted_at in seen[1]:
+            if now - deleted_at >= self.termination_seconds:
+                self._lift_finalizer(name)
 
     def _lift_finalizer(self, name: str) -> None:
         """The machine is gone: let its Node go (a timer thread, or the sweep above)."""

@@ -28,7 +28,6 @@ from hybridgpu.kube.cluster import ClusterObjects, KubeCluster
 from hybridgpu.kube.convert import (
     IdleTracker,
     epoch_of,
-    pool_of_node,
     pool_selector,
     unschedulable_since,
 )
@@ -451,8 +450,8 @@ class Reconciler:
         terminated = self.providers.terminated_provider_ids()
         joined: dict[str, int] = {}
         members: dict[str, list[str]] = {}
-        for raw in nodes:
-            member = pool_of_node(raw, selectors)
+        node_pools = self.conversions_by_policy.setdefault(policy_name, Conversions()).node_pools
+        for raw, member in zip(nodes, node_pools.of(nodes, selectors), strict=True):
             if member is None:
                 continue
             members.setdefault(member, []).append(str(raw["metadata"]["name"]))

@@ -67,6 +67,36 @@ class Measurements:
 _UNSET: Any = object()
 
 
+class NodePools:
+    """The pool of each Node object (``convert.pool_of_node``), kept by the object's identity
+    (the watch cache replaces a changed Node, never mutates it) while the pools' selectors
+    are unchanged. Not thread-safe: one per policy, used by one tick at a time."""
+
+    def __init__(self) -> None:
+        self._selectors: Any = None
+        self._by_id: dict[int, tuple[Obj, str | None]] = {}
+
+    def of(
+        self, nodes: Sequence[Obj], selectors: Mapping[str, Mapping[str, str]]
+    ) -> list[str | None]:
+        """The pool of each of ``nodes``, in their order (None: none of these pools')."""
+        signature = tuple(sorted((n, tuple(sorted(s.items()))) for n, s in selectors.items()))
+        old: dict[int, tuple[Obj, str | None]] = self._by_id
+        if signature != self._selectors:
+            old, self._selectors = {}, signature
+        kept: dict[int, tuple[Obj, str | None]] = {}
+        out: list[str | None] = []
+        for raw in nodes:
+            ident = id(raw)
+            entry = old.get(ident)
+            if entry is None or entry[0] is not raw:
+                entry = (raw, pool_of_node(raw, selectors))
+            kept[ident] = entry
+            out.append(entry[1])
+        self._by_id = kept
+        return out
+
+
 class Conversions:
     """Per-object conversions kept from one snapshot build to the next, so that a tick
     converts only the objects that changed since the last (the watch caches hand it the same
@@ -85,12 +115,11 @@ class Conversions:
 
     def __init__(self) -> None:
         self._pods: dict[int, tuple[Obj, str | None, GPUPod | None]] = {}
-        self._pools: dict[int, tuple[Obj, str | None]] = {}
         self._nodes: dict[int, tuple[Obj, tuple[Any, ...], NodeState]] = {}
         self._old_pods: dict[int, tuple[Obj, str | None, GPUPod | None]] = {}
-        self._old_pools: dict[int, tuple[Obj, str | None]] = {}
         self._old_nodes: dict[int, tuple[Obj, tuple[Any, ...], NodeState]] = {}
-        self._selectors: Any = None
+        self.node_pools = NodePools()
+        """The pool of each Node (the tick's other passes over the Nodes read it too)."""
         self._jobs: tuple[dict[str, Criticality], dict[str, Mapping[str, str]], set[str]] = (
             {},
             {},
@@ -103,7 +132,6 @@ class Conversions:
 
     def begin(
         self,
-        selectors: Mapping[str, Mapping[str, str]],
         criticality: Mapping[str, Criticality],
         job_notes: Mapping[str, Mapping[str, str]],
         queued: Collection[str],
@@ -111,11 +139,6 @@ class Conversions:
         """Start a build: what the last build kept is what this one may reuse."""
         self._old_pods, self._pods = self._pods, {}
         self._old_nodes, self._nodes = self._nodes, {}
-        self._old_pools, self._pools = self._pools, {}
-        signature = tuple(sorted((n, tuple(sorted(s.items()))) for n, s in selectors.items()))
-        if signature != self._selectors:
-            self._old_pools = {}
-            self._selectors = signature
         jobs = (dict(criticality), dict(job_notes), set(queued))
         last_criticality, last_notes, last_queued = self._jobs
         changed: set[str | None] = set()
@@ -150,17 +173,6 @@ class Conversions:
         pod = gpu_pod(raw, criticality, job_notes, queued)
         self._pods[ident] = (raw, None if pod is None else pod.job, pod)
         return pod
-
-    def pool_of_node(self, raw: Obj, selectors: Mapping[str, Mapping[str, str]]) -> str | None:
-        """``convert.pool_of_node`` of ``raw``, kept while it and the selectors are the same."""
-        ident = id(raw)
-        entry = self._old_pools.get(ident)
-        if entry is not None and entry[0] is raw:
-            self._pools[ident] = entry
-            return entry[1]
-        pool = pool_of_node(raw, selectors)
-        self._pools[ident] = (raw, pool)
-        return pool
 
     def node_state(
         self,
@@ -278,7 +290,7 @@ def build_snapshot(
                 continue  # moving into another policy's pool: its demand, not ours
         jobs.append(state)
 
-    convert.begin(selectors, criticality, job_notes, queued)
+    convert.begin(criticality, job_notes, queued)
     pods: list[GPUPod] = []
     gpu_pods_on: dict[str, int] = {}
     leaders_without_gpus: set[str] = set()
@@ -308,10 +320,10 @@ def build_snapshot(
         ]
     if custom:
         jobs = _with_start_times(jobs, custom, pods)
-    pods = _with_pod_idleness(pods, objects.nodes, selectors, pools, measured, idle, now)
+    pool_of = convert.node_pools.of(objects.nodes, selectors)
+    pods = _with_pod_idleness(pods, objects.nodes, pool_of, pools, measured, idle, now)
     nodes: list[NodeState] = []
-    for raw in objects.nodes:
-        pool = convert.pool_of_node(raw, selectors)
+    for raw, pool in zip(objects.nodes, pool_of, strict=True):
         if pool is None:
             continue
         name = str((raw.get("metadata") or {}).get("name"))
@@ -404,7 +416,7 @@ def _pod_clock(key: str) -> str:
 def _with_pod_idleness(
     pods: list[GPUPod],
     nodes: Sequence[Obj],
-    selectors: Mapping[str, Mapping[str, str]],
+    pools_of_nodes: Sequence[str | None],
     pools: Mapping[str, GPUPoolSpec],
     measured: Measurements,
     idle: IdleTracker,
@@ -417,8 +429,7 @@ def _with_pod_idleness(
     if not any(p.idle_timeout_seconds is not None for p in pods):
         return pods
     pool_of: dict[str, str] = {}
-    for raw in nodes:
-        pool = pool_of_node(raw, selectors)
+    for raw, pool in zip(nodes, pools_of_nodes, strict=True):
         if pool is not None:
             pool_of[str((raw.get("metadata") or {}).get("name"))] = pool
     out: list[GPUPod] = []
