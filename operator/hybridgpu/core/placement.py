@@ -18,7 +18,7 @@ places the same pods through all three (tests/unit/test_placement.py).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from sortedcontainers import SortedList
 
@@ -92,6 +92,10 @@ class FreeGPUs(Generic[K]):
         lo = self._by_free.bisect_left((free,))
         hi = self._by_free.bisect_left((free + 1,))
         return [node for _, node in self._by_free[lo:hi]]
+
+    def by_free(self) -> Sequence[tuple[int, K]]:
+        """(free GPUs, node) of every node, the fewest free first (a read-only view)."""
+        return cast("Sequence[tuple[int, K]]", self._by_free)
 
     @property
     def most_free(self) -> int:

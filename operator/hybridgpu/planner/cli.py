@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -167,16 +168,20 @@ def run(args: argparse.Namespace) -> int:
         _check_png(args.png)
     skipped: list[str] | None = [] if args.skip_infeasible else None
     samples, jobs, spec, source = _history(args, skipped)
+    from hybridgpu.planner import progress
     from hybridgpu.planner.plan import (
         break_even_utilizations,
         plan_from_spec,
         plan_status,
     )
 
+    progress.enable(sys.stderr)  # a long plan (a large trace) says how far it is
     try:
         result = plan_from_spec(spec, samples, jobs)
     except ValueError as err:
         raise UserError(f"{args.config}: {err}") from None
+    finally:
+        progress.enable(None)
     inputs = result.inputs
     status = plan_status(result)
     png = _write_png(result, args.png) if args.png else None

@@ -26,6 +26,7 @@ from hybridgpu.planner.model import (
     PlanInputs,
     Usage,
     growth_factors,
+    history_from_intervals,
 )
 from hybridgpu.planner.replay import replay_jobs
 
@@ -54,6 +55,8 @@ class SharedWork:
         ] = {}
         """Procurement's demand curves of a period's monthly factors with some GPUs committed
         (firm, total, committed GPU-hours used): the same for every offer signed."""
+        self.trace_firm: DurationCurve | None = None
+        """The trace's firm demand curve in its own hours (``CostModel.lower_bound``)."""
 
     def committed_usage(self, committed: tuple[int, ...], owned: ReplayKey) -> Usage | None:
         """A known replay of ``committed`` nodes beside ``owned``: made, or the same as one
@@ -156,6 +159,43 @@ class CostModel:
             )
             self._shared.replays[key] = usage
         return usage
+
+    def lower_bound(self, nodes: Sequence[int]) -> float:
+        """Dollars ``total_dollars(nodes)`` cannot go below, without a replay (the fluid
+        model: the total itself, which costs nothing to compute).
+
+        With a trace: the owned nodes plus, on demand, the trace's firm demand above the
+        owned GPUs. A critical or standard job runs from its arrival for its duration on an
+        owned or an on-demand GPU (the replay never delays, evicts or moves one, and bills
+        cloud GPUs from their launch), so with G owned GPUs the replay's on-demand GPU-hours
+        are at least the firm demand above G. The growth correction (the grown fluid model
+        less the flat one, added to the replay) grows with the replay's hours, so the bound
+        goes through it; spot hours are at least 0. A relative margin of 1e-9 covers float
+        rounding."""
+        if not self.inputs.jobs:
+            return self.total_dollars(nodes)
+        owned = self.owned_gpus(nodes)
+        curve = self._trace_firm_curve()
+        above = curve.total_gpu_hours - curve.gpu_hours_below(owned)
+        above = max(above - 1e-9 * curve.total_gpu_hours, 0.0) * self._replay_weight
+        if self._flat is not None:
+            flat = _fluid_usage(*self._flat, owned, self.inputs.cloud)
+            grown = _fluid_usage(self.firm, self.total, owned, self.inputs.cloud)
+            above = max(grown.elastic + above - flat.elastic, 0.0)
+        od = self.inputs.cloud.on_demand_per_gpu_hour
+        return (self.core_dollars(nodes) + above * od) * (1.0 - 1e-9)
+
+    def _trace_firm_curve(self) -> DurationCurve:
+        """The trace's firm demand, in the trace's own hours (shared by the plan's variants:
+        it depends on the jobs only)."""
+        if self._shared.trace_firm is None:
+            samples = history_from_intervals(
+                (j.arrival_seconds, j.arrival_seconds + j.duration_seconds, j.demand_gpus, False)
+                for j in self.inputs.jobs
+                if not j.preemptible
+            )
+            self._shared.trace_firm = DurationCurve((s.firm_gpus, s.hours) for s in samples)
+        return self._shared.trace_firm
 
     def cloud_dollars(self, nodes: Sequence[int]) -> float:
         """Cloud bill over the horizon with ``nodes`` owned, dollars."""

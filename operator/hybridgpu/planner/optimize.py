@@ -4,8 +4,10 @@ knapsack over owned GPUs for any number of types."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hybridgpu.planner import progress
 from hybridgpu.planner.cost import CostModel
 
 # Relative slack when comparing dollar totals, so float noise does not flip a choice.
@@ -96,10 +98,76 @@ def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
 
 
 def optimal_fleet(model: CostModel) -> tuple[int, ...]:
-    """Nodes per type minimizing the total cost over the horizon; ties: fewest owned GPUs."""
+    """Nodes per type minimizing the total cost over the horizon; ties: fewest owned GPUs.
+
+    The answer is ``scan_fleets``'s (every size in order, a size replacing the choice only
+    when cheaper by more than a relative 1e-9), found without costing every size: sizes are
+    costed in the order of their ``CostModel.lower_bound``, until the next bound is above
+    the cheapest cost found by a relative ``_BAND``. Why it is the scan's answer: the scan's
+    choice never costs more than the cheapest size seen divided by (1 - 1e-9) (an induction
+    over the scan), so it is within ``_BAND`` of the cheapest of all; every size not costed
+    is above that (its bound is), so when only one costed size is within ``_BAND`` of the
+    cheapest, that size is the scan's choice. When several are (near ties), the scan itself
+    decides, over every size."""
+    mixes = cheapest_mixes(model)
+    costs = _costed_by_bound(model, mixes, range(len(mixes)))
+    cheapest = min(costs.values())
+    near = [i for i, dollars in costs.items() if dollars <= cheapest * (1.0 + _BAND)]
+    if len(near) == 1:
+        return mixes[near[0]][1]
+    return scan_fleets(model)
+
+
+def scan_fleets(model: CostModel) -> tuple[int, ...]:
+    """``optimal_fleet`` by costing every size in order (the definition it keeps)."""
     sizes = cost_by_owned_gpus(model)
     choice = sizes[0]
     for size in sizes[1:]:
         if size.total_dollars < choice.total_dollars * (1.0 - _COST_EPS):
             choice = size
     return choice.nodes
+
+
+_BAND = 1e-6
+"""Relative band above the cheapest size that ``optimal_fleet`` costs exactly (far wider than
+the scan's 1e-9, so float rounding cannot put a size outside it that the scan would pick)."""
+
+
+def _costed_by_bound(
+    model: CostModel, mixes: list[tuple[int, tuple[int, ...]]], among: Iterable[int]
+) -> dict[int, float]:
+    """Total dollars of the sizes ``among`` (positions in ``mixes``) whose lower bound is
+    within ``_BAND`` of the cheapest cost found, costed cheapest bound first: every size
+    left out costs more than that band above the cheapest of ``among``."""
+    bounds = {i: model.lower_bound(mixes[i][1]) for i in among}
+    costs: dict[int, float] = {}
+    cheapest = math.inf
+    for i in sorted(bounds, key=lambda i: (bounds[i], i)):
+        if bounds[i] > cheapest * (1.0 + _BAND):
+            break
+        costs[i] = model.total_dollars(mixes[i][1])
+        cheapest = min(cheapest, costs[i])
+        progress.step("owned fleet sizes costed", len(costs), len(bounds))
+    return costs
+
+
+def runners_up(
+    model: CostModel, owned_gpus: int
+) -> tuple[OwnedSizeCost | None, OwnedSizeCost | None]:
+    """The cheapest sizes owning fewer and more GPUs than ``owned_gpus`` (the first in size
+    order among equal costs; None when there is none), as the minimum of
+    ``cost_by_owned_gpus`` on each side, costing only the sizes whose lower bound does not
+    already exceed the cheapest found on that side."""
+    mixes = cheapest_mixes(model)
+    out: list[OwnedSizeCost | None] = []
+    for side in (
+        [i for i, (g, _) in enumerate(mixes) if g < owned_gpus],
+        [i for i, (g, _) in enumerate(mixes) if g > owned_gpus],
+    ):
+        if not side:
+            out.append(None)
+            continue
+        costs = _costed_by_bound(model, mixes, side)
+        best = min(costs, key=lambda i: (costs[i], i))
+        out.append(OwnedSizeCost(mixes[best][0], mixes[best][1], costs[best]))
+    return out[0], out[1]

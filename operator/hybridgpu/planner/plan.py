@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from hybridgpu.models.base import parse_duration_seconds
@@ -52,7 +53,12 @@ from hybridgpu.planner.model import (
     OwnedNodeType,
     PlanInputs,
 )
-from hybridgpu.planner.optimize import OwnedSizeCost, cost_by_owned_gpus, optimal_fleet
+from hybridgpu.planner.optimize import (
+    OwnedSizeCost,
+    cost_by_owned_gpus,
+    optimal_fleet,
+    runners_up,
+)
 from hybridgpu.planner.procure import CommittedOffer, Procurement, optimal_procurement
 from hybridgpu.planner.sensitivity import (
     FlipPoint,
@@ -100,7 +106,11 @@ class CapacityPlanResult:
     recommended: FleetCost
     current: FleetCost
     all_on_demand_dollars: float
-    cost_curve: tuple[OwnedSizeCost, ...]
+    cost_model: CostModel = field(repr=False, compare=False)
+    """The recommendation's cost model: what ``cost_curve`` costs every size with."""
+    runners_up: tuple[OwnedSizeCost | None, OwnedSizeCost | None] = (None, None)
+    """The cheapest fleets owning fewer and more GPUs than the recommendation (None when
+    there is none): how flat the cost is around the choice."""
     sensitivity: tuple[SensitivityCase, ...] = field(default=())
     flip_points: tuple[FlipPoint, ...] = field(default=())
     procurement: Procurement | None = None
@@ -176,17 +186,11 @@ class CapacityPlanResult:
         options.append(WorkCost("onDemand", "onDemand", 1.0, od, None, False))
         return compare(options)
 
-    @property
-    def runners_up(self) -> tuple[OwnedSizeCost | None, OwnedSizeCost | None]:
-        """The cheapest fleets owning fewer and more GPUs than the recommendation (None when
-        there is none): how flat the cost is around the choice."""
-        owned = self.recommended.owned_gpus
-        fewer = [c for c in self.cost_curve if c.owned_gpus < owned]
-        more = [c for c in self.cost_curve if c.owned_gpus > owned]
-        return (
-            min(fewer, key=lambda c: c.total_dollars) if fewer else None,
-            min(more, key=lambda c: c.total_dollars) if more else None,
-        )
+    @cached_property
+    def cost_curve(self) -> tuple[OwnedSizeCost, ...]:
+        """Every owned size (its cheapest node mix) and its total cost: with a trace, one
+        replay per size the plan did not cost already (for the chart)."""
+        return tuple(cost_by_owned_gpus(self.cost_model))
 
     @property
     def capital(self) -> CapitalFigures:
@@ -243,7 +247,6 @@ def plan_capacity(
     spot, period by period)."""
     shared = SharedWork()
     model = CostModel(inputs, shared)
-    curve = tuple(cost_by_owned_gpus(model))
     nodes = optimal_fleet(model)
     current = tuple(t.current_nodes for t in inputs.node_types)
     cases: list[SensitivityCase] = []
@@ -256,7 +259,8 @@ def plan_capacity(
         recommended=model.fleet_cost(nodes),
         current=model.fleet_cost(current),
         all_on_demand_dollars=model.all_on_demand_dollars(),
-        cost_curve=curve,
+        cost_model=model,
+        runners_up=runners_up(model, model.owned_gpus(nodes)),
         sensitivity=tuple(cases),
         flip_points=tuple(flips),
         procurement=(

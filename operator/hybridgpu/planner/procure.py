@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from hybridgpu.core.cost import HOURS_PER_YEAR
+from hybridgpu.planner import progress
 from hybridgpu.planner.cost import CostModel, SharedWork, _fluid_usage
 from hybridgpu.planner.model import (
     HOURS_PER_MONTH,
@@ -1013,6 +1014,11 @@ def offer_choices(offers: Sequence[CommittedOffer]) -> list[tuple[CommittedOffer
     return choices
 
 
+def choice_name(choice: Sequence[CommittedOffer]) -> str:
+    """The offers of a choice, for progress lines: ``a+b``, or ``none``."""
+    return "+".join(o.name for o in choice) or "none"
+
+
 def check_search_size(model: ProcurementModel, fleets: int = 1) -> None:
     """A ValueError naming the offers when their level combinations (times the owned fleets
     searched together, with tranches) are too many to search."""
@@ -1065,7 +1071,9 @@ def optimal_procurement(
                 )
             continue
         check_search_size(model)
-        for _, nodes in cheapest_mixes(model.owned_model):
+        mixes = cheapest_mixes(model.owned_model)
+        for done, (_, nodes) in enumerate(mixes):
+            progress.step(f"procurement, offers {choice_name(choice)}: fleets", done, len(mixes))
             threshold = best_dollars * (1.0 - _COST_EPS) - 1e-9
             if prune and model.lower_bound(nodes) >= threshold:
                 continue

@@ -34,9 +34,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from sortedcontainers import SortedList
 
 from hybridgpu.core.placement import FreeGPUs, placement_tiers
 from hybridgpu.models.snapshot import Criticality
@@ -179,6 +181,10 @@ class _OwnedNodes:
         self.fit: FreeGPUs[int] = FreeGPUs(enumerate(sizes))
         self.preemptible: list[dict[int, None]] = [{} for _ in sizes]
         self.idle_since: list[float | None] = [-math.inf] * len(sizes)
+        self.idle: SortedList[tuple[float, int]] = SortedList(
+            (-math.inf, n) for n in range(len(sizes))
+        )
+        """(idle since, node) of the nodes with nothing on them: the longest idle first."""
 
     def best_fit(self, gpus: int) -> int | None:
         """The fullest node with ``gpus`` free (lowest index among equals), or None."""
@@ -189,13 +195,31 @@ class _OwnedNodes:
         self.free_total += delta
         self.fit.put(node, self.free[node])
 
+    def set_idle(self, node: int, since: float) -> None:
+        self.idle_since[node] = since
+        self.idle.add((since, node))
+
+    def set_busy(self, node: int) -> None:
+        since = self.idle_since[node]
+        if since is not None:
+            self.idle_since[node] = None
+            self.idle.remove((since, node))
+
     def idle_for(self, seconds: float, now: float) -> list[int]:
-        """Nodes with nothing on them since at least ``seconds`` before ``now``."""
-        return [
-            n
-            for n, since in enumerate(self.idle_since)
-            if since is not None and since + seconds <= now
-        ]
+        """Nodes with nothing on them since at least ``seconds`` before ``now``, in node
+        order. ``since + seconds`` grows with ``since`` (float addition is monotone), so
+        they are a prefix of ``idle``: O(log n + the nodes found)."""
+        settled = []
+        for since, node in self.idle:
+            if since + seconds > now:
+                break
+            settled.append(node)
+        settled.sort()
+        return settled
+
+    def most_free_first(self) -> Iterator[tuple[int, int]]:
+        """(free units, node) of every node, the most free first."""
+        return reversed(self.fit.by_free())
 
 
 class _Replay:
@@ -347,7 +371,7 @@ class _Replay:
     def start_on_core(self, job: JobDemand, node: int, now: float, seconds: float) -> None:
         key = next(self._keys)
         self.owned.add(node, -job.units(self.replicas))
-        self.owned.idle_since[node] = None
+        self.owned.set_busy(node)
         self.runs[key] = _Run(job, CORE, now, now + seconds, node)
         if job.preemptible:
             self.owned.preemptible[node][key] = None
@@ -373,7 +397,7 @@ class _Replay:
         owned = self.owned
         owned.add(run.node, run.job.units(self.replicas))
         if owned.free[run.node] == owned.sizes[run.node]:
-            owned.idle_since[run.node] = now
+            owned.set_idle(run.node, now)
         owned.preemptible[run.node].pop(key, None)
         self.owned_gpu_seconds += (now - run.started) * run.job.demand_gpus
 
@@ -382,6 +406,9 @@ class _Replay:
         to owned nodes idle for ``idle_release_hours``, the largest first."""
         if not self.cloud_preemptible:
             return
+        idle = self.owned.idle
+        if not idle or idle[0][0] + self.settle_seconds > now:
+            return  # no node idle long enough (the longest idle is the first)
         settled = self.owned.idle_for(self.settle_seconds, now)
         if not settled:
             return
@@ -407,20 +434,32 @@ class _Replay:
 
     def make_room(self, job: JobDemand) -> tuple[int, list[int]] | None:
         """The owned node where evicting the most recently started preemptible runs frees
-        ``job.gpus`` with the fewest GPUs evicted, and those runs; None when none can."""
+        ``job.gpus`` with the fewest GPUs evicted (the lowest node among equals), and those
+        runs; None when none can.
+
+        A node with ``free`` units free evicts at least ``need - free``: nodes are looked at
+        from the most free down, and the search stops at the first whose least possible
+        eviction is more than the best found (every node after it frees no more)."""
         best: tuple[int, int, list[int]] | None = None
         need = job.units(self.replicas)
-        for node, free in enumerate(self.owned.free):
+        runs = self.runs
+        replicas = self.replicas
+        preemptible = self.owned.preemptible
+        for free, node in self.owned.most_free_first():
+            if best is not None and need - free > best[0]:
+                break
+            if not preemptible[node] and free < need:
+                continue
             victims: list[int] = []
             room = free
-            for key in reversed(self.owned.preemptible[node]):
+            for key in reversed(preemptible[node]):
                 if room >= need:
                     break
                 victims.append(key)
-                room += self.runs[key].job.units(self.replicas)
+                room += runs[key].job.units(replicas)
             if room >= need:
                 evicted = room - free
-                if best is None or evicted < best[0]:
+                if best is None or (evicted, node) < (best[0], best[1]):
                     best = (evicted, node, victims)
         return None if best is None else (best[1], best[2])
 
