@@ -32,6 +32,8 @@ OTHER_MANAGER = "example.com/labels"
 """Another manager's runtime patch on the TrainJob (a pod label, and how long kwok runs the
 pods), which a move must keep."""
 RUN_DURATION = "hybridgpu.io/run-duration"
+DEDICATED = {"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+"""A toleration the other manager's patch gives the trainer pods, which moves must keep."""
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,8 @@ def trainjob_v22(name: str, *, nodes: int, gpus: int, criticality: str) -> dict[
                                                         "labels": {"team": "nlp"},
                                                         # kwok runs Job pods this long
                                                         "annotations": {RUN_DURATION: "600s"},
-                                                    }
+                                                    },
+                                                    "spec": {"tolerations": [DEDICATED]},
                                                 }
                                             }
                                         },
@@ -148,6 +151,7 @@ def test_a_preempted_trainjob_moves_to_spot_through_its_runtime_patch(
             for t in pod.spec.tolerations or []
         ]
         assert SPOT_TOLERATION in tolerations
+        assert {**DEDICATED, "value": None} in tolerations  # the other manager's, kept
         assert pod.metadata.labels.get("team") == "nlp"  # the other manager's patch applies
     body = trainjob_object(cluster.kube, "llm")
     assert body["spec"]["suspend"] is False
@@ -163,6 +167,15 @@ def test_a_preempted_trainjob_moves_to_spot_through_its_runtime_patch(
     assert node_job["name"] == "node"
     pod_spec = node_job["template"]["spec"]["template"]["spec"]
     assert pod_spec["nodeSelector"] == {"hybridgpu.io/pool": spot}
+    # Trainer applies the entries as strategic merge patches, in which tolerations replace:
+    # the JobSet it rebuilt (which new child Jobs, after a JobSet restart, are made from)
+    # keeps the other manager's toleration because hybridgpu's entry carries it too.
+    jobset = cluster.kube.custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", cluster.kube.namespace, "jobsets", "llm"
+    )
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    rebuilt = replicated["template"]["spec"]["template"]["spec"]["tolerations"]
+    assert DEDICATED in rebuilt and SPOT_TOLERATION in rebuilt, rebuilt
     wait_for(
         lambda: any(p.status.phase == "Running" for p in cluster.job_pods("urgent")),
         60,
@@ -220,14 +233,16 @@ def test_each_move_rewrites_hybridgpus_one_runtime_patch_through_the_trainer_web
             90,
             f"the JobSet's pods remade for {pool}",
         )
-    # The JobSet the Trainer controller rebuilt has no spot toleration any more. (Its child
-    # Jobs, and so the pods, keep it: JobSet v0.11.1 merges a suspended JobSet's tolerations
-    # into the existing child Jobs on resume rather than replacing them; the nodeSelector
-    # above is what pins them.)
+    # The JobSet the Trainer controller rebuilt, and the pods of its child Jobs (repointed by
+    # the move before the resume, which JobSet v0.11.1 merges into them rather than replaces),
+    # have no spot toleration any more, and keep the other manager's.
     jobset = kube.custom.get_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", kube.namespace, "jobsets", "llm"
     )
     (replicated,) = jobset["spec"]["replicatedJobs"]
     pod_spec = replicated["template"]["spec"]["template"]["spec"]
     assert pod_spec["nodeSelector"] == {"hybridgpu.io/pool": "elastic"}
-    assert not [t for t in pod_spec.get("tolerations") or [] if t["key"] == SPOT_TAINT["key"]]
+    assert pod_spec["tolerations"] == [DEDICATED]
+    for pod in pods_of(kube, "llm"):
+        keys = [t.key for t in pod.spec.tolerations or []]
+        assert SPOT_TAINT["key"] not in keys and DEDICATED["key"] in keys, keys

@@ -346,3 +346,44 @@ def test_a_pin_the_apiserver_drops_is_written_again_through_the_field_it_serves_
     moved = cluster.workloads[("TrainJob", "team", "llm")]
     assert moved["spec"][POD_SPEC_OVERRIDES][0]["nodeSelector"] == {"hybridgpu.io/pool": "spot"}
     assert moved["spec"]["suspend"] is False
+
+
+DEDICATED = {"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def trainjobs_jobset(tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JobSet Trainer made for the TrainJob ``llm``, its trainer pods with ``tolerations``
+    (the runtime's and every runtime patch's)."""
+    pod_spec = {"containers": [{"name": "node"}], "tolerations": tolerations}
+    return {
+        "kind": "JobSet",
+        "metadata": {"name": "llm", "namespace": "team"},
+        "spec": {
+            "replicatedJobs": [
+                {"name": "dataset-initializer", "template": {"spec": {"template": {"spec": {}}}}},
+                {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}},
+            ]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("now", "to_pool", "want"),
+    [
+        ([DEDICATED], "spot", [DEDICATED, SPOT_TOLERATION]),
+        ([DEDICATED, SPOT_TOLERATION], "core", [DEDICATED]),
+        ([], "spot", [SPOT_TOLERATION]),
+    ],
+)
+def test_a_v2_2_move_keeps_the_tolerations_the_trainer_pods_have_from_their_runtime(
+    now: list[dict[str, Any]], to_pool: str, want: list[dict[str, Any]]
+) -> None:
+    """v2.2 applies the entry as a strategic merge patch, whose tolerations list replaces the
+    runtime's: the entry carries the JobSet's trainer tolerations, other pools' dropped."""
+    cluster = FakeCluster()
+    cluster.crds[TRAINJOB_CRD] = crd([RUNTIME_PATCHES])
+    cluster.workloads[("JobSet", "team", "llm")] = trainjobs_jobset(copy.deepcopy(now))
+    job = suspended_trainjob(cluster, to_pool)
+    assert executor(cluster).advance_move(job, pools()) is True
+    _, ours = cluster.workloads[("TrainJob", "team", "llm")]["spec"][RUNTIME_PATCHES]
+    assert trainer_pod_spec(ours)["tolerations"] == want

@@ -26,7 +26,7 @@ from hybridgpu.kube.convert import (
     pool_selector,
 )
 from hybridgpu.kube.errors import KubeError, NotFound
-from hybridgpu.kube.moves import STEP_SUSPEND, Move, next_step, read_move
+from hybridgpu.kube.moves import STEP_SUSPEND, Move, next_step, read_move, repin_template
 from hybridgpu.kube.names import (
     CORDONED_BY_ANNOTATION,
     GROUP,
@@ -41,6 +41,7 @@ from hybridgpu.kube.names import (
 from hybridgpu.kube.serving import COMPLETED, Outcome, ServingMover, ServingReads, read_intent
 from hybridgpu.kube.workloads import (
     JOB,
+    KINDS,
     WorkloadKind,
     WorkloadRef,
     api_version_of,
@@ -55,9 +56,11 @@ from hybridgpu.kube.workloads import (
     workload_owner,
 )
 from hybridgpu.kube.workloads.kinds import (
+    RUNTIME_PATCHES,
     TRAINJOB_CRD,
     TRAINJOB_OVERRIDE_FIELDS,
     TrainJob,
+    trainer_tolerations,
     trainjob_override_field,
 )
 from hybridgpu.models.actions import (
@@ -715,6 +718,31 @@ class PlanExecutor:
             self.cluster.patch_job(namespace, child_name, ops)
         return True
 
+    def _keep_runtime_tolerations(
+        self,
+        ops: list[dict[str, Any]],
+        namespace: str,
+        name: str,
+        target: str | None,
+        pools: Mapping[str, GPUPoolSpec],
+    ) -> None:
+        """Trainer v2.2 applies each runtime patch as a strategic merge patch, in which a pod's
+        ``tolerations`` list replaces the runtime's: so hybridgpu's entry carries the
+        tolerations the trainer pods have now in the TrainJob's JobSet (the runtime's and
+        the earlier entries'), other pools' dropped and the target's added, instead of the
+        target's alone. Without a JobSet to read, the target's alone."""
+        try:
+            jobset = self.cluster.get_workload(KINDS["JobSet"], namespace, name)
+        except NotFound:
+            return
+        now = trainer_tolerations(jobset)
+        if now is None:
+            return
+        _, tolerations = repin_template({"tolerations": now}, target, pools)
+        for op in ops:
+            if str(op["path"]).endswith("/tolerations"):
+                op["value"] = tolerations
+
     def _trainjob_override_field(self) -> tuple[str | None, str]:
         """The field the cluster's TrainJob CRD serves for a move's pin (read from the CRD,
         kept for ``TRAINJOB_FIELD_SECONDS``), or None and why not."""
@@ -748,6 +776,8 @@ class PlanExecutor:
         if served is not None:
             writer = kind.served(served)
             ops = repin_patch(writer, job, move, pools)
+            if served == RUNTIME_PATCHES:
+                self._keep_runtime_tolerations(ops, namespace, name, target, pools)
             patched = self.cluster.patch_workload(writer, namespace, name, ops)
             wrote = [o["value"] for o in ops if str(o["path"]).endswith("/nodeSelector")]
             kept = [t.pod_spec.get("nodeSelector") or {} for t in writer.templates(patched)]

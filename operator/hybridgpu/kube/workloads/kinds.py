@@ -291,6 +291,16 @@ def runtime_patch(pod_spec: Obj) -> Obj:
     }
 
 
+def trainer_tolerations(jobset: Obj | None) -> list[Obj] | None:
+    """The tolerations the trainer job's pods have now in a TrainJob's JobSet (the runtime's,
+    with every runtime patch applied), or None without a trainer job there."""
+    for replicated in ((jobset or {}).get("spec") or {}).get("replicatedJobs") or []:
+        if (replicated or {}).get("name") == TRAINER_JOB:
+            pod_spec = _dig(replicated, "template", "spec", "template", "spec")
+            return [dict(t) for t in pod_spec.get("tolerations") or []]
+    return None
+
+
 _RUNTIME_PATCH_POD_SPEC = (
     "trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template/spec"
 )
