@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             lease_namespace=state["namespace"],
             lease_seconds=5,
             fake_provider="hybridgpu.cloud.kwok:KwokProvider",
+            freeze_heap=os.environ.get("HYBRIDGPU_FREEZE_HEAP", "1") != "0",  # as from_env
         ),
         metrics=ExportedMetrics(),
         reads=cache,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import calendar
 import cProfile
+import gc
 import logging
 import threading
 import time
@@ -170,6 +171,8 @@ class Reconciler:
             cProfile.Profile() if options.profile_ticks else None
         )
         """Every tick's profile added up (options.profile_ticks), for benchmarks."""
+        self._frozen_at_syncs = 0
+        """Syncs of the Nodes' and pods' watch caches when the heap was last frozen."""
 
     # ------------------------------------------------------------------ lease
     def start_lease_renewal(self) -> None:
@@ -254,7 +257,27 @@ class Reconciler:
                 self.metrics.observe_reconcile(result.seconds)
             self.last = result
             self.last_tick_at = self.clock()
+            if result.leader:
+                self._freeze_heap()
             return result
+
+    def _freeze_heap(self) -> None:
+        """``options.freeze_heap``: once per sync of the Nodes' and pods' watch caches, after
+        a tick, collect garbage and freeze what is alive (see OperatorOptions.freeze_heap)."""
+        if not self.options.freeze_heap:
+            return
+        reflectors = getattr(self.reads, "reflectors", None)
+        if not isinstance(reflectors, dict):
+            return  # no watch cache: nothing large and long-lived to leave out
+        syncs = sum(r.counters.syncs for k, r in reflectors.items() if k in ("nodes", "pods"))
+        if syncs == self._frozen_at_syncs:
+            return
+        gc.collect()
+        gc.freeze()
+        self._frozen_at_syncs = syncs
+        log.info(
+            "heap frozen after the watch caches' sync %d (%d objects)", syncs, gc.get_freeze_count()
+        )
 
     def _tick(self, policy_name: str) -> TickResult:
         now = self.clock()
