@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from hybridgpu.kube.status import condition, merge_conditions, policy_status, pool_status
+from hybridgpu.kube.status import (
+    condition,
+    gpus_allocated_by_node,
+    merge_conditions,
+    policy_status,
+    pool_status,
+)
 from hybridgpu.models.actions import Blocked, Plan, ScaleUp
 from hybridgpu.models.pool import GPUPoolSpec
 from hybridgpu.models.snapshot import (
@@ -102,3 +108,28 @@ def test_policy_status_says_budget_and_metrics_and_explain_prints_it() -> None:
     assert "blocked (budget_hourly) el: over budget.maxHourlyCost" in text
     assert "BudgetExceeded=True" in text
     assert "no tick yet" in format_explain("default", {})
+
+
+def test_pool_status_with_the_allocation_counted_once_for_all_pools_is_the_same() -> None:
+    """The tick counts the GPUs on each node once (gpus_allocated_by_node) and hands it to
+    every pool's status; pods on another pool's node and pending pods do not count."""
+    base = snapshot()
+    other = PoolState(name="other", spec=base.pools[0].spec)
+    snap = ClusterSnapshot(
+        taken_at=base.taken_at,
+        pools=(*base.pools, other),
+        nodes=(*base.nodes, NodeState(name="m1", pool="other", gpus=4)),
+        pods=(
+            *base.pods,
+            GPUPod("ns", "q", 1, Criticality.STANDARD, node="n2"),
+            GPUPod("ns", "r", 2, Criticality.STANDARD, node="m1"),
+            GPUPod("ns", "s", 4, Criticality.STANDARD),
+        ),
+    )
+    plan = Plan(decided_at=1000.0)
+    allocated = gpus_allocated_by_node(snap)
+    assert allocated == {"n1": 3, "n2": 1, "m1": 2}
+    for name in ("el", "other"):
+        once = pool_status(name, snap, plan, generation=1, allocated_by_node=allocated)
+        assert once == pool_status(name, snap, plan, generation=1)
+    assert pool_status("el", snap, plan, generation=1)["gpus"]["allocated"] == 4

@@ -39,7 +39,7 @@ from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, PROVREQ_PLURAL, SCALINGPO
 from hybridgpu.kube.provisioning import read_requests
 from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
 from hybridgpu.kube.snapshot import Conversions, Measurements, build_snapshot
-from hybridgpu.kube.status import policy_status, pool_status
+from hybridgpu.kube.status import gpus_allocated_by_node, policy_status, pool_status
 from hybridgpu.metrics.exported import METRICS, ExportedMetrics
 from hybridgpu.metrics.prometheus import PrometheusClient, TokenCounter
 from hybridgpu.models.actions import Plan, RebalanceResult
@@ -557,6 +557,7 @@ class Reconciler:
         )
         # Pools first, the policy (its lastTick) last: whoever sees a new lastTick sees
         # every status this tick wrote.
+        allocated = gpus_allocated_by_node(snapshot)
         for name in pools:
             old = bodies[name].get("status") or {}
             new_pool_status = pool_status(
@@ -568,6 +569,7 @@ class Reconciler:
                 provider_error=measured.provider_errors.get(name),
                 unregistered=measured.unhealthy.get(name, []),
                 last_scale_time=old.get("lastScaleTime"),
+                allocated_by_node=allocated,
             )
             if not already_written(old, new_pool_status):
                 self.cluster.patch_status(GPUPOOLS, name, new_pool_status)

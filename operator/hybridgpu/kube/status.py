@@ -58,15 +58,19 @@ def pool_status(
     provider_error: str | None = None,
     unregistered: Sequence[str] = (),
     last_scale_time: str | None = None,
+    allocated_by_node: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The status of pool ``name`` after a tick, as a wire dict.
 
     ``unregistered``: one line per instance replaced because it never became a Node.
+    ``allocated_by_node``: :func:`gpus_allocated_by_node` of ``snapshot``, when the caller
+    has it (one pass over the pods for all pools instead of one per pool).
     """
     pool = next(p for p in snapshot.pools if p.name == name)
     nodes = [n for n in snapshot.nodes if n.pool == name]
-    node_names = {n.name for n in nodes}
-    allocated = sum(p.gpus for p in snapshot.pods if p.node in node_names)
+    if allocated_by_node is None:
+        allocated_by_node = gpus_allocated_by_node(snapshot)
+    allocated = sum(allocated_by_node.get(name, 0) for name in {n.name for n in nodes})
     total_gpus = sum(n.gpus for n in nodes)
     utils = [n.utilization_percent for n in nodes if n.utilization_percent is not None]
     # A Node whose instance the provider says is terminated is no longer paid for.
@@ -126,6 +130,16 @@ def pool_status(
     ).to_wire()
     status["conditions"] = merge_conditions(old_conditions, conditions, plan.decided_at)
     return status
+
+
+def gpus_allocated_by_node(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """GPUs the snapshot's pods bound to each node request."""
+    out: dict[str, int] = {}
+    for pod in snapshot.pods:
+        node = pod.node
+        if node is not None:
+            out[node] = out.get(node, 0) + pod.gpus
+    return out
 
 
 def nodes_unhealthy(
