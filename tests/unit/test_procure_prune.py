@@ -5,6 +5,8 @@ growth), and the plan with pruning is the plan without it."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -84,6 +86,42 @@ def test_the_bound_never_exceeds_a_fleets_best_schedule(
 @given(
     jobs=jobs_strategy,
     offers=offers_strategy,
+    growth=st.sampled_from([0.0, 0.3, -0.4]),
+    gpu_hour=st.sampled_from([0.8, 1.6, 3.0]),
+    months=st.sampled_from([6, 12, 48]),
+)
+def test_the_level_bounds_never_exceed_the_level_costs(
+    jobs: list[JobDemand], offers: list[CommittedOffer], growth: float, gpu_hour: float, months: int
+) -> None:
+    """``lower_table`` entry by entry below ``cost_table`` (the months past the horizon in
+    the last period included): what lets ``best_schedule`` leave levels out."""
+    inputs = trace_inputs(jobs, growth, gpu_hour, months)
+    for choice in offer_choices(offers):
+        model = ProcurementModel(inputs, choice)
+        for _, nodes in cheapest_mixes(model.owned_model)[:4]:
+            for period in model.periods:
+                assert (model.lower_table(period, nodes) <= model.cost_table(period, nodes)).all()
+
+
+def test_a_limit_leaves_levels_out_and_keeps_the_schedule() -> None:
+    """Firm demand of 16 GPUs all day, one 8-GPU offer: with the best schedule's own cost
+    (and a margin) as the limit, the high levels are never replayed, and the schedule is the
+    one found without a limit."""
+    jobs = [JobDemand(float(h * 3600), 3600.0, 8, False) for h in range(24) for _ in range(2)]
+    inputs = trace_inputs(jobs, 0.2, 3.0, 12)
+    model = ProcurementModel(inputs, (offer("a", 2.0, 8, 1, 0.0),))
+    schedule, dollars = best_schedule(model, (0, 0))
+    replays = len(model._replays)
+    limited = ProcurementModel(inputs, model.offers)
+    assert best_schedule(limited, (0, 0), dollars * (1 + 1e-6)) == (schedule, dollars)
+    assert len(limited._replays) < replays
+    assert best_schedule(limited, (0, 0), dollars * 0.5) == ((), math.inf)
+
+
+@SETTINGS
+@given(
+    jobs=jobs_strategy,
+    offers=offers_strategy,
     growth=st.sampled_from([0.0, 0.3]),
     gpu_hour=st.sampled_from([0.8, 1.6, 3.0]),
 )
@@ -139,9 +177,9 @@ def test_pruning_skips_fleets(monkeypatch: pytest.MonkeyPatch) -> None:
     offers = [offer("a", 2.0, 8, 1, 0.0)]
     scheduled: list[tuple[int, ...]] = []
 
-    def counted(model: ProcurementModel, nodes: tuple[int, ...]) -> object:
+    def counted(model: ProcurementModel, nodes: tuple[int, ...], limit: float = math.inf) -> object:
         scheduled.append(tuple(nodes))
-        return best_schedule(model, nodes)
+        return best_schedule(model, nodes, limit)
 
     monkeypatch.setattr(procure, "best_schedule", counted)
     pruned = optimal_procurement(inputs, offers)

@@ -590,9 +590,13 @@ class ProcurementModel:
     ) -> float:
         return self.period_cost(period, nodes, units).total_dollars
 
-    def cost_table(self, period: Period, nodes: Sequence[int]) -> np.ndarray:
+    def cost_table(
+        self, period: Period, nodes: Sequence[int], wanted: np.ndarray | None = None
+    ) -> np.ndarray:
         """``period_dollars`` at every level of every offer (an array indexed by the levels;
-        shape (1,) without an offer), the same figures without building each breakdown."""
+        shape (1,) without an offer), the same figures without building each breakdown.
+        With ``wanted`` (a boolean array of that shape) only those entries: the others are
+        infinite, and no replay is made for them alone."""
         nodes = tuple(nodes)
         shape = tuple(u + 1 for u in self.max_units_by_offer)
         grids = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
@@ -601,13 +605,13 @@ class ProcurementModel:
             table = table + grid * (
                 offer.gpus_per_unit * offer.effective_per_gpu_hour * period.hours
             )
-        table = table + self._cloud_table(period, nodes, shape, grids)
+        table = table + self._cloud_table(period, nodes, shape, grids, wanted)
         last = period.index == len(self.periods) - 1 and self.after_horizon_months > 0
         if last and self.offers:
             none = self._cloud_dollars(period, nodes, ())
             for months, binding in self._tail_segments():
                 bound = [g if b else 0 * g for g, b in zip(grids, binding, strict=True)]
-                extra = self._cloud_table(period, nodes, shape, bound) - none
+                extra = self._cloud_table(period, nodes, shape, bound, wanted) - none
                 for offer, grid in zip(self.offers, bound, strict=True):
                     extra = extra + grid * (
                         offer.gpus_per_unit * offer.effective_per_gpu_hour * period.hours
@@ -621,8 +625,11 @@ class ProcurementModel:
         nodes: tuple[int, ...],
         shape: tuple[int, ...],
         grids: Sequence[np.ndarray],
+        wanted: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Cloud dollars at the levels of ``grids`` (arrays of each offer's level)."""
+        """Cloud dollars at the levels of ``grids`` (arrays of each offer's level); with
+        ``wanted``, infinite where it is False unless the same committed nodes are wanted
+        elsewhere."""
         if not self.offers:
             return np.array([self._cloud_dollars(period, nodes, ())])
         if not self.inputs.jobs:
@@ -639,9 +646,46 @@ class ProcurementModel:
             return np.asarray(values[where.reshape(shape)])
         out = np.empty(shape)
         flat = out.reshape(-1)
+        wanted_flat = None if wanted is None else wanted.reshape(-1)
         for committed_nodes, where in self._committed_groups(grids):
+            if wanted_flat is not None and not wanted_flat[where].any():
+                flat[where] = math.inf
+                continue
             flat[where] = self._cloud_dollars(period, nodes, committed_nodes)
         return out
+
+    def lower_table(self, period: Period, nodes: Sequence[int]) -> np.ndarray:
+        """What ``cost_table(period, nodes)`` cannot go below at each entry, without a
+        replay: the owned nodes, the committed payments, and on demand the trace's firm
+        demand above the owned and committed GPUs (the replay's on-demand hours are at least
+        that: a critical or standard job runs at its arrival for its duration on a
+        committed, an owned or an on-demand GPU), through the growth correction (which
+        grows with the replay's hours). Spot and the months past the horizon are at least
+        0. A trace only; a relative margin of 1e-9 covers float rounding."""
+        nodes = tuple(nodes)
+        shape = tuple(u + 1 for u in self.max_units_by_offer)
+        grids = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
+        table = np.full(shape or (1,), self._owned_hourly(nodes) * period.hours)
+        gpus = np.zeros(shape or (1,), dtype=int)
+        for offer, grid in zip(self.offers, grids, strict=True):
+            table = table + grid * (
+                offer.gpus_per_unit * offer.effective_per_gpu_hour * period.hours
+            )
+            gpus = gpus + grid * offer.gpus_per_unit
+        owned = self.owned_model.owned_gpus(nodes)
+        factors = self._factors[period.index]
+        od = self.inputs.cloud.on_demand_per_gpu_hour
+        counts, where = np.unique(gpus, return_inverse=True)
+        elastic = []
+        for committed in counts.tolist():
+            above = self._trace_firm_above(owned + committed)
+            if any(f != 1.0 for f in factors):
+                flat = self._fluid((1.0,), committed, owned)
+                grown = self._fluid(factors, committed, owned)
+                above = max(grown.elastic + above - flat.elastic, 0.0)
+            elastic.append(above * period.months * od)
+        table = table + np.array(elastic)[where.reshape(table.shape)]
+        return np.asarray(table * (1.0 - 1e-9), dtype=float)
 
     def _committed_groups(
         self, grids: Sequence[np.ndarray]
@@ -857,7 +901,7 @@ def _cheapest_in(values: np.ndarray, box: Sequence[tuple[int, int]]) -> Levels:
 
 
 def best_schedule(
-    model: ProcurementModel, nodes: Sequence[int]
+    model: ProcurementModel, nodes: Sequence[int], limit: float = math.inf
 ) -> tuple[tuple[Levels, ...], float]:
     """The cheapest committed levels per period with ``nodes`` owned, and the total dollars.
 
@@ -867,16 +911,33 @@ def best_schedule(
     both bounds grow with the level, so the best next levels of every combination are a
     minimum over a box, taken one offer's axis at a time with range-minimum tables. Ties go
     to the lower levels.
+
+    With a finite ``limit`` (a trace), an entry (a period's levels) is left out, infinite
+    and not replayed, when no schedule through it can cost ``limit`` or less: its
+    ``lower_table`` entry plus the lowest entry of every other period is above it. The
+    schedule is then the same as without, whenever the best schedule costs less than the
+    limit by more than the ties' relative 1e-9: every entry a choice may fall on (within
+    1e-9 of the best rest of the horizon) is kept, with its exact cost, and so are the best
+    rests of the horizon after it. Otherwise the dollars returned are those of some
+    schedule, at least the best (math.inf when every schedule is left out).
     """
     parts = model.periods
     if not model.offers:
         total = sum(model.period_dollars(p, nodes, ()) for p in parts)
         return ((),) * len(parts), total
+    wanted: list[np.ndarray | None] = [None] * len(parts)
+    if limit < math.inf and model.inputs.jobs:
+        bounds = [model.lower_table(p, nodes) for p in parts]
+        floor = sum(float(bound.min()) for bound in bounds)
+        kept = [floor - float(bound.min()) + bound <= limit for bound in bounds]
+        if not all(k.any() for k in kept):
+            return (), math.inf
+        wanted = list(kept)
     shape = tuple(u + 1 for u in model.max_units_by_offer)
     after = np.zeros(shape)  # cheapest from the next period on, by the levels of this one
     here_by_period: list[np.ndarray] = []
     for period in reversed(parts):
-        here = model.cost_table(period, nodes) + after
+        here = model.cost_table(period, nodes, wanted[period.index]) + after
         here_by_period.append(here)
         if period.index > 0:
             after = here
@@ -889,6 +950,8 @@ def best_schedule(
     for period in parts:
         box = [model.level_window(i, period, u) for i, u in enumerate(before)]
         before = _cheapest_in(here_by_period[period.index], box)
+        if not math.isfinite(here_by_period[period.index][before]):
+            return (), math.inf  # every schedule from here was left out
         schedule.append(before)
     total = sum(model.period_dollars(p, nodes, u) for p, u in zip(parts, schedule, strict=True))
     return tuple(schedule), total
@@ -1033,6 +1096,11 @@ def check_search_size(model: ProcurementModel, fleets: int = 1) -> None:
         )
 
 
+_LIMIT_MARGIN = 1e-6
+"""``best_schedule``'s limit lies this far (relative, and dollars) above the best plan found:
+far more than the ties' 1e-9, so an entry a better plan could choose is never left out."""
+
+
 def optimal_procurement(
     inputs: PlanInputs,
     offers: Sequence[CommittedOffer],
@@ -1050,7 +1118,9 @@ def optimal_procurement(
 
     With ``prune`` a fleet whose ``ProcurementModel.lower_bound`` already costs at least what
     would let it replace the best found so far is not scheduled (nor replayed): it could not
-    have replaced it, so the answer is the same as without pruning."""
+    have replaced it; and a fleet that is scheduled leaves out the committed levels no
+    schedule under the best found so far can take (``best_schedule``'s limit, a trace
+    only). The answer is the same as without pruning."""
     shared = SharedWork() if shared is None else shared
     best: Procurement | None = None
     best_dollars = math.inf
@@ -1077,7 +1147,8 @@ def optimal_procurement(
             threshold = best_dollars * (1.0 - _COST_EPS) - 1e-9
             if prune and model.lower_bound(nodes) >= threshold:
                 continue
-            schedule, dollars = best_schedule(model, nodes)
+            limit = best_dollars * (1.0 + _LIMIT_MARGIN) + _LIMIT_MARGIN if prune else math.inf
+            schedule, dollars = best_schedule(model, nodes, limit)
             if dollars < best_dollars * (1.0 - _COST_EPS) - 1e-9:
                 best_dollars = dollars
                 best = Procurement(choice, tuple(nodes), schedule)
