@@ -254,7 +254,7 @@ def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> 
         f"horizon {inputs.horizon_months} months, demand growth "
         f"{100 * inputs.demand_growth_per_year:+.0f}%/year, "
         + (
-            f"{len(inputs.jobs):,} jobs replayed at every owned size"
+            f"{len(inputs.jobs):,} jobs replayed at each owned size that can win"
             if inputs.jobs
             else "fluid demand (duration curves)"
         ),

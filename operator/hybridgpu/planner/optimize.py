@@ -21,7 +21,8 @@ def optimal_single_type(model: CostModel, type_index: int = 0) -> int:
     Buys the next node while the cloud dollars it saves exceed what it costs. In the fluid
     model the saving of successive nodes of one type never grows (the cloud bill is convex in
     owned GPUs), so the first node that does not pay ends it. A job replay has no such
-    property, nor does a mix of types: ``optimal_fleet`` evaluates every owned size instead.
+    property, nor does a mix of types: ``optimal_fleet`` looks at every owned size instead
+    (costing those its lower bound does not rule out).
     """
     if model.inputs.jobs:
         raise ValueError("marginal analysis is exact for the fluid model only: use optimal_fleet")
