@@ -109,3 +109,34 @@ def may_be_moved(slack: Slack, checkpoint_seconds: float | None, margin: float) 
     """Whether the operator may stop the Job for another reason (preemption off core, a move
     off on-demand, a node drain) and still leave it time to try spot again."""
     return not must_start_on_demand(slack, checkpoint_seconds, 2 * margin)
+
+
+RETURN_ROOM_SECONDS = 900.0
+"""Slack a waiting Job keeps when it moves to on-demand while its spot pool's nodes last
+(``spot_lasts``): enough for a spot run from on-demand to save its first checkpoint, so that
+it can go back to spot (``may_return_to_spot``)."""
+WINDOW_AGE_SECONDS = 3600.0
+"""How long a node of the spot pool must have run without an interruption notice before a
+Job on on-demand goes back there: a spot window that has lasted tends to last."""
+LASTING_SHARE = 2 / 3
+"""``spot_lasts``: the share of a pool's nodes seen to reach WINDOW_AGE_SECONDS that must
+also have run as long again without a notice."""
+LASTING_MIN_SEEN = 5
+"""``spot_lasts``: nodes seen past WINDOW_AGE_SECONDS before the pool's share counts."""
+
+
+def spot_lasts(lasted: int, cut_short: int) -> bool:
+    """Whether a spot pool's windows have been worth returning to, from what was seen of its
+    nodes so far: of those that ran WINDOW_AGE_SECONDS without a notice, ``lasted`` ran as
+    long again and ``cut_short`` got their notice before. At least LASTING_MIN_SEEN seen and
+    at least LASTING_SHARE of them lasted: a return from on-demand then pays its switch (the
+    on-demand node's idle tail, a spot boot and restart) more often than a window cut short
+    throws it away with the work since the checkpoint."""
+    seen = lasted + cut_short
+    return seen >= LASTING_MIN_SEEN and lasted >= LASTING_SHARE * seen
+
+
+def may_return_to_spot(slack: Slack, checkpoint_seconds: float | None, margin: float) -> bool:
+    """Whether a Job on on-demand may go back to spot: a fresh spot run could save a
+    checkpoint before its slack falls below the margin (else it could not come back)."""
+    return not must_start_on_demand(slack, checkpoint_seconds, margin)

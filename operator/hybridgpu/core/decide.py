@@ -37,11 +37,15 @@ from hybridgpu.core.cost import (
 )
 from hybridgpu.core.deadline import (
     BOOT_ALLOWANCE_SECONDS,
+    RETURN_ROOM_SECONDS,
+    WINDOW_AGE_SECONDS,
     Slack,
     may_be_moved,
+    may_return_to_spot,
     must_leave_spot,
     must_start_on_demand,
     slack_of,
+    spot_lasts,
 )
 from hybridgpu.core.forecast import NodeView, OwnedForecast
 from hybridgpu.core.gang_preempt import preempt_for_gang
@@ -273,6 +277,8 @@ class _Decider:
         """A Job that checkpointed this recently loses little to a move."""
         self.deadline_margin = 2 * parse_duration_seconds(policy.interval)
         """Slack a Job with a deadline keeps: it is looked at again only an interval later."""
+        self.window_age: dict[str, float] = {}
+        """Per spot pool, how long its oldest node without a notice has run (computed once)."""
         self.stop_seconds = parse_duration_seconds(policy.preemption.checkpoint_grace_period)
         self.progress_by_job: dict[str, float] = {}
         self.gangs: dict[str, GangPlacement] = {}
@@ -1142,6 +1148,10 @@ class _Decider:
             return None
         if job.deadline_at is not None and not self._deadline_allows_move(job):
             return None
+        if job.deadline_at is not None and job.pinned_by_operator:
+            pinned = self.pools.get(job.pool or "")
+            if pinned is not None and pinned.tier == ELASTIC:
+                return None  # only the deadline rule's return moves it (_maybe_return_to_spot)
         return job
 
     def _job_gpus(self, job_key: str) -> int:
@@ -1854,11 +1864,14 @@ class _Decider:
             from_pool: str | None
             if bound:
                 on_spot = [n for n in bound if self._tier_of_node(n) == SPOT]
-                if not on_spot or not must_leave_spot(slack, self.deadline_margin):
+                if not on_spot:
+                    self._maybe_return_to_spot(job, slack, bound)
+                    continue
+                if not must_leave_spot(slack, self.deadline_margin):
                     continue
                 doing, from_pool = "runs on spot", self.node_pool[on_spot[0]]
             elif key in demands and must_start_on_demand(
-                slack, job.checkpoint_seconds, self.deadline_margin
+                slack, job.checkpoint_seconds, self.deadline_margin + self._return_room(job)
             ):
                 doing, from_pool = "waits", job.pool
             else:
@@ -1875,6 +1888,88 @@ class _Decider:
             elif job.pool != target.name:
                 self.actions.append(self._deadline_action(job, slack, target, doing, from_pool))
                 self.moving.add(key)
+
+    def _return_room(self, job: JobState) -> float:
+        """Slack a waiting Job keeps for a return from on-demand: RETURN_ROOM_SECONDS while a
+        spot pool it may use has nodes that last (``spot_lasts``); none once it has returned
+        (it waits pinned to a spot pool), so that it is not sent back."""
+        pinned = self.pools.get(job.pool or "")
+        if pinned is not None and pinned.tier == SPOT:
+            return 0.0
+        lasting = any(
+            p.tier == SPOT
+            and p.per_node >= job.gpus_per_pod
+            and _has_model(p, job.gpu_models)
+            and spot_lasts(p.state.nodes_lasted, p.state.nodes_cut_short)
+            for p in self.pools.values()
+        )
+        return RETURN_ROOM_SECONDS if lasting else 0.0
+
+    def _spot_window_age(self, pool: str) -> float:
+        """How long the oldest node of ``pool`` without an interruption notice has run (0:
+        none runs): a lower bound on how long spot has been available there."""
+        if pool not in self.window_age:
+            created = [
+                n.created_at
+                for n in self.snap.nodes
+                if n.pool == pool and n.interruption_deadline is None and not n.cordoned
+            ]
+            self.window_age[pool] = self.now - min(created) if created else 0.0
+        return self.window_age[pool]
+
+    def _maybe_return_to_spot(self, job: JobState, slack: Slack, bound: list[str]) -> None:
+        """A Job the deadline rule put on on-demand goes back to spot right after a
+        checkpoint, once a spot node has run for WINDOW_AGE_SECONDS and its slack lets a spot
+        run still come back (core/deadline.py)."""
+        if not job.pinned_by_operator or self.moves_left <= 0:
+            return
+        if any(self._tier_of_node(n) != ELASTIC for n in bound):
+            return
+        spot = self._spot_target(job.gpus_per_pod, job.gpu_models)
+        if spot is None:
+            return
+        if not spot_lasts(spot.state.nodes_lasted, spot.state.nodes_cut_short):
+            return
+        age = self._spot_window_age(spot.name)
+        if age < WINDOW_AGE_SECONDS:
+            if age > 0:
+                self._recheck(self.now + WINDOW_AGE_SECONDS - age)
+            return
+        wait = self._until_progress_checkpoint(job)
+        if wait > 0:
+            self._recheck(self.now + wait)
+            return
+        # Right after a checkpoint, where its slack is the most it will be until the next.
+        if not may_return_to_spot(slack, job.checkpoint_seconds, self.deadline_margin):
+            return
+        self.actions.append(
+            MoveJob(
+                namespace=job.namespace,
+                job=job.name,
+                from_pool=self.node_pool[bound[0]],
+                to_pool=spot.name,
+                gpus=job.gpus_per_pod * job.parallelism,
+                kind=ActionKind.DEADLINE,
+                reason=f"Job {job.key} has {slack.seconds / 3600:.1f} h of slack and a node of "
+                f"spot pool {spot.name} has run for {age / 3600:.1f} h ({spot.state.nodes_lasted}"
+                f" of the {spot.state.nodes_lasted + spot.state.nodes_cut_short} seen to run an "
+                f"hour ran another): it returns there from on-demand "
+                f"(${spot.gpu_price:.2f}/GPU-h)",
+            )
+        )
+        self._release_job_pods(job, spot.name)
+
+    def _until_progress_checkpoint(self, job: JobState) -> float:
+        """Seconds until the running Job's next checkpoint, counted from the end of its
+        start-up (restartOverhead); 0 within two ticks after one."""
+        every = job.checkpoint_seconds
+        if not every or job.started_at is None:
+            return 0.0
+        progress = self.now - job.started_at - self.restart_hours * 3600.0
+        if progress < 0:
+            return every - progress
+        since = progress % every
+        return 0.0 if since <= self.checkpoint_window and progress >= every else every - since
 
     def _interrupted(self, node: str) -> bool:
         return self.nodes[node].interruption_deadline is not None

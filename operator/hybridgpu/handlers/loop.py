@@ -40,6 +40,7 @@ from hybridgpu.kube.provisioning import read_requests
 from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
 from hybridgpu.kube.snapshot import Conversions, Measurements, build_snapshot
 from hybridgpu.kube.status import gpus_allocated_by_node, policy_status, pool_status
+from hybridgpu.kube.survival import SpotSurvival
 from hybridgpu.metrics.exported import METRICS, ExportedMetrics
 from hybridgpu.metrics.prometheus import PrometheusClient, TokenCounter
 from hybridgpu.models.actions import Plan, RebalanceResult
@@ -153,6 +154,8 @@ class Reconciler:
         """Whether the operator can work at all; started by the start-up handler."""
         self.idle_by_policy: dict[str, IdleTracker] = {}
         self.conversions_by_policy: dict[str, Conversions] = {}
+        self.survival_by_policy: dict[str, SpotSurvival] = {}
+        """What each policy has seen of its spot nodes' lives (the deadline rule's return)."""
         """Idle clocks by policy, then node: a policy's snapshot forgets only its own nodes."""
         self.tokens_by_policy: dict[str, TokenCounter] = {}
         """Last tokens counter values by policy (each reads on its own ticks)."""
@@ -216,6 +219,7 @@ class Reconciler:
         self.metrics.forget_policy(policy)
         self.idle_by_policy.pop(policy, None)
         self.conversions_by_policy.pop(policy, None)
+        self.survival_by_policy.pop(policy, None)
         self.tokens_by_policy.pop(policy, None)
 
     def trigger_all(self) -> None:
@@ -334,6 +338,7 @@ class Reconciler:
             unpinned_demand=owns_unpinned,
             conversions=self.conversions_by_policy.setdefault(policy_name, Conversions()),
         )
+        snapshot = self.survival_by_policy.setdefault(policy_name, SpotSurvival()).observe(snapshot)
         snapshot = with_serving(snapshot, serving, objects.pods)
         # ProvisioningRequests (Kueue's admission check): each is a gang, placed whole or not.
         try:

@@ -43,6 +43,11 @@ class PoolState:
     launchable: bool = True
     """False while the provider has no capacity for the pool (a launch failed for capacity,
     or spot is unavailable): decide() grows another pool instead, or reports the block."""
+    nodes_lasted: int = 0
+    """Of this (spot) pool's nodes seen to run an hour without an interruption notice, those
+    seen to run another hour without one (core/deadline.py, WINDOW_AGE_SECONDS)."""
+    nodes_cut_short: int = 0
+    """Of them, those that got their notice within that second hour."""
 
     @property
     def tier(self) -> Tier:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
@@ -33,6 +34,7 @@ from hybridgpu.core.cost import (
     powered,
 )
 from hybridgpu.core.deadline import (
+    WINDOW_AGE_SECONDS,
     banked_seconds,
     first_checkpoint_seconds,
     must_leave_spot,
@@ -417,6 +419,10 @@ class Simulation:
         self._eligible_cache: dict[_ClassKey, list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         self._tally = {p.name: _Tally() for p in pools}
+        self._spot_launched: dict[str, deque[_Node]] = {}
+        """Per spot pool, its nodes by launch, until they are two WINDOW_AGE_SECONDS old."""
+        self._spot_seen: dict[str, list[int]] = {}
+        """Per spot pool, (lasted, cut short) as PoolState reports them."""
         self._placeable: dict[str, FreeGPUs[str]] = {p.name: FreeGPUs() for p in pools}
         """Per pool, the nodes pods can land on (ready, not cordoned) by free GPUs: the
         scheduler's best fit is decide()'s (``core.placement``)."""
@@ -556,7 +562,33 @@ class Simulation:
             self._push(ready_at, "ready", node.name)
         if node.tier == Tier.SPOT:
             self._schedule_interruption(node)
+            self._spot_launched.setdefault(node.pool, deque()).append(node)
         return node
+
+    def _survival_fields(self, pool: str) -> dict[str, int]:
+        if pool not in self._spot_launched and pool not in self._spot_seen:
+            return {}
+        lasted, cut = self._spot_survival(pool)
+        return {"nodes_lasted": lasted, "nodes_cut_short": cut}
+
+    def _spot_survival(self, pool: str) -> tuple[int, int]:
+        """(lasted, cut short): of the pool's nodes seen to run WINDOW_AGE_SECONDS without an
+        interruption notice, those seen to run as long again, and those noticed before."""
+        seen = self._spot_seen.setdefault(pool, [0, 0])
+        queue = self._spot_launched.get(pool)
+        while queue and queue[0].launched_at + 2 * WINDOW_AGE_SECONDS <= self.now:
+            node = queue.popleft()
+            until = node.launched_at + 2 * WINDOW_AGE_SECONDS
+            noticed = (
+                None
+                if node.interruption_deadline is None
+                else node.interruption_deadline - INTERRUPTION_NOTICE_SECONDS
+            )
+            if (noticed is None or noticed >= until) and (
+                node.removed_at is None or node.removed_at >= until
+            ):
+                seen[0] += 1
+        return seen[0], seen[1]
 
     def _launchable(self, pool: str) -> bool:
         trace = self.settings.spot_availability
@@ -973,6 +1005,7 @@ class Simulation:
                 provisioning_nodes=provisioning.get(p.name, 0),
                 spot_price_per_node_hour=p.spot_price_per_node_hour,
                 launchable=self._launchable(p.name),
+                **self._survival_fields(p.name),
             )
             for p in self.pools.values()
         )
@@ -1147,6 +1180,9 @@ class Simulation:
             return True
         if state.deadline_at is not None and state.criticality == Criticality.PREEMPTIBLE:
             host = self.nodes.get(job.node) if job.node else None
+            if host is not None and host.tier == Tier.ELASTIC and job.pool is not None:
+                # A Job the rule put on on-demand may go back to spot once spot has run.
+                return any(self._tally[p].nodes for p in self.spot_offsets)
             return host is None or host.tier == Tier.SPOT
         return False
 
@@ -1517,6 +1553,8 @@ class Simulation:
                 return 0
             self.interruptions += 1
             node.interruption_deadline = self.now + INTERRUPTION_NOTICE_SECONDS
+            if WINDOW_AGE_SECONDS <= self.now - node.launched_at < 2 * WINDOW_AGE_SECONDS:
+                self._spot_seen.setdefault(node.pool, [0, 0])[1] += 1
             self._noticed.add(node.name)
             self._push(node.interruption_deadline, "reclaim", node.name)
         elif kind == "reclaim":

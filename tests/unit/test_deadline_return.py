@@ -1,0 +1,213 @@
+"""The deadline rule's way back from on-demand to spot (core/deadline.py, decide() step 2b):
+a waiting Job keeps RETURN_ROOM_SECONDS more slack when it moves to on-demand while its spot
+pool's nodes last (``spot_lasts``), and a Job the rule put on on-demand goes back to spot
+right after a checkpoint once a spot node has run WINDOW_AGE_SECONDS.
+
+The default policy ticks every 30 s (margin 60 s), restarts cost 5 min, pods get 2 min to
+stop: a switch is 2 + 10 + 5 = 17 min (1020 s) for a Job with a pod on a node, 15 min (900 s)
+for one without.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from tests.support.builders import NOW, node, pending, policy, pool, running, snapshot
+
+from hybridgpu.core.deadline import (
+    LASTING_MIN_SEEN,
+    RETURN_ROOM_SECONDS,
+    WINDOW_AGE_SECONDS,
+    may_return_to_spot,
+    slack_of,
+    spot_lasts,
+)
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import ActionKind, MoveJob, Plan, ScaleUp
+from hybridgpu.models.snapshot import ClusterSnapshot, NodeState, PoolState
+
+pytestmark = pytest.mark.unit
+
+H = 3600.0
+MARGIN = 60.0
+EVERY = 1800.0
+RESTART = 300.0
+WORK = 4 * H
+
+
+def cloud(lasted: int, cut_short: int) -> list[PoolState]:
+    spot = pool("spot", "spot", per_node=1)
+    return [
+        pool("elastic", "elastic", per_node=1),
+        replace(spot, nodes_lasted=lasted, nodes_cut_short=cut_short),
+    ]
+
+
+LASTS = (8, 1)
+DOES_NOT_LAST = (4, 4)
+
+
+def summary(plan: Plan) -> list[tuple[object, ...]]:
+    out: list[tuple[object, ...]] = []
+    for action in plan.actions:
+        if isinstance(action, ScaleUp):
+            out.append(("scale_up", action.pool, action.nodes))
+        elif isinstance(action, MoveJob):
+            out.append((action.kind.value, action.job_key, action.to_pool))
+    return out
+
+
+def test_spot_lasts_needs_enough_seen_and_two_of_three_lasting() -> None:
+    assert spot_lasts(8, 1)
+    assert spot_lasts(4, 2)
+    assert not spot_lasts(3, 2)
+    assert not spot_lasts(LASTING_MIN_SEEN - 1, 0)
+    assert not spot_lasts(0, 0)
+
+
+def waiting(slack: float, counts: tuple[int, int]) -> list[tuple[object, ...]]:
+    """A Job with no pod on a node and ``slack`` seconds of slack (a 900 s switch)."""
+    pod, job = pending("t", 1, "preemptible")
+    assert job is not None
+    job = replace(
+        job,
+        created_at=NOW - H,
+        deadline_at=NOW + WORK + 900 + slack,
+        expected_duration_seconds=WORK,
+        checkpoint_seconds=EVERY,
+    )
+    return summary(decide(snapshot(cloud(*counts), [], [(pod, job)]), policy(), NOW))
+
+
+def test_a_waiting_job_keeps_room_to_come_back_only_while_spot_lasts() -> None:
+    # Without the room a waiting Job leaves at slack < 60 + 900 + 1800 = 2760 s; with it,
+    # 900 s earlier (< 3660 s).
+    slack = 3200.0
+    assert waiting(slack, LASTS) == [("deadline", "team/t", "elastic"), ("scale_up", "elastic", 1)]
+    assert waiting(slack, DOES_NOT_LAST) == [("scale_up", "spot", 1)]
+    assert waiting(slack, (0, 0)) == [("scale_up", "spot", 1)]  # nothing seen yet
+    assert waiting(2700.0, DOES_NOT_LAST)[0] == ("deadline", "team/t", "elastic")
+    assert waiting(3700.0, LASTS) == [("scale_up", "spot", 1)]
+
+
+def on_demand(
+    *,
+    slack: float,
+    since_checkpoint: float = 30.0,
+    spot_age: float = 2 * H,
+    counts: tuple[int, int] = LASTS,
+    by_operator: bool = True,
+) -> ClusterSnapshot:
+    """A Job the deadline rule put on on-demand node e1, ``since_checkpoint`` after its
+    first checkpoint there, with ``slack`` seconds of slack (a 1020 s switch); spot node s1
+    (running another Job) has run ``spot_age``."""
+    started = NOW - RESTART - EVERY - since_checkpoint
+    pod, job = running("t", "e1", 1, "preemptible", started=started, pool_pin="elastic")
+    assert job is not None
+    saved = EVERY  # this run's one checkpoint
+    job = replace(
+        job,
+        created_at=NOW - 10 * H,
+        deadline_at=NOW + (WORK - saved) + 1020 + slack,
+        expected_duration_seconds=WORK,
+        checkpoint_seconds=EVERY,
+        pool="elastic",
+        pinned_by_operator=by_operator,
+    )
+    other = running("o", "s1", 1, "preemptible", started=NOW - spot_age)
+    nodes = [
+        node("e1", "elastic", gpus=1),
+        replace(node("s1", "spot", gpus=1), created_at=NOW - spot_age),
+    ]
+    return snapshot(cloud(*counts), nodes, [(pod, job), other])
+
+
+RETURN = [("deadline", "team/t", "spot"), ("scale_up", "spot", 1)]
+
+
+def test_a_job_on_on_demand_returns_to_spot_after_a_checkpoint_once_a_window_has_lasted() -> None:
+    # 60 + 1020 + 1800 = 2880 s of slack lets a spot run save a checkpoint and still come back.
+    assert summary(decide(on_demand(slack=2900), policy(), NOW)) == RETURN
+    assert summary(decide(on_demand(slack=2850), policy(), NOW)) == []
+    # Not between checkpoints (it would throw work away), not into a young window, not into
+    # a pool whose windows have not lasted, not a Job its owner pinned there.
+    assert summary(decide(on_demand(slack=2900, since_checkpoint=600), policy(), NOW)) == []
+    assert (
+        summary(decide(on_demand(slack=2900, spot_age=WINDOW_AGE_SECONDS - 60), policy(), NOW))
+        == []
+    )
+    assert summary(decide(on_demand(slack=2900, counts=DOES_NOT_LAST), policy(), NOW)) == []
+    assert summary(decide(on_demand(slack=2900, by_operator=False), policy(), NOW)) == []
+
+
+def test_the_return_names_the_slack_and_the_window() -> None:
+    plan = decide(on_demand(slack=2900), policy(), NOW)
+    (move,) = [a for a in plan.actions if isinstance(a, MoveJob)]
+    assert move.kind == ActionKind.DEADLINE
+    assert "has run for 2.0 h (8 of the 9 seen to run an hour ran another)" in move.reason
+
+
+def test_consolidation_leaves_a_job_the_rule_pinned_to_on_demand_to_the_return() -> None:
+    # A day of slack, mid-interval: consolidation's move to spot would lose the work since
+    # the checkpoint into any spot window; only the return moves it, at a checkpoint.
+    snap = on_demand(slack=24 * H, since_checkpoint=600, counts=(0, 0))
+    assert summary(decide(snap, policy(), NOW)) == []
+
+
+def applied(snap: ClusterSnapshot, now: float) -> ClusterSnapshot:
+    """``snap`` after its Job went back to spot: its pod pending, pinned to the spot pool,
+    its checkpoints recorded as progress."""
+    job = next(j for j in snap.jobs if j.name == "t")
+    pod = next(p for p in snap.pods if p.job == job.key)
+    slack = slack_of(job, pod.started_at, now, restart_seconds=RESTART, stop_seconds=120.0)
+    assert slack is not None
+    moved = replace(
+        job, pool="spot", started_at=None, progress_seconds=slack.saved, pinned_by_operator=True
+    )
+    waiting_pod = replace(pod, node=None, started_at=None, pool="spot", pending_since=now)
+    nodes: tuple[NodeState, ...] = tuple(n for n in snap.nodes if n.name != "e1")
+    return replace(
+        snap,
+        nodes=nodes,
+        pods=tuple(waiting_pod if p is pod else p for p in snap.pods),
+        jobs=tuple(moved if j is job else j for j in snap.jobs),
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    slack=st.one_of(st.floats(2700, 3200), st.floats(0, 3 * H)),
+    since_checkpoint=st.one_of(st.floats(0, 60), st.floats(0, EVERY - 1)),
+    spot_age=st.floats(0, 4 * H),
+    lasted=st.integers(0, 12),
+    cut_short=st.integers(0, 6),
+)
+def test_a_return_keeps_the_deadline_safe_and_does_not_flap(
+    slack: float, since_checkpoint: float, spot_age: float, lasted: int, cut_short: int
+) -> None:
+    snap = on_demand(
+        slack=slack,
+        since_checkpoint=since_checkpoint,
+        spot_age=spot_age,
+        counts=(lasted, cut_short),
+    )
+    plan = decide(snap, policy(), NOW)
+    if summary(plan) != RETURN:
+        event("stays on on-demand")
+        return
+    event("returns to spot")
+    job = next(j for j in snap.jobs if j.name == "t")
+    pod = next(p for p in snap.pods if p.job == job.key)
+    now_slack = slack_of(job, pod.started_at, NOW, restart_seconds=RESTART, stop_seconds=120.0)
+    assert now_slack is not None
+    # A spot run could save its first checkpoint and still leave the margin: if it is cut
+    # short the Job still reaches its deadline on on-demand.
+    assert may_return_to_spot(now_slack, EVERY, MARGIN)
+    assert spot_lasts(lasted, cut_short) and spot_age >= WINDOW_AGE_SECONDS
+    # Applied, the next tick waits for spot: no move back to on-demand, no new room.
+    again = summary(decide(applied(snap, NOW), policy(), NOW))
+    assert all(kind != "deadline" for kind, *_ in again), again
+    assert RETURN_ROOM_SECONDS > 0
