@@ -337,6 +337,7 @@ def main() -> int:
                             "missed": 0,
                             "unfinished": 0,
                             "on_demand_moves": 0,
+                            "returns_to_spot": 0,
                             "by_seed_dollars": [],
                         },
                     )
@@ -347,6 +348,7 @@ def main() -> int:
                     row["cost_dollars"] += cost
                     row["by_seed_dollars"].append(round(cost, 2))
                     row["on_demand_moves"] += result.deadlines.on_demand_moves
+                    row["returns_to_spot"] += result.deadlines.returns_to_spot
                     if args.owned_nodes:
                         late = result.max_lateness_seconds.get("preemptible", 0.0) / 3600
                         row["preemptible_max_late_hours"] = round(

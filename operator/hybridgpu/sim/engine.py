@@ -223,9 +223,16 @@ class DeadlineStats:
     """Finished after their deadline, or never."""
     on_demand_moves: int = 0
     """Moves to on-demand the deadline rule decided."""
+    returns_to_spot: int = 0
+    """Moves back from on-demand to spot the deadline rule decided."""
 
     def to_json(self) -> dict[str, int]:
-        return {"jobs": self.jobs, "missed": self.missed, "on_demand_moves": self.on_demand_moves}
+        return {
+            "jobs": self.jobs,
+            "missed": self.missed,
+            "on_demand_moves": self.on_demand_moves,
+            "returns_to_spot": self.returns_to_spot,
+        }
 
 
 @dataclass
@@ -482,6 +489,7 @@ class Simulation:
         self.deadline_margin = 2 * self.interval
         self.reclaimed = ReclaimStats()
         self.deadline_moves = 0
+        self.deadline_returns = 0
         self.serving = serving_sim.ServingBook()
         self.serving_disruptions = 0
         self.by_trace_name: dict[str, _Job] = {}
@@ -1243,7 +1251,11 @@ class Simulation:
                 if job is None:
                     continue
                 if action.kind == ActionKind.DEADLINE:
-                    self.deadline_moves += 1
+                    target = self.pools.get(action.to_pool or "")
+                    if target is not None and target.spec.tier == Tier.SPOT:
+                        self.deadline_returns += 1
+                    else:
+                        self.deadline_moves += 1
                 self.preemptions += 1
                 if job.node is not None:
                     self._stop(job, requeue=True, pool=action.to_pool)
@@ -1623,7 +1635,9 @@ class Simulation:
             finished = math.inf if j.finished_at is None else j.finished_at
             late = finished - j.trace.arrival_seconds - j.trace.duration_seconds
             lateness[j.trace.criticality] = max(lateness[j.trace.criticality], late)
-        deadlines = DeadlineStats(on_demand_moves=self.deadline_moves)
+        deadlines = DeadlineStats(
+            on_demand_moves=self.deadline_moves, returns_to_spot=self.deadline_returns
+        )
         for j in self.jobs:
             due = j.trace.deadline_at
             if due is not None:

@@ -150,6 +150,11 @@ def annotations_summary(results: dict[str, PolicyResult]) -> list[str]:
         lines.append(
             f"deadlines: {deadlines.missed} of {deadlines.jobs} job(s) missed theirs; "
             f"{deadlines.on_demand_moves} move(s) to on-demand"
+            + (
+                f", {deadlines.returns_to_spot} return(s) to spot"
+                if deadlines.returns_to_spot
+                else ""
+            )
         )
     reclaim = h.idle_reclaim
     if reclaim.workloads:
