@@ -155,11 +155,16 @@ def test_the_return_names_the_slack_and_the_window() -> None:
     assert "has run for 2.0 h (8 of the 9 seen to run an hour ran another)" in move.reason
 
 
-def test_consolidation_leaves_a_job_the_rule_pinned_to_on_demand_to_the_return() -> None:
+def test_where_spot_lasts_consolidation_leaves_a_job_the_rule_pinned_to_the_return() -> None:
     # A day of slack, mid-interval: consolidation's move to spot would lose the work since
-    # the checkpoint into any spot window; only the return moves it, at a checkpoint.
-    snap = on_demand(slack=24 * H, since_checkpoint=600, counts=(0, 0))
-    assert summary(decide(snap, policy(), NOW)) == []
+    # the checkpoint, into any window. Where the pool's nodes last only the return moves it,
+    # at a checkpoint; elsewhere consolidation does as before (the rule without a return).
+    def plan_for(counts: tuple[int, int]) -> list[tuple[object, ...]]:
+        snap = on_demand(slack=24 * H, since_checkpoint=600, counts=counts)
+        return summary(decide(snap, policy(), NOW))
+
+    assert plan_for(LASTS) == []
+    assert plan_for(DOES_NOT_LAST)[0][:2] == ("consolidate", "team/t")
 
 
 def applied(snap: ClusterSnapshot, now: float) -> ClusterSnapshot:

@@ -1150,7 +1150,7 @@ class _Decider:
             return None
         if job.deadline_at is not None and job.pinned_by_operator:
             pinned = self.pools.get(job.pool or "")
-            if pinned is not None and pinned.tier == ELASTIC:
+            if pinned is not None and pinned.tier == ELASTIC and self._spot_lasts_for(job):
                 return None  # only the deadline rule's return moves it (_maybe_return_to_spot)
         return job
 
@@ -1896,14 +1896,19 @@ class _Decider:
         pinned = self.pools.get(job.pool or "")
         if pinned is not None and pinned.tier == SPOT:
             return 0.0
-        lasting = any(
+        return RETURN_ROOM_SECONDS if self._spot_lasts_for(job) else 0.0
+
+    def _spot_lasts_for(self, job: JobState) -> bool:
+        """Whether a spot pool the Job may use has nodes that last (``spot_lasts``): only
+        then does the rule keep room for a return and return Jobs from on-demand itself
+        (otherwise it is the rule without a return, consolidation's move to spot included)."""
+        return any(
             p.tier == SPOT
             and p.per_node >= job.gpus_per_pod
             and _has_model(p, job.gpu_models)
             and spot_lasts(p.state.nodes_lasted, p.state.nodes_cut_short)
             for p in self.pools.values()
         )
-        return RETURN_ROOM_SECONDS if lasting else 0.0
 
     def _spot_window_age(self, pool: str) -> float:
         """How long the oldest node of ``pool`` without an interruption notice has run (0:
