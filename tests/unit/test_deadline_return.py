@@ -43,11 +43,11 @@ RESTART = 300.0
 WORK = 4 * H
 
 
-def cloud(lasted: int, cut_short: int) -> list[PoolState]:
+def cloud(lasted: int, cut_short: int, *, launchable: bool = True) -> list[PoolState]:
     spot = pool("spot", "spot", per_node=1)
     return [
         pool("elastic", "elastic", per_node=1),
-        replace(spot, nodes_lasted=lasted, nodes_cut_short=cut_short),
+        replace(spot, nodes_lasted=lasted, nodes_cut_short=cut_short, launchable=launchable),
     ]
 
 
@@ -73,8 +73,11 @@ def test_spot_lasts_needs_enough_seen_and_two_of_three_lasting() -> None:
     assert not spot_lasts(0, 0)
 
 
-def waiting(slack: float, counts: tuple[int, int]) -> list[tuple[object, ...]]:
-    """A Job with no pod on a node and ``slack`` seconds of slack (a 900 s switch)."""
+def waiting(
+    slack: float, counts: tuple[int, int], *, launchable: bool = False
+) -> list[tuple[object, ...]]:
+    """A Job with no pod on a node and ``slack`` seconds of slack (a 900 s switch), while
+    spot cannot launch (unless ``launchable``)."""
     pod, job = pending("t", 1, "preemptible")
     assert job is not None
     job = replace(
@@ -84,18 +87,22 @@ def waiting(slack: float, counts: tuple[int, int]) -> list[tuple[object, ...]]:
         expected_duration_seconds=WORK,
         checkpoint_seconds=EVERY,
     )
-    return summary(decide(snapshot(cloud(*counts), [], [(pod, job)]), policy(), NOW))
+    pools = cloud(*counts, launchable=launchable)
+    return summary(decide(snapshot(pools, [], [(pod, job)]), policy(), NOW))
 
 
 def test_a_waiting_job_keeps_room_to_come_back_only_while_spot_lasts() -> None:
     # Without the room a waiting Job leaves at slack < 60 + 900 + 1800 = 2760 s; with it,
     # 900 s earlier (< 3660 s).
+    # Only while spot cannot launch: when it can, the Job gets its spot run without a detour.
     slack = 3200.0
-    assert waiting(slack, LASTS) == [("deadline", "team/t", "elastic"), ("scale_up", "elastic", 1)]
-    assert waiting(slack, DOES_NOT_LAST) == [("scale_up", "spot", 1)]
-    assert waiting(slack, (0, 0)) == [("scale_up", "spot", 1)]  # nothing seen yet
-    assert waiting(2700.0, DOES_NOT_LAST)[0] == ("deadline", "team/t", "elastic")
-    assert waiting(3700.0, LASTS) == [("scale_up", "spot", 1)]
+    to_on_demand = [("deadline", "team/t", "elastic"), ("scale_up", "elastic", 1)]
+    assert waiting(slack, LASTS) == to_on_demand
+    assert waiting(slack, DOES_NOT_LAST) == []  # it waits for spot
+    assert waiting(slack, (0, 0)) == []  # nothing seen yet
+    assert waiting(slack, LASTS, launchable=True) == [("scale_up", "spot", 1)]
+    assert waiting(2700.0, DOES_NOT_LAST) == to_on_demand
+    assert waiting(3700.0, LASTS) == []
 
 
 def on_demand(
@@ -155,16 +162,12 @@ def test_the_return_names_the_slack_and_the_window() -> None:
     assert "has run for 2.0 h (8 of the 9 seen to run an hour ran another)" in move.reason
 
 
-def test_where_spot_lasts_consolidation_leaves_a_job_the_rule_pinned_to_the_return() -> None:
+def test_consolidation_leaves_a_job_the_rule_pinned_to_on_demand_to_the_return() -> None:
     # A day of slack, mid-interval: consolidation's move to spot would lose the work since
-    # the checkpoint, into any window. Where the pool's nodes last only the return moves it,
-    # at a checkpoint; elsewhere consolidation does as before (the rule without a return).
-    def plan_for(counts: tuple[int, int]) -> list[tuple[object, ...]]:
+    # the checkpoint, into any window; only the return moves it, at a checkpoint.
+    for counts in (LASTS, DOES_NOT_LAST):
         snap = on_demand(slack=24 * H, since_checkpoint=600, counts=counts)
-        return summary(decide(snap, policy(), NOW))
-
-    assert plan_for(LASTS) == []
-    assert plan_for(DOES_NOT_LAST)[0][:2] == ("consolidate", "team/t")
+        assert summary(decide(snap, policy(), NOW)) == []
 
 
 def applied(snap: ClusterSnapshot, now: float) -> ClusterSnapshot:

@@ -1150,7 +1150,7 @@ class _Decider:
             return None
         if job.deadline_at is not None and job.pinned_by_operator:
             pinned = self.pools.get(job.pool or "")
-            if pinned is not None and pinned.tier == ELASTIC and self._spot_lasts_for(job):
+            if pinned is not None and pinned.tier == ELASTIC:
                 return None  # only the deadline rule's return moves it (_maybe_return_to_spot)
         return job
 
@@ -1891,17 +1891,18 @@ class _Decider:
 
     def _return_room(self, job: JobState) -> float:
         """Slack a waiting Job keeps for a return from on-demand: RETURN_ROOM_SECONDS while a
-        spot pool it may use has nodes that last (``spot_lasts``); none once it has returned
-        (it waits pinned to a spot pool), so that it is not sent back."""
+        spot pool it may use has nodes that last (``spot_lasts``) and none can launch now;
+        none once it has returned (it waits pinned to a spot pool), so that it is not sent
+        back."""
         pinned = self.pools.get(job.pool or "")
         if pinned is not None and pinned.tier == SPOT:
             return 0.0
+        if self._spot_target(job.gpus_per_pod, job.gpu_models) is not None:
+            return 0.0  # spot can launch now: the Job gets its spot run without a detour
         return RETURN_ROOM_SECONDS if self._spot_lasts_for(job) else 0.0
 
     def _spot_lasts_for(self, job: JobState) -> bool:
-        """Whether a spot pool the Job may use has nodes that last (``spot_lasts``): only
-        then does the rule keep room for a return and return Jobs from on-demand itself
-        (otherwise it is the rule without a return, consolidation's move to spot included)."""
+        """Whether a spot pool the Job may use has nodes that last (``spot_lasts``)."""
         return any(
             p.tier == SPOT
             and p.per_node >= job.gpus_per_pod

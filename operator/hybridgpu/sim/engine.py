@@ -227,12 +227,10 @@ class DeadlineStats:
     """Moves back from on-demand to spot the deadline rule decided."""
 
     def to_json(self) -> dict[str, int]:
-        return {
-            "jobs": self.jobs,
-            "missed": self.missed,
-            "on_demand_moves": self.on_demand_moves,
-            "returns_to_spot": self.returns_to_spot,
-        }
+        out = {"jobs": self.jobs, "missed": self.missed, "on_demand_moves": self.on_demand_moves}
+        if self.returns_to_spot:
+            out["returns_to_spot"] = self.returns_to_spot
+        return out
 
 
 @dataclass
