@@ -153,6 +153,10 @@ def test_a_job_on_on_demand_returns_to_spot_after_a_checkpoint_once_a_window_has
     )
     assert summary(decide(on_demand(slack=2900, counts=DOES_NOT_LAST), policy(), NOW)) == []
     assert summary(decide(on_demand(slack=2900, by_operator=False), policy(), NOW)) == []
+    # Without checkpoints a return would throw away all it did on on-demand.
+    never = on_demand(slack=2 * WORK)
+    never = replace(never, jobs=tuple(replace(j, checkpoint_seconds=0.0) for j in never.jobs))
+    assert summary(decide(never, policy(), NOW)) == []
 
 
 def test_the_return_names_the_slack_and_the_window() -> None:

@@ -113,8 +113,8 @@ def may_be_moved(slack: Slack, checkpoint_seconds: float | None, margin: float) 
 
 RETURN_ROOM_SECONDS = 900.0
 """Slack a waiting Job keeps when it moves to on-demand while its spot pool's nodes last
-(``spot_lasts``): enough for a spot run from on-demand to save its first checkpoint, so that
-it can go back to spot (``may_return_to_spot``)."""
+(``spot_lasts``) and no spot pool can launch: enough for it, after its on-demand boot and
+restart, to pass ``may_return_to_spot`` at a checkpoint and go back to spot."""
 WINDOW_AGE_SECONDS = 3600.0
 """How long a node of the spot pool must have run without an interruption notice before a
 Job on on-demand goes back there: a spot window that has lasted tends to last."""

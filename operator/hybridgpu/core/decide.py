@@ -1927,8 +1927,8 @@ class _Decider:
         """A Job the deadline rule put on on-demand goes back to spot right after a
         checkpoint, once a spot node has run for WINDOW_AGE_SECONDS and its slack lets a spot
         run still come back (core/deadline.py)."""
-        if not job.pinned_by_operator or self.moves_left <= 0:
-            return
+        if not job.pinned_by_operator or self.moves_left <= 0 or not job.checkpoint_seconds:
+            return  # (without checkpoints a return would throw away all it did on on-demand)
         if any(self._tier_of_node(n) != ELASTIC for n in bound):
             return
         spot = self._spot_target(job.gpus_per_pod, job.gpu_models)
