@@ -219,6 +219,7 @@ def _kubeconfig_problem(texts: list[str], context: str | None) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import dataclasses
     import faulthandler
     import logging
     import signal
@@ -230,24 +231,22 @@ def _run(args: argparse.Namespace) -> int:
     from hybridgpu.handlers.options import OperatorOptions
 
     env = OperatorOptions.from_env()
-    options = OperatorOptions(
+    # What the flags do not set comes from the environment (replace keeps env's fields).
+    options = dataclasses.replace(
+        env,
         kubeconfig=kubeconfig,
         identity=args.identity or env.identity,
         lease_namespace=args.lease_namespace or env.lease_namespace,
         lease_seconds=args.lease_seconds,
         fake_provider=args.fake_provider or env.fake_provider,
         cluster_name=args.cluster_name or env.cluster_name,
-        trigger_debounce_seconds=env.trigger_debounce_seconds,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port if args.metrics_port is not None else env.metrics_port,
         webhook_port=None
         if args.no_webhook
         else (args.webhook_port if args.webhook_port is not None else env.webhook_port),
         webhook_address=args.webhook_address or env.webhook_address,
-        webhook_host=env.webhook_host,
         webhook_cert_dir=args.webhook_cert_dir or env.webhook_cert_dir,
-        profile_ticks=env.profile_ticks,
-        watch_seconds=env.watch_seconds,
     )
     # `kill -USR1 <pid>` prints every thread's stack: how to see what a stuck tick waits on.
     faulthandler.register(signal.SIGUSR1)

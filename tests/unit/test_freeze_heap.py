@@ -5,6 +5,7 @@ or without a watch cache."""
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -71,3 +72,34 @@ def test_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert OperatorOptions.from_env().freeze_heap
     monkeypatch.setenv("HYBRIDGPU_FREEZE_HEAP", "0")
     assert not OperatorOptions.from_env().freeze_heap
+
+
+def test_hybridgpu_run_takes_what_its_flags_do_not_set_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The options ``hybridgpu run`` hands kopf: the freeze (and the other environment-only
+    settings) as the environment says; the first 5,000-node run after the freeze landed had
+    none, because the command built its options field by field and left this one out."""
+    import kopf
+
+    from hybridgpu.cli import main
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("HYBRIDGPU_WATCH_SECONDS", "7")
+    monkeypatch.setenv("HYBRIDGPU_DEBOUNCE_SECONDS", "0.5")
+    ran: dict[str, Any] = {}
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: ran.update(kwargs))
+    for freeze, expected in (("1", True), ("0", False)):
+        monkeypatch.setenv("HYBRIDGPU_FREEZE_HEAP", freeze)
+        assert main(["run", "--kubeconfig", str(kubeconfig), "--lease-seconds", "9"]) == 0
+        options = ran["memo"]["options"]
+        assert options.freeze_heap is expected
+        assert (options.watch_seconds, options.trigger_debounce_seconds) == (7, 0.5)
+        assert options.lease_seconds == 9
