@@ -158,6 +158,8 @@ class _PoolLedger:
     released: int = 0
     scale_reasons: dict[str, int] = field(default_factory=dict)
     scale_gpus: int = 0
+    paid: bool = False
+    """Paid for whether used or not (owned, committed: ``paid_whether_used``)."""
 
 
 def _has_room(ledger: _PoolLedger) -> bool:
@@ -214,6 +216,7 @@ class _Decider:
                 ),
                 launch_price=price if power is None else power_node_hour_dollars(pool.spec),
                 boot_seconds=0.0 if power is None else parse_duration_seconds(power.boot_time),
+                paid=paid_whether_used(pool.spec),
             )
         self.pool_states = [ledger.state for ledger in self.pools.values()]
         """The pools as the snapshot has them, by name (``core.placement``'s input)."""
@@ -264,6 +267,8 @@ class _Decider:
         """Kinds of pods (their pool lists) for which no node that exists has room."""
         self._preemptible_jobs: bool | None = None
         """Whether any Job is preemptible; found on first use."""
+        self._cores_by_model: dict[tuple[str, ...], list[_PoolLedger]] = {}
+        """The core pools a pod of these GPU models may use, cheapest first (``_core_room``)."""
         self._paid: list[_PoolLedger] | None = None
         """The pools paid for whether used or not, in ``_take_owned``'s order; on first use."""
         self._closed: dict[str, str] = {}
@@ -1318,10 +1323,11 @@ class _Decider:
         if not self._any_preemptible_job():
             return  # every pod of a candidate node belongs to a movable (preemptible) Job
         candidates: list[tuple[float, str, list[JobState], _PoolLedger]] = []
+        settled: dict[str, int] = {}  # nothing below takes or frees GPUs: see _core_room
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
             # Owned and committed nodes are paid whether used or not: moving off saves nothing.
-            if ledger is None or paid_whether_used(ledger.state.spec):
+            if ledger is None or ledger.paid:
                 continue
             node = self.nodes[node_name]
             if not self._schedulable(node) or node_name in self.reserved:
@@ -1340,7 +1346,7 @@ class _Decider:
                 continue  # nothing to move, or jobs that may run on different GPU models
             models = restrictions.pop()
             # Idle owned GPUs are paid for anyway: the best place; else spot for elastic work.
-            target = self._core_room([p.gpus for p in pods], models)
+            target = self._core_room([p.gpus for p in pods], models, settled)
             if target is None and ledger.tier == ELASTIC:
                 target = self._spot_target(max(j.gpus_per_pod for j in jobs.values()), models)
             if target is None:
@@ -1411,7 +1417,7 @@ class _Decider:
         for node_name, pods in self.pods_on.items():
             ledger = self.pools.get(self.node_pool.get(node_name, ""))
             # Owned and committed nodes are paid whether used or not: moving off saves nothing.
-            if ledger is None or paid_whether_used(ledger.state.spec):
+            if ledger is None or ledger.paid:
                 continue
             if node_name in self.reserved or not self._schedulable(self.nodes[node_name]):
                 continue
@@ -1582,24 +1588,31 @@ class _Decider:
             return max(job.expected_duration_seconds - job.progress_seconds - ran, 0.0) / 3600
         return ran / 3600
 
-    def _core_room(self, pod_gpus: list[int], models: tuple[str, ...] = ()) -> _PoolLedger | None:
+    def _core_room(
+        self,
+        pod_gpus: list[int],
+        models: tuple[str, ...] = (),
+        settled: dict[str, int] | None = None,
+    ) -> _PoolLedger | None:
         """The cheapest core pool whose settled idle nodes take all these pods (first-fit
         decreasing), or None. Only nodes idle for the pool's scaleDown.idleFor count: owned
         GPUs freed a moment ago are likely wanted by the next critical pod, and work moved
-        back onto them would be preempted again."""
-        cores = sorted(
-            (p for p in self.pools.values() if p.tier == CORE and _has_model(p, models)),
-            key=lambda p: (p.gpu_price, p.name),
-        )
+        back onto them would be preempted again. ``settled``: a memo of each pool's count of
+        such nodes, for callers that take and free no GPUs between calls."""
+        cores = self._cores_by_model.get(models)
+        if cores is None:
+            cores = self._cores_by_model[models] = sorted(
+                (p for p in self.pools.values() if p.tier == CORE and _has_model(p, models)),
+                key=lambda p: (p.gpu_price, p.name),
+            )
         for ledger in cores:
-            settled = self.now - ledger.idle_for_seconds
-            idle = [
-                name
-                for name in ledger.buckets.with_free(ledger.per_node)
-                if (since := self.nodes[name].idle_since) is not None and since <= settled
-            ]
+            idle = None if settled is None else settled.get(ledger.name)
+            if idle is None:
+                idle = self._settled_idle(ledger)
+                if settled is not None:
+                    settled[ledger.name] = idle
             counts = [0] * (ledger.per_node + 1)
-            counts[ledger.per_node] = len(idle)
+            counts[ledger.per_node] = idle
             placed = 0
             for gpus in sorted(pod_gpus, reverse=True):
                 for free in range(gpus, ledger.per_node + 1):
@@ -1613,6 +1626,16 @@ class _Decider:
             if placed == len(pod_gpus):
                 return ledger
         return None
+
+    def _settled_idle(self, ledger: _PoolLedger) -> int:
+        """The pool's nodes with every GPU free, idle for its idleFor."""
+        settled = self.now - ledger.idle_for_seconds
+        nodes = self.nodes
+        return sum(
+            1
+            for name in ledger.buckets.with_free(ledger.per_node)
+            if (since := nodes[name].idle_since) is not None and since <= settled
+        )
 
     def _headroom_gpus(self, ledger: _PoolLedger) -> int:
         free = ledger.buckets.total + ledger.future.total

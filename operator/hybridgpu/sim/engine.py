@@ -449,6 +449,8 @@ class Simulation:
         self._live_views: SortedDict[int, tuple[GPUPod, JobState]] = SortedDict()
         """The views of the running and pending jobs, by index (the snapshot's order)."""
         self._job_views: tuple[tuple[GPUPod, ...], tuple[JobState, ...]] = ((), ())
+        self._nodes_seen: tuple[dict[str, int], tuple[NodeState, ...]] | None = None
+        """``_node_views`` since no node changed."""
         # The jobs a deadline or idle-reclaim rule may fire for (``_rules_due``).
         self._annotated = {
             i
@@ -493,6 +495,9 @@ class Simulation:
         self.by_trace_name: dict[str, _Job] = {}
         """Serving replicas by name (a rebalance names the pods it moves)."""
         self._has_serving = any(j.service is not None for j in self.trace)
+        self._by_key = {f"sim/{j.name}": i for i, j in enumerate(self.trace)}
+        """The jobs by the name the operator knows them by (``_live_by_name``)."""
+        self._unique_names = len(self._by_key) == len(self.trace)
         self._rebalances = self._has_serving and policy.rebalance.enabled
         self._serving_on_cloud = 0
         self._replicas: dict[str, list[int]] = {}
@@ -874,6 +879,7 @@ class Simulation:
 
     def _node_changed(self, node: _Node) -> None:
         """Bring the per-pool tallies and the idle cloud nodes up to date with ``node``."""
+        self._nodes_seen = None
         tally = self._tally[node.pool]
         if node.counted is not None:
             booting, empty, free, used, preemptible = node.counted
@@ -959,6 +965,53 @@ class Simulation:
 
     # ------------------------------------------------------------- operator
     def _snapshot(self) -> ClusterSnapshot:
+        if self._nodes_seen is None:
+            self._nodes_seen = self._node_views()
+        provisioning, nodes = self._nodes_seen
+        if self._changed_jobs:
+            live = self._live_views
+            for index in self._changed_jobs:
+                if index in self.running or index in self.pending:
+                    live[index] = self._job_view(self.jobs[index])
+                else:
+                    live.pop(index, None)
+            self._changed_jobs.clear()
+            views = list(map(live.__getitem__, live))  # by index (a SortedDict's order)
+            self._job_views = (
+                tuple(map(itemgetter(0), views)),
+                tuple(v[1] for v in views if v[0].serving is None)  # replicas are no Jobs
+                if self._has_serving
+                else tuple(map(itemgetter(1), views)),
+            )
+        pods, jobs = self._job_views
+        serving: tuple[ServingState, ...] = ()
+        if self._has_serving:
+            pods = pods + tuple(serving_sim.surge_pods(self))
+            serving = serving_sim.serving_states(self)
+        pools = tuple(
+            PoolState(
+                name=p.name,
+                spec=p.spec,
+                provisioning_nodes=provisioning.get(p.name, 0),
+                spot_price_per_node_hour=p.spot_price_per_node_hour,
+                launchable=self._launchable(p.name),
+                **self._survival_fields(p.name),
+            )
+            for p in self.pools.values()
+        )
+        return ClusterSnapshot(
+            taken_at=self.now,
+            pools=pools,
+            nodes=nodes,
+            pods=pods,
+            jobs=jobs,
+            serving=serving,
+        )
+
+    def _node_views(self) -> tuple[dict[str, int], tuple[NodeState, ...]]:
+        """The nodes as the operator sees them, and the nodes on their way per pool. Kept
+        (``_nodes_seen``) until a node changes (``_node_changed``) or gets a notice: a node
+        stops booting at its "ready" event, so time alone changes nothing here."""
         provisioning: dict[str, int] = {}
         nodes: list[NodeState] = []
         for node in self.nodes.values():
@@ -986,43 +1039,7 @@ class Simulation:
                     interruption_deadline=node.interruption_deadline,
                 )
             nodes.append(node.view)
-        if self._changed_jobs:
-            live = self._live_views
-            for index in self._changed_jobs:
-                if index in self.running or index in self.pending:
-                    live[index] = self._job_view(self.jobs[index])
-                else:
-                    live.pop(index, None)
-            self._changed_jobs.clear()
-            views = list(map(live.__getitem__, live))  # by index (a SortedDict's order)
-            self._job_views = (
-                tuple(map(itemgetter(0), views)),
-                tuple(v[1] for v in views if v[0].serving is None),  # replicas are no Jobs
-            )
-        pods, jobs = self._job_views
-        serving: tuple[ServingState, ...] = ()
-        if self._has_serving:
-            pods = pods + tuple(serving_sim.surge_pods(self))
-            serving = serving_sim.serving_states(self)
-        pools = tuple(
-            PoolState(
-                name=p.name,
-                spec=p.spec,
-                provisioning_nodes=provisioning.get(p.name, 0),
-                spot_price_per_node_hour=p.spot_price_per_node_hour,
-                launchable=self._launchable(p.name),
-                **self._survival_fields(p.name),
-            )
-            for p in self.pools.values()
-        )
-        return ClusterSnapshot(
-            taken_at=self.now,
-            pools=pools,
-            nodes=tuple(nodes),
-            pods=pods,
-            jobs=jobs,
-            serving=serving,
-        )
+        return provisioning, tuple(nodes)
 
     def _job_changed(self, index: int) -> None:
         """The job arrived, started, stopped or moved: its view is rebuilt for the next
@@ -1215,12 +1232,16 @@ class Simulation:
                 + f" (recheck at {plan.recheck_at})"
             )
         self.recheck_at = plan.recheck_at
-        by_name: dict[str, _Job] = {}
-        if any(isinstance(a, MoveJob | ReclaimIdle) for a in plan.actions):
-            by_name = {
+        by_name: Callable[[str], _Job | None] = self._live_by_name
+        if not self._unique_names and any(
+            isinstance(a, MoveJob | ReclaimIdle) for a in plan.actions
+        ):
+            # A trace that repeats a name: the job of that name as a map of them all gives.
+            live = {
                 f"sim/{j.trace.name}": j
                 for j in (self.jobs[i] for i in self.running | self.pending)
             }
+            by_name = live.get
         for action in plan.actions:
             if isinstance(action, ScaleUp):
                 pool = self.pools[action.pool]
@@ -1241,11 +1262,11 @@ class Simulation:
                 self.releases += 1
                 self._remove(node)
             elif isinstance(action, ReclaimIdle):
-                job = by_name.get(f"{action.namespace}/{action.name}")
+                job = by_name(f"{action.namespace}/{action.name}")
                 if job is not None and job.node is not None:
                     self._reclaim(job)
             elif isinstance(action, MoveJob):
-                job = by_name.get(action.job_key)
+                job = by_name(action.job_key)
                 if job is None:
                     continue
                 if action.kind == ActionKind.DEADLINE:
@@ -1258,9 +1279,12 @@ class Simulation:
                 if job.node is not None:
                     self._stop(job, requeue=True, pool=action.to_pool)
                 else:
-                    self._dequeue(job)
+                    waits = job.index in self.pending  # not if reclaimed by this plan
+                    if waits:
+                        self._dequeue(job)
                     job.pool = action.to_pool
-                    self._enqueue(job)
+                    if waits:
+                        self._enqueue(job)
                     self._job_changed(job.index)
             elif isinstance(action, RebalanceReplica):
                 serving_sim.start(self, action)
@@ -1273,6 +1297,17 @@ class Simulation:
                 for index in sorted(node.jobs):
                     self._stop(self.jobs[index], requeue=True, pool=self.jobs[index].pool)
         return plan
+
+    def _live_by_name(self, key: str) -> _Job | None:
+        """The job the operator names ``sim/<trace name>`` when it ran or waited as the
+        tick began (a job reclaimed by this tick's plan still counts), with unique names."""
+        index = self._by_key.get(key)
+        if index is None:
+            return None
+        job = self.jobs[index]
+        if index in self.running or index in self.pending or job.reclaimed_at == self.now:
+            return job
+        return None
 
     def _default_boot_seconds(self, pool: PoolState) -> float:
         """Launch (or power-on) to Ready: an owned machine powered on takes its pool's
@@ -1565,6 +1600,7 @@ class Simulation:
             node.interruption_deadline = self.now + INTERRUPTION_NOTICE_SECONDS
             if WINDOW_AGE_SECONDS <= self.now - node.launched_at < 2 * WINDOW_AGE_SECONDS:
                 self._spot_seen.setdefault(node.pool, [0, 0])[1] += 1
+            self._nodes_seen = None
             self._noticed.add(node.name)
             self._push(node.interruption_deadline, "reclaim", node.name)
         elif kind == "reclaim":
