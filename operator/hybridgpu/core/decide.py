@@ -168,6 +168,7 @@ def _has_room(ledger: _PoolLedger) -> bool:
 
 
 _name = attrgetter("name")
+_key = attrgetter("key")
 
 
 def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
@@ -231,7 +232,9 @@ class _Decider:
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
         self.pods_of_job: dict[str, list[GPUPod]] = {}
-        self.jobs: dict[str, JobState] = {j.key: j for j in snapshot.jobs}
+        self.jobs: dict[str, JobState] = dict(
+            zip(map(_key, snapshot.jobs), snapshot.jobs, strict=True)
+        )
         self.moving: set[str] = {k for k, j in self.jobs.items() if j.move is not None}
         self.pending: list[_Demand] = []
         self.pending_pods: list[GPUPod] = []
@@ -348,7 +351,10 @@ class _Decider:
                 ledger.live_nodes += 1
             if not schedulable(state):
                 continue
-            free = max(0, min(state.gpus, ledger.per_node) - allocated.get(name, 0))
+            gpus = state.gpus if state.gpus < ledger.per_node else ledger.per_node
+            free = gpus - allocated.get(name, 0)
+            if free < 0:
+                free = 0
             node_free[name] = free
             free_by_pool[ledger.name].append((name, free))
         for name, free_nodes in free_by_pool.items():

@@ -44,7 +44,7 @@ class FreeGPUs(Generic[K]):
         """``nodes``: (node, free GPUs) pairs."""
         self._free: dict[K, int] = dict(nodes)
         self._by_free: SortedList[tuple[int, K]] = SortedList(
-            (free, node) for node, free in self._free.items()
+            zip(self._free.values(), self._free.keys(), strict=True)
         )
         self.total = sum(self._free.values())
         """Free GPUs on all the nodes."""
