@@ -43,8 +43,11 @@ class FreeGPUs(Generic[K]):
     def __init__(self, nodes: Iterable[tuple[K, int]] = ()) -> None:
         """``nodes``: (node, free GPUs) pairs."""
         self._free: dict[K, int] = dict(nodes)
-        self._by_free: SortedList[tuple[int, K]] = SortedList(
-            zip(self._free.values(), self._free.keys(), strict=True)
+        # Built on the first node: decide() makes several empty ones per pool and tick.
+        self._by_free: SortedList[tuple[int, K]] | None = (
+            SortedList(zip(self._free.values(), self._free.keys(), strict=True))
+            if self._free
+            else None
         )
         self.total = sum(self._free.values())
         """Free GPUs on all the nodes."""
@@ -61,24 +64,30 @@ class FreeGPUs(Generic[K]):
 
     def put(self, node: K, free: int) -> None:
         """Add the node, or set its free GPUs."""
+        by_free = self._by_free
+        if by_free is None:
+            by_free = self._by_free = SortedList()
         old = self._free.get(node)
         if old is not None:
-            self._by_free.remove((old, node))
+            by_free.remove((old, node))
             self.total -= old
         self._free[node] = free
-        self._by_free.add((free, node))
+        by_free.add((free, node))
         self.total += free
 
     def discard(self, node: K) -> None:
         old = self._free.pop(node, None)
-        if old is not None:
+        if old is not None and self._by_free is not None:
             self._by_free.remove((old, node))
             self.total -= old
 
     def best_fit(self, gpus: int) -> K | None:
         """The fullest node with at least ``gpus`` free (the lowest among equals), or None."""
-        at = self._by_free.bisect_left((gpus,))
-        return self._by_free[at][1] if at < len(self._by_free) else None
+        by_free = self._by_free
+        if not by_free:
+            return None
+        at = by_free.bisect_left((gpus,))
+        return by_free[at][1] if at < len(by_free) else None
 
     def take(self, gpus: int) -> K | None:
         """Place ``gpus`` on the best fit and return it (None: no node has room)."""
@@ -89,18 +98,24 @@ class FreeGPUs(Generic[K]):
 
     def with_free(self, free: int) -> list[K]:
         """The nodes with exactly ``free`` GPUs free, in order."""
-        lo = self._by_free.bisect_left((free,))
-        hi = self._by_free.bisect_left((free + 1,))
-        return [node for _, node in self._by_free[lo:hi]]
+        by_free = self._by_free
+        if not by_free:
+            return []
+        lo = by_free.bisect_left((free,))
+        hi = by_free.bisect_left((free + 1,))
+        return [node for _, node in by_free[lo:hi]]
 
     def by_free(self) -> Sequence[tuple[int, K]]:
         """(free GPUs, node) of every node, the fewest free first (a read-only view)."""
+        if self._by_free is None:
+            return ()
         return cast("Sequence[tuple[int, K]]", self._by_free)
 
     @property
     def most_free(self) -> int:
         """The most free GPUs on any node (0 without nodes)."""
-        return self._by_free[-1][0] if self._by_free else 0
+        by_free = self._by_free
+        return by_free[-1][0] if by_free else 0
 
 
 def placement_tiers(criticality: str, *, on_demand_for_preemptible: bool) -> frozenset[str]:
