@@ -5,7 +5,6 @@ preempted JobSet is moved whole (suspended, every template repointed, resumed)."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,71 +89,20 @@ def test_a_four_pod_jobset_of_8_gpus_each_gets_four_nodes_in_one_scale_up_or_non
     assert len({n.metadata.name for n in cluster.pool_nodes(elastic)}) <= 4
 
 
-def test_a_preempted_jobset_moves_whole_to_spot(
-    cluster: Cluster, operators: Operators, jobsets: CreatedObjects, tmp_path: Path
-) -> None:
-    policy = cluster.policy()
-    core = cluster.pool("core", tier="core", policy=policy, per_node=8, max_nodes=2)
-    spot = cluster.pool(
-        "spot", tier="spot", policy=policy, per_node=8, max_nodes=2, taints=[SPOT_TAINT]
-    )
-    cluster.core_nodes(core, 2, gpus=8)
-    # A preemptible two-pod JobSet fills both core nodes.
-    jobsets.create(
-        jobset("sweep", replicas=2, gpus=8, criticality="preemptible", run_duration="600s"),
-    )
-    wait_for(
-        lambda: (
-            sum(1 for p in jobset_pods(cluster.kube, "sweep") if p.status.phase == "Running") == 2
-        ),
-        60,
-        "the JobSet running on core",
-    )
-    operators.start()
-    cluster.wait_ticking(policy)
-    cluster.kube.create_job(
-        gpu_job(
-            "urgent",
-            gpus=8,
-            run_duration="600s",
-            labels={"hybridgpu.io/criticality": "critical"},
-        )
-    )
-
-    def whole_jobset_on_spot() -> bool:
-        pods = [p for p in jobset_pods(cluster.kube, "sweep") if p.status.phase == "Running"]
-        nodes = {n.metadata.name for n in cluster.pool_nodes(spot)}
-        return len(pods) == 2 and all(p.spec.node_name in nodes for p in pods)
-
-    wait_for(whole_jobset_on_spot, 120, "both JobSet pods running on spot")
-    body = jobset_object(cluster.kube, "sweep")
-    assert body["spec"]["suspend"] is False
-    notes = body["metadata"].get("annotations") or {}
-    assert "hybridgpu.io/move" not in notes
-    assert notes.get("hybridgpu.io/pinned-to") == spot
-    template = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    assert template["nodeSelector"] == {"hybridgpu.io/pool": spot}
-    # The critical Job got an owned node.
-    wait_for(
-        lambda: any(p.status.phase == "Running" for p in cluster.job_pods("urgent")),
-        60,
-        "the critical Job running",
-    )
-    moves = [e.message for e in cluster.events("Preempt")]
-    assert any("sweep" in m for m in moves), moves
-
-
-def test_a_jobset_moves_between_pools_whose_selectors_use_different_label_keys(
-    cluster: Cluster, operators: Operators, jobsets: CreatedObjects
-) -> None:
-    """The JobSet controller merges a resumed JobSet's nodeSelector into the child Jobs it
-    kept instead of replacing it: repinned through the JobSet alone, the children would keep
-    core's key beside spot's and their pods would match no node. The move repoints the child
-    Jobs too, so the pods run on spot with spot's selector only."""
-    owned, spot_only = {"example.com/owned": "true"}, {"example.com/capacity": "spot"}
+def preempt_sweep_to_spot(
+    cluster: Cluster,
+    operators: Operators,
+    jobsets: CreatedObjects,
+    *,
+    core_selector: dict[str, str] | None = None,
+    spot_selector: dict[str, str] | None = None,
+) -> str:
+    """A preemptible two-pod JobSet ``sweep`` fills both 8-GPU core nodes (pinned there by
+    ``core_selector`` when given); the operator starts, a critical Job arrives, and the test
+    waits for the whole JobSet to run on the spot pool, whose name it returns."""
     policy = cluster.policy()
     core = cluster.pool(
-        "core", tier="core", policy=policy, per_node=8, max_nodes=2, node_selector=owned
+        "core", tier="core", policy=policy, per_node=8, max_nodes=2, node_selector=core_selector
     )
     spot = cluster.pool(
         "spot",
@@ -163,13 +111,13 @@ def test_a_jobset_moves_between_pools_whose_selectors_use_different_label_keys(
         per_node=8,
         max_nodes=2,
         taints=[SPOT_TAINT],
-        node_selector=spot_only,
+        node_selector=spot_selector,
     )
-    cluster.kube.create_gpu_nodes(core, 2, tier="core", gpus=8, labels=owned)
+    cluster.kube.create_gpu_nodes(core, 2, tier="core", gpus=8, labels=core_selector)
     sweep = jobset("sweep", replicas=2, gpus=8, criticality="preemptible", run_duration="600s")
-    sweep["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"] = (
-        dict(owned)
-    )
+    if core_selector:
+        template = sweep["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        template["spec"]["nodeSelector"] = dict(core_selector)
     jobsets.create(sweep)
     wait_for(
         lambda: (
@@ -195,6 +143,39 @@ def test_a_jobset_moves_between_pools_whose_selectors_use_different_label_keys(
         return len(pods) == 2 and all(p.spec.node_name in nodes for p in pods)
 
     wait_for(whole_jobset_on_spot, 120, "both JobSet pods running on spot")
+    return spot
+
+
+def test_a_preempted_jobset_moves_whole_to_spot(
+    cluster: Cluster, operators: Operators, jobsets: CreatedObjects
+) -> None:
+    spot = preempt_sweep_to_spot(cluster, operators, jobsets)
+    body = jobset_object(cluster.kube, "sweep")
+    assert body["spec"]["suspend"] is False
+    notes = body["metadata"].get("annotations") or {}
+    assert "hybridgpu.io/move" not in notes
+    assert notes.get("hybridgpu.io/pinned-to") == spot
+    template = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert template["nodeSelector"] == {"hybridgpu.io/pool": spot}
+    # The critical Job got an owned node.
+    wait_for(
+        lambda: any(p.status.phase == "Running" for p in cluster.job_pods("urgent")),
+        60,
+        "the critical Job running",
+    )
+    moves = [e.message for e in cluster.events("Preempt")]
+    assert any("sweep" in m for m in moves), moves
+
+
+def test_a_jobset_moves_between_pools_whose_selectors_use_different_label_keys(
+    cluster: Cluster, operators: Operators, jobsets: CreatedObjects
+) -> None:
+    """The JobSet controller merges a resumed JobSet's nodeSelector into the child Jobs it
+    kept instead of replacing it: repinned through the JobSet alone, the children would keep
+    core's key beside spot's and their pods would match no node. The move repoints the child
+    Jobs too, so the pods run on spot with spot's selector only."""
+    owned, spot_only = {"example.com/owned": "true"}, {"example.com/capacity": "spot"}
+    preempt_sweep_to_spot(cluster, operators, jobsets, core_selector=owned, spot_selector=spot_only)
     for pod in jobset_pods(cluster.kube, "sweep"):
         assert "example.com/owned" not in (pod.spec.node_selector or {}), pod.spec.node_selector
         assert spot_only.items() <= (pod.spec.node_selector or {}).items()

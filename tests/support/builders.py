@@ -196,27 +196,29 @@ def gang(
     return [(pods[0], state), *((p, None) for p in pods[1:])]
 
 
-def core_and_spot_pool_specs() -> dict[str, GPUPoolSpec]:
+def core_and_spot_pool_specs(
+    core_selector: dict[str, str] | None = None, spot_selector: dict[str, str] | None = None
+) -> dict[str, GPUPoolSpec]:
     """Two GPUPool specs of 8-A100 nodes a workload moves between: ``core`` (owned, static)
-    and ``spot`` (tainted ``hybridgpu.io/spot=true:NoSchedule``)."""
-    return {
-        "core": GPUPoolSpec.model_validate(
-            {
-                "tier": "core",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 2,
-                "provider": {"type": "static"},
-                "pricing": {"capexPerNode": 200000},
-            }
-        ),
-        "spot": GPUPoolSpec.model_validate(
-            {
-                "tier": "spot",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 8,
-                "provider": {"type": "fake"},
-                "pricing": {"perNodeHour": 8},
-                "taints": [{"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}],
-            }
-        ),
+    and ``spot`` (tainted ``hybridgpu.io/spot=true:NoSchedule``), each selecting its nodes by
+    the given nodeSelector (by default the ``hybridgpu.io/pool`` label)."""
+    core: dict[str, Any] = {
+        "tier": "core",
+        "gpu": {"model": "A100", "perNode": 8},
+        "maxNodes": 2,
+        "provider": {"type": "static"},
+        "pricing": {"capexPerNode": 200000},
     }
+    spot: dict[str, Any] = {
+        "tier": "spot",
+        "gpu": {"model": "A100", "perNode": 8},
+        "maxNodes": 8,
+        "provider": {"type": "fake"},
+        "pricing": {"perNodeHour": 8},
+        "taints": [{"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"}],
+    }
+    if core_selector:
+        core["nodeSelector"] = core_selector
+    if spot_selector:
+        spot["nodeSelector"] = spot_selector
+    return {"core": GPUPoolSpec.model_validate(core), "spot": GPUPoolSpec.model_validate(spot)}

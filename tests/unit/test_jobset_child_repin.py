@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import jsonpatch
 import pytest
+from tests.support.builders import core_and_spot_pool_specs
 from tests.support.fake_cluster import FakeCluster
 from tests.support.workloads import jobset
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.unit
 OWNED = {"example.com/owned": "true"}
 SPOT = {"example.com/capacity": "spot"}
 SPOT_TOLERATION = {
-    "key": "example.com/spot",
+    "key": "hybridgpu.io/spot",
     "operator": "Equal",
     "value": "true",
     "effect": "NoSchedule",
@@ -36,29 +37,7 @@ NAMESPACED_JOB = "jobset.sigs.k8s.io/namespaced-job"
 
 def pools() -> dict[str, GPUPoolSpec]:
     """Owned and spot pools whose nodeSelectors use different label keys."""
-    return {
-        "core": GPUPoolSpec.model_validate(
-            {
-                "tier": "core",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 2,
-                "provider": {"type": "static"},
-                "pricing": {"capexPerNode": 200000},
-                "nodeSelector": OWNED,
-            }
-        ),
-        "spot": GPUPoolSpec.model_validate(
-            {
-                "tier": "spot",
-                "gpu": {"model": "A100", "perNode": 8},
-                "maxNodes": 8,
-                "provider": {"type": "fake"},
-                "pricing": {"perNodeHour": 8},
-                "nodeSelector": SPOT,
-                "taints": [{"key": "example.com/spot", "value": "true", "effect": "NoSchedule"}],
-            }
-        ),
-    }
+    return core_and_spot_pool_specs(core_selector=OWNED, spot_selector=SPOT)
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
