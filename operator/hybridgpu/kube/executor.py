@@ -771,7 +771,7 @@ class PlanExecutor:
         ``MoveBlocked`` says why; the move goes on once the field is served."""
         meta = job.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        target = move.to_pool if move.to_pool in pools else move.from_pool
+        target = move.target(pools)
         served, why = self._trainjob_override_field()
         if served is not None:
             writer = kind.served(served)

@@ -40,6 +40,11 @@ class Move:
     step: str
     since: float
 
+    def target(self, pools: Mapping[str, Any]) -> str | None:
+        """The pool the workload is pointed at: the target, or back where it came from when
+        the target pool is gone."""
+        return self.to_pool if self.to_pool in pools else self.from_pool
+
     def annotation(self) -> str:
         return json.dumps(
             {"to": self.to_pool, "from": self.from_pool, "step": self.step, "since": self.since},

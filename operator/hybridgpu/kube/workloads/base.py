@@ -218,7 +218,7 @@ def repin_patch(
 ) -> list[dict[str, Any]]:
     """JSON patch that points every pod template of the workload at the move's target pool
     (back at the pool it came from when the target is gone) and records step repinned."""
-    to_pool = move.to_pool if move.to_pool in pools else move.from_pool
+    to_pool = move.target(pools)
     ops: list[dict[str, Any]] = []
     for template in kind.templates(obj):
         selector, tolerations = repin_template(template.pod_spec, to_pool, pools)
@@ -257,7 +257,7 @@ def child_job_repin_patch(
     different label keys, its pods would ask for both pools' labels and never schedule. The
     child's template is therefore repointed first, with the same rules as the JobSet's.
     """
-    to_pool = move.to_pool if move.to_pool in pools else move.from_pool
+    to_pool = move.target(pools)
     pod_spec = ((child.get("spec") or {}).get("template") or {}).get("spec") or {}
     selector, tolerations = repin_template(pod_spec, to_pool, pools)
     if selector == (pod_spec.get("nodeSelector") or {}) and tolerations == (
