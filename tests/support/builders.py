@@ -5,6 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from hybridgpu.models import GPUPoolSpec, ScalingPolicySpec
+from hybridgpu.models.actions import (
+    CordonUnhealthy,
+    HandleInterruption,
+    MoveJob,
+    Plan,
+    ReleaseNode,
+    ScaleUp,
+)
 from hybridgpu.models.snapshot import (
     BudgetState,
     ClusterSnapshot,
@@ -222,3 +230,18 @@ def core_and_spot_pool_specs(
     if spot_selector:
         spot["nodeSelector"] = spot_selector
     return {"core": GPUPoolSpec.model_validate(core), "spot": GPUPoolSpec.model_validate(spot)}
+
+
+def plan_summary(plan: Plan, *, node_actions: bool = False) -> list[tuple[object, ...]]:
+    """A plan's scale-ups and Job moves as tuples, in order (``("scale_up", pool, nodes)``,
+    ``(kind, job, to_pool)``); with ``node_actions`` also its releases, interruption handling
+    and cordons (``(kind, node)``)."""
+    out: list[tuple[object, ...]] = []
+    for a in plan.actions:
+        if isinstance(a, ScaleUp):
+            out.append(("scale_up", a.pool, a.nodes))
+        elif isinstance(a, MoveJob):
+            out.append((a.kind.value, a.job_key, a.to_pool))
+        elif node_actions and isinstance(a, ReleaseNode | HandleInterruption | CordonUnhealthy):
+            out.append((a.kind.value, a.node))
+    return out

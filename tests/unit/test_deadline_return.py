@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from tests.support.builders import NOW, node, pending, policy, pool, running, snapshot
+from tests.support.builders import NOW, node, pending, plan_summary, policy, pool, running, snapshot
 from tests.support.sim import sim_pool
 
 from hybridgpu.core.deadline import (
@@ -27,7 +27,7 @@ from hybridgpu.core.deadline import (
     spot_lasts,
 )
 from hybridgpu.core.decide import decide
-from hybridgpu.models.actions import ActionKind, MoveJob, Plan, ScaleUp
+from hybridgpu.models.actions import ActionKind, MoveJob
 from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.snapshot import ClusterSnapshot, Criticality, NodeState, PoolState
 from hybridgpu.sim.engine import SimSettings, Simulation
@@ -55,16 +55,6 @@ LASTS = (8, 1)
 DOES_NOT_LAST = (4, 4)
 
 
-def summary(plan: Plan) -> list[tuple[object, ...]]:
-    out: list[tuple[object, ...]] = []
-    for action in plan.actions:
-        if isinstance(action, ScaleUp):
-            out.append(("scale_up", action.pool, action.nodes))
-        elif isinstance(action, MoveJob):
-            out.append((action.kind.value, action.job_key, action.to_pool))
-    return out
-
-
 def test_spot_lasts_needs_enough_seen_and_two_of_three_lasting() -> None:
     assert spot_lasts(8, 1)
     assert spot_lasts(4, 2)
@@ -88,7 +78,7 @@ def waiting(
         checkpoint_seconds=EVERY,
     )
     pools = cloud(*counts, launchable=launchable)
-    return summary(decide(snapshot(pools, [], [(pod, job)]), policy(), NOW))
+    return plan_summary(decide(snapshot(pools, [], [(pod, job)]), policy(), NOW))
 
 
 def test_a_waiting_job_keeps_room_to_come_back_only_while_spot_lasts() -> None:
@@ -142,21 +132,21 @@ RETURN = [("deadline", "team/t", "spot"), ("scale_up", "spot", 1)]
 
 def test_a_job_on_on_demand_returns_to_spot_after_a_checkpoint_once_a_window_has_lasted() -> None:
     # 60 + 1020 + 1800 = 2880 s of slack lets a spot run save a checkpoint and still come back.
-    assert summary(decide(on_demand(slack=2900), policy(), NOW)) == RETURN
-    assert summary(decide(on_demand(slack=2850), policy(), NOW)) == []
+    assert plan_summary(decide(on_demand(slack=2900), policy(), NOW)) == RETURN
+    assert plan_summary(decide(on_demand(slack=2850), policy(), NOW)) == []
     # Not between checkpoints (it would throw work away), not into a young window, not into
     # a pool whose windows have not lasted, not a Job its owner pinned there.
-    assert summary(decide(on_demand(slack=2900, since_checkpoint=600), policy(), NOW)) == []
+    assert plan_summary(decide(on_demand(slack=2900, since_checkpoint=600), policy(), NOW)) == []
     assert (
-        summary(decide(on_demand(slack=2900, spot_age=WINDOW_AGE_SECONDS - 60), policy(), NOW))
+        plan_summary(decide(on_demand(slack=2900, spot_age=WINDOW_AGE_SECONDS - 60), policy(), NOW))
         == []
     )
-    assert summary(decide(on_demand(slack=2900, counts=DOES_NOT_LAST), policy(), NOW)) == []
-    assert summary(decide(on_demand(slack=2900, by_operator=False), policy(), NOW)) == []
+    assert plan_summary(decide(on_demand(slack=2900, counts=DOES_NOT_LAST), policy(), NOW)) == []
+    assert plan_summary(decide(on_demand(slack=2900, by_operator=False), policy(), NOW)) == []
     # Without checkpoints a return would throw away all it did on on-demand.
     never = on_demand(slack=2 * WORK)
     never = replace(never, jobs=tuple(replace(j, checkpoint_seconds=0.0) for j in never.jobs))
-    assert summary(decide(never, policy(), NOW)) == []
+    assert plan_summary(decide(never, policy(), NOW)) == []
 
 
 def test_the_return_names_the_slack_and_the_window() -> None:
@@ -171,7 +161,7 @@ def test_consolidation_leaves_a_job_the_rule_pinned_to_on_demand_to_the_return()
     # the checkpoint, into any window; only the return moves it, at a checkpoint.
     for counts in (LASTS, DOES_NOT_LAST):
         snap = on_demand(slack=24 * H, since_checkpoint=600, counts=counts)
-        assert summary(decide(snap, policy(), NOW)) == []
+        assert plan_summary(decide(snap, policy(), NOW)) == []
 
 
 def applied(snap: ClusterSnapshot, now: float) -> ClusterSnapshot:
@@ -212,7 +202,7 @@ def test_a_return_keeps_the_deadline_safe_and_does_not_flap(
         counts=(lasted, cut_short),
     )
     plan = decide(snap, policy(), NOW)
-    if summary(plan) != RETURN:
+    if plan_summary(plan) != RETURN:
         event("stays on on-demand")
         return
     event("returns to spot")
@@ -225,7 +215,7 @@ def test_a_return_keeps_the_deadline_safe_and_does_not_flap(
     assert may_return_to_spot(now_slack, EVERY, MARGIN)
     assert spot_lasts(lasted, cut_short) and spot_age >= WINDOW_AGE_SECONDS
     # Applied, the next tick waits for spot: no move back to on-demand, no new room.
-    again = summary(decide(applied(snap, NOW), policy(), NOW))
+    again = plan_summary(decide(applied(snap, NOW), policy(), NOW))
     assert all(kind != "deadline" for kind, *_ in again), again
     assert RETURN_ROOM_SECONDS > 0
 

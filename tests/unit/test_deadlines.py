@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import pytest
-from tests.support.builders import NOW, node, pending, policy, pool, running, snapshot
+from tests.support.builders import NOW, node, pending, plan_summary, policy, pool, running, snapshot
 
 from hybridgpu.core.deadline import (
     banked_seconds,
@@ -20,7 +20,7 @@ from hybridgpu.core.deadline import (
     slack_of,
 )
 from hybridgpu.core.decide import decide
-from hybridgpu.models.actions import ActionKind, MoveJob, Plan, ScaleUp
+from hybridgpu.models.actions import ActionKind, MoveJob
 from hybridgpu.models.snapshot import Criticality, GPUPod, JobState
 
 pytestmark = pytest.mark.unit
@@ -52,16 +52,6 @@ def with_deadline(
         checkpoint_seconds=checkpoint,
         pool=job_pool,
     )
-
-
-def summary(plan: Plan) -> list[tuple[object, ...]]:
-    out: list[tuple[object, ...]] = []
-    for action in plan.actions:
-        if isinstance(action, ScaleUp):
-            out.append(("scale_up", action.pool, action.nodes))
-        elif isinstance(action, MoveJob):
-            out.append((action.kind.value, action.job_key, action.to_pool))
-    return out
 
 
 @dataclass
@@ -210,7 +200,7 @@ CASES = {
 def test_deadline_rule(case: Case) -> None:
     snap = snapshot(case.pools, case.nodes, case.workloads)
     plan = decide(snap, policy(preemption={"moveToSpot": False}), NOW)
-    assert summary(plan) == case.want, plan.explain()
+    assert plan_summary(plan) == case.want, plan.explain()
     if case.want_note:
         assert any(case.want_note in n for n in plan.notes), plan.notes
 
@@ -250,7 +240,7 @@ def test_a_job_the_rule_pinned_to_on_demand_is_not_consolidated_back_to_spot() -
         assert job is not None
         snap = snapshot(list(CLOUD), [node("e1", "elastic", gpus=1)], [(pod, job)])
         moved = replace(snap, jobs=(replace(job, pinned_by_operator=True),))
-        return summary(decide(moved, policy(), NOW))
+        return plan_summary(decide(moved, policy(), NOW))
 
     # Consolidation would move it to spot mid-interval, into any window: only the deadline
     # rule's return does, right after a checkpoint into a window that has lasted, in a pool

@@ -10,6 +10,7 @@ from tests.support.builders import (
     STANDARD_POOLS,
     node,
     pending,
+    plan_summary,
     policy,
     pool,
     running,
@@ -18,11 +19,8 @@ from tests.support.builders import (
 
 from hybridgpu.core.decide import decide
 from hybridgpu.models.actions import (
-    CordonUnhealthy,
-    HandleInterruption,
     MoveJob,
     Plan,
-    ReleaseNode,
     ScaleUp,
 )
 from hybridgpu.models.snapshot import MetricsHealth
@@ -33,15 +31,7 @@ CORE_NODES = [node("c1", "core"), node("c2", "core")]
 
 
 def summary(plan: Plan) -> list[tuple[object, ...]]:
-    out: list[tuple[object, ...]] = []
-    for a in plan.actions:
-        if isinstance(a, ScaleUp):
-            out.append(("scale_up", a.pool, a.nodes))
-        elif isinstance(a, MoveJob):
-            out.append((a.kind.value, a.job_key, a.to_pool))
-        elif isinstance(a, ReleaseNode | HandleInterruption | CordonUnhealthy):
-            out.append((a.kind.value, a.node))
-    return out
+    return plan_summary(plan, node_actions=True)
 
 
 @dataclass
