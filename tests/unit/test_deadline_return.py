@@ -102,16 +102,19 @@ def on_demand(
     spot_age: float = 2 * H,
     counts: tuple[int, int] = LASTS,
     by_operator: bool = True,
+    pod_waited: float = 0.0,
 ) -> ClusterSnapshot:
     """A Job the deadline rule put on on-demand node e1, ``since_checkpoint`` after its
-    first checkpoint there, with ``slack`` seconds of slack (a 1020 s switch); spot node s1
-    (running another Job) has run ``spot_age``."""
+    pod's first checkpoint there, with ``slack`` seconds of slack (a 1020 s switch); spot
+    node s1 (running another Job) has run ``spot_age``. The Job started (its
+    status.startTime) ``pod_waited`` before its pod did (the on-demand node booting)."""
     started = NOW - RESTART - EVERY - since_checkpoint
     pod, job = running("t", "e1", 1, "preemptible", started=started, pool_pin="elastic")
     assert job is not None
     saved = EVERY  # this run's one checkpoint
     job = replace(
         job,
+        started_at=started - pod_waited,
         created_at=NOW - 10 * H,
         deadline_at=NOW + (WORK - saved) + 1020 + slack,
         expected_duration_seconds=WORK,
@@ -147,6 +150,18 @@ def test_a_job_on_on_demand_returns_to_spot_after_a_checkpoint_once_a_window_has
     never = on_demand(slack=2 * WORK)
     never = replace(never, jobs=tuple(replace(j, checkpoint_seconds=0.0) for j in never.jobs))
     assert plan_summary(decide(never, policy(), NOW)) == []
+
+
+def test_the_return_counts_checkpoints_from_the_pods_start_not_the_jobs() -> None:
+    # A Kubernetes Job's status.startTime is set when it is resumed, before its pod has a
+    # node: here the on-demand node took 5 min to boot (over two ticks). The checkpoints are
+    # the pod's: right after the pod's first one the Job returns; right after the time the
+    # Job's startTime would put it (270 s before the pod's), it would throw that work away.
+    booted = 300.0
+    after_pods = on_demand(slack=2900, pod_waited=booted)
+    assert plan_summary(decide(after_pods, policy(), NOW)) == RETURN
+    before_pods = on_demand(slack=24 * H, since_checkpoint=30 - booted, pod_waited=booted)
+    assert plan_summary(decide(before_pods, policy(), NOW)) == []
 
 
 def test_the_return_names_the_slack_and_the_window() -> None:

@@ -1970,7 +1970,7 @@ class _Decider:
             if age > 0:
                 self._recheck(self.now + WINDOW_AGE_SECONDS - age)
             return
-        wait = self._until_progress_checkpoint(job)
+        wait = self._until_progress_checkpoint(job, self._run_started_at(job))
         if wait > 0:
             self._recheck(self.now + wait)
             return
@@ -1994,13 +1994,14 @@ class _Decider:
         )
         self._release_job_pods(job, spot.name)
 
-    def _until_progress_checkpoint(self, job: JobState) -> float:
+    def _until_progress_checkpoint(self, job: JobState, run_started_at: float | None) -> float:
         """Seconds until the running Job's next checkpoint, counted from the end of its
-        start-up (restartOverhead); 0 within two ticks after one."""
+        start-up (restartOverhead) in the run that started at ``run_started_at`` (its pods'
+        start, as ``_slack`` counts its checkpoints); 0 within two ticks after one."""
         every = job.checkpoint_seconds
-        if not every or job.started_at is None:
+        if not every or run_started_at is None:
             return 0.0
-        progress = self.now - job.started_at - self.restart_hours * 3600.0
+        progress = self.now - run_started_at - self.restart_hours * 3600.0
         if progress < 0:
             return every - progress
         since = progress % every
@@ -2013,14 +2014,24 @@ class _Decider:
         ledger = self.pools.get(self.node_pool.get(node, ""))
         return None if ledger is None else ledger.tier
 
+    def _run_started_at(self, job: JobState) -> float | None:
+        """When the Job's current run started: its first pod on a node, not the Job's own
+        start (a Kubernetes Job's status.startTime is set when it is resumed, before its
+        pods have a node: an on-demand node may take minutes to boot)."""
+        started = [
+            p.started_at
+            for p in self.pods_of_job.get(job.key, [])
+            if p.node is not None and p.started_at is not None
+        ]
+        return min(started) if started else None
+
     def _slack(self, job: JobState) -> Slack | None:
         pods = self.pods_of_job.get(job.key, [])
-        started = [p.started_at for p in pods if p.node is not None and p.started_at is not None]
         # A Job none of whose pods is on a node has nothing to stop before it switches.
         placed = any(p.node is not None for p in pods)
         return slack_of(
             job,
-            min(started) if started else None,
+            self._run_started_at(job),
             self.now,
             restart_seconds=self.restart_hours * 3600.0,
             stop_seconds=self.stop_seconds if placed else 0.0,
