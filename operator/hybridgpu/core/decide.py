@@ -93,6 +93,8 @@ PREEMPTION_SEARCH_NODES = 64
 
 # A node that is not Ready yet counts as capacity on its way for this long after it appears.
 JOINING_GRACE_SECONDS = 600.0
+_NO_PENDING_GPUS: dict[str, int] = {c.value: 0 for c in Criticality}
+"""``Plan.pending_gpus`` before any pod is counted (copied per tick)."""
 
 # A cloud node NotReady this long is replaced (drain, terminate, the scale-up follows).
 NOT_READY_GRACE_SECONDS = 900.0
@@ -224,6 +226,9 @@ class _Decider:
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
         self.reserved: set[str] = set()
+        self.unpaid_open: list[str] = []
+        """Nodes pods can land on (``_schedulable``) of pools not paid whether used, by name:
+        the only ones consolidation and return to core may empty."""
         cache_key = tuple[str | None, bool, int, tuple[str, ...]]
         self._order_cache: dict[cache_key, list[_PoolLedger]] = {}
         self._target_cache: dict[cache_key, _PoolLedger | None] = {}
@@ -231,11 +236,12 @@ class _Decider:
         self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
-        self.pods_of_job: dict[str, list[GPUPod]] = {}
+        self._pods_of_job: dict[str, list[GPUPod]] | None = None
         self.jobs: dict[str, JobState] = dict(
             zip(map(_key, snapshot.jobs), snapshot.jobs, strict=True)
         )
-        self.moving: set[str] = {k for k, j in self.jobs.items() if j.move is not None}
+        self.moving: set[str] = {j.key for j in self.jobs.values() if j.move is not None}
+        self._moving_at_start = frozenset(self.moving)
         self.pending: list[_Demand] = []
         self.pending_pods: list[GPUPod] = []
         self.requeued: list[_Demand] = []
@@ -243,7 +249,7 @@ class _Decider:
         self._preempt_failed_at: dict[tuple[str, ...], int] = {}
         """Per GPU-model restriction, the smallest pod size for which no core node could be
         freed: larger ones fail too."""
-        self.pending_gpus: dict[str, int] = {c.value: 0 for c in Criticality}
+        self.pending_gpus: dict[str, int] = dict(_NO_PENDING_GPUS)
         self.unhealthy: dict[str, str] = {}
         """Cloud nodes to replace this tick, by name: why (they no longer hold maxNodes)."""
         waits = policy.wait_budget
@@ -297,22 +303,12 @@ class _Decider:
     def _build(self) -> None:
         """One pass over pods and nodes: allocation per node, pods per node, pending pods,
         and the pods of Jobs that may move (preemptible or mid-move)."""
-        for job_state in self.snap.jobs:
-            if job_state.input_error:
-                self.notes.append(f"Job {job_state.key}: {job_state.input_error}")
+        for job_state in [j for j in self.snap.jobs if j.input_error]:
+            self.notes.append(f"Job {job_state.key}: {job_state.input_error}")
         allocated: dict[str, int] = {}
         pods_on = self.pods_on
-        pods_of_job = self.pods_of_job
-        moving = self.moving
         pending_pods = self.pending_pods
         for pod in self.snap.pods:
-            job = pod.job
-            if job is not None and (pod.criticality == PREEMPTIBLE or job in moving):
-                on_job = pods_of_job.get(job)
-                if on_job is None:
-                    pods_of_job[job] = [pod]
-                else:
-                    on_job.append(pod)
             node = pod.node
             if node is None:
                 pending_pods.append(pod)
@@ -328,28 +324,39 @@ class _Decider:
         nodes = self.nodes
         node_pool = self.node_pool
         node_free = self.node_free
-        schedulable = self._schedulable
+        unpaid_open = self.unpaid_open
+        now = self.now
         free_by_pool: dict[str, list[tuple[str, int]]] = {name: [] for name in pools}
         for state in sorted(self.snap.nodes, key=_name):
             ledger = pools.get(state.pool)
             if ledger is None:
                 continue
             name = state.name
-            if state.interruption_deadline is not None and not is_cloud(ledger.tier):
+            deadline = state.interruption_deadline
+            if deadline is not None and not is_cloud(ledger.tier):
                 # Owned hardware is never interrupted, whatever a notice or annotation says.
                 self.notes.append(f"interruption notice for owned node {name} ignored")
                 state = replace(state, interruption_deadline=None)
+                deadline = None
             nodes[name] = state
             node_pool[name] = state.pool
-            if state.billed:
+            # ``billed`` and ``leaving`` (NodeState), read from their fields: hot loop.
+            if not state.instance_terminated:
                 ledger.billed_nodes += 1
-            if state.leaving:
+            if state.deleting or state.instance_terminated:
                 # Deleting, or its instance terminated while the cloud still lists it: no
                 # capacity, not counted toward maxNodes, never released or terminated again.
                 continue
-            if state.interruption_deadline is None and not state.releasing:
+            if deadline is None and not state.releasing:
                 ledger.live_nodes += 1
-            if not schedulable(state):
+            # ``_schedulable``, inlined (it is the same test).
+            if (
+                state.cordoned
+                or state.releasing
+                or deadline is not None
+                or state.xid_errors > 0
+                or not (state.ready or now - state.created_at < JOINING_GRACE_SECONDS)
+            ):
                 continue
             gpus = state.gpus if state.gpus < ledger.per_node else ledger.per_node
             free = gpus - allocated.get(name, 0)
@@ -357,12 +364,32 @@ class _Decider:
                 free = 0
             node_free[name] = free
             free_by_pool[ledger.name].append((name, free))
+            if not ledger.paid:
+                unpaid_open.append(name)
         for name, free_nodes in free_by_pool.items():
             self.pools[name].buckets = FreeGPUs(free_nodes)
         self._find_unhealthy()
         for ledger in self.pools.values():
             for i in range(ledger.provisioning):
                 self._add_node(ledger, f"{ledger.name}/provisioning-{i}")
+
+    @property
+    def pods_of_job(self) -> dict[str, list[GPUPod]]:
+        """The pods of each Job that may move (preemptible, or mid-move when the tick
+        began), by Job key; built on first use (most ticks move nothing)."""
+        found = self._pods_of_job
+        if found is None:
+            found = self._pods_of_job = {}
+            moving = self._moving_at_start
+            for pod in self.snap.pods:
+                job = pod.job
+                if job is not None and (pod.criticality == PREEMPTIBLE or job in moving):
+                    on_job = found.get(job)
+                    if on_job is None:
+                        found[job] = [pod]
+                    else:
+                        on_job.append(pod)
+        return found
 
     def _find_unhealthy(self) -> None:
         """Cloud nodes that are paid for and cannot serve: NotReady past the grace period,
@@ -371,7 +398,6 @@ class _Decider:
         in_pool: dict[str, int] = {}
         budget = self.policy.disruption.max_nodes_per_tick
         for node in self.nodes.values():
-            in_pool[node.pool] = in_pool.get(node.pool, 0) + 1
             if node.ready and not node.cordoned:
                 continue  # neither cordoned for GPU errors nor NotReady
             ledger = self.pools[node.pool]
@@ -393,6 +419,9 @@ class _Decider:
                 and self.now - node.not_ready_since >= NOT_READY_GRACE_SECONDS
             ):
                 not_ready.setdefault(node.pool, []).append(node)
+        if not_ready:
+            for node in self.nodes.values():
+                in_pool[node.pool] = in_pool.get(node.pool, 0) + 1
         for pool, broken in sorted(not_ready.items()):
             if len(broken) > 1 and len(broken) > NOT_READY_MAX_SHARE * in_pool[pool]:
                 self.notes.append(
@@ -1330,14 +1359,17 @@ class _Decider:
             return  # every pod of a candidate node belongs to a movable (preemptible) Job
         candidates: list[tuple[float, str, list[JobState], _PoolLedger]] = []
         settled: dict[str, int] = {}  # nothing below takes or frees GPUs: see _core_room
-        for node_name, pods in self.pods_on.items():
-            ledger = self.pools.get(self.node_pool.get(node_name, ""))
-            # Owned and committed nodes are paid whether used or not: moving off saves nothing.
-            if ledger is None or ledger.paid:
+        room: dict[tuple[tuple[int, ...], tuple[str, ...]], _PoolLedger | None] = {}
+        """``_core_room`` by (pod sizes, GPU models), for the same reason."""
+        pods_on = self.pods_on
+        reserved = self.reserved
+        # Owned and committed nodes are paid whether used or not: moving off saves nothing.
+        # The candidates are sorted below, so the order of this scan does not matter.
+        for node_name in self.unpaid_open:
+            pods = pods_on.get(node_name)
+            if pods is None or node_name in reserved:
                 continue
-            node = self.nodes[node_name]
-            if not self._schedulable(node) or node_name in self.reserved:
-                continue
+            ledger = self.pools[self.node_pool[node_name]]
             jobs: dict[str, JobState] = {}
             gpus = 0
             for pod in pods:
@@ -1352,7 +1384,11 @@ class _Decider:
                 continue  # nothing to move, or jobs that may run on different GPU models
             models = restrictions.pop()
             # Idle owned GPUs are paid for anyway: the best place; else spot for elastic work.
-            target = self._core_room([p.gpus for p in pods], models, settled)
+            sizes = tuple(sorted([p.gpus for p in pods], reverse=True))
+            if (sizes, models) in room:
+                target = room[sizes, models]
+            else:
+                target = room[sizes, models] = self._core_room(list(sizes), models, settled)
             if target is None and ledger.tier == ELASTIC:
                 target = self._spot_target(max(j.gpus_per_pod for j in jobs.values()), models)
             if target is None:
@@ -1420,13 +1456,15 @@ class _Decider:
         if not opted and not self._any_preemptible_job():
             return  # every pod of a candidate node is of an opted-in or a movable Job
         candidates: list[tuple[float, str, list[GPUPod]]] = []
-        for node_name, pods in self.pods_on.items():
-            ledger = self.pools.get(self.node_pool.get(node_name, ""))
-            # Owned and committed nodes are paid whether used or not: moving off saves nothing.
-            if ledger is None or ledger.paid:
+        pods_on = self.pods_on
+        reserved = self.reserved
+        # Owned and committed nodes are paid whether used or not: moving off saves nothing.
+        # The candidates are sorted below, so the order of this scan does not matter.
+        for node_name in self.unpaid_open:
+            pods = pods_on.get(node_name)
+            if pods is None or node_name in reserved:
                 continue
-            if node_name in self.reserved or not self._schedulable(self.nodes[node_name]):
-                continue
+            ledger = self.pools[self.node_pool[node_name]]
             preemptible = any(p.criticality == PREEMPTIBLE for p in pods)
             if preemptible and 2 * sum(p.gpus for p in pods) > ledger.per_node:
                 continue  # the node is mostly used: see _may_return
@@ -2107,12 +2145,13 @@ class _Decider:
         """Workloads that opted in (hybridgpu.io/idle-timeout) and held GPUs below the idle
         threshold for that long give them back: their Job is suspended, a bare pod evicted.
         Never while metrics are unavailable; critical work only when it opts in too."""
-        opted: set[tuple[str, str]] = set()
-        for pod in self.snap.pods:
-            if pod.input_error:
-                self.notes.append(f"pod {pod.key}: {pod.input_error}")
-            if pod.idle_timeout_seconds is not None and pod.node is not None:
-                opted.add(("job", pod.job) if pod.job is not None else ("pod", pod.key))
+        for pod in [p for p in self.snap.pods if p.input_error]:
+            self.notes.append(f"pod {pod.key}: {pod.input_error}")
+        opted = {
+            ("job", pod.job) if pod.job is not None else ("pod", pod.key)
+            for pod in self.snap.pods
+            if pod.idle_timeout_seconds is not None and pod.node is not None
+        }
         if not opted:
             return
         # Every running pod of an opted-in workload, opted in itself or not: all must be idle.

@@ -42,9 +42,16 @@ class FreeGPUs(Generic[K]):
 
     def __init__(self, nodes: Iterable[tuple[K, int]] = ()) -> None:
         """``nodes``: (node, free GPUs) pairs."""
-        self._free: dict[K, int] = dict(nodes)
+        self._free: dict[K, int]
+        self._by_free: SortedList[tuple[int, K]] | None
+        if not nodes:  # an empty sequence: decide() makes several per pool and tick
+            self._free = {}
+            self._by_free = None
+            self.total = 0
+            return
+        self._free = dict(nodes)
         # Built on the first node: decide() makes several empty ones per pool and tick.
-        self._by_free: SortedList[tuple[int, K]] | None = (
+        self._by_free = (
             SortedList(zip(self._free.values(), self._free.keys(), strict=True))
             if self._free
             else None
