@@ -164,6 +164,16 @@ def test_the_return_counts_checkpoints_from_the_pods_start_not_the_jobs() -> Non
     assert plan_summary(decide(before_pods, policy(), NOW)) == []
 
 
+def test_no_return_before_the_pod_on_on_demand_has_started() -> None:
+    # Bound to its node but not started yet (the kubelet has not acknowledged it): its run
+    # has saved nothing and reached no checkpoint to return after, whatever its slack.
+    snap = on_demand(slack=24 * H, pod_waited=600.0)
+    snap = replace(
+        snap, pods=tuple(replace(p, started_at=None) if p.job == "team/t" else p for p in snap.pods)
+    )
+    assert plan_summary(decide(snap, policy(), NOW)) == []
+
+
 def test_the_return_names_the_slack_and_the_window() -> None:
     plan = decide(on_demand(slack=2900), policy(), NOW)
     (move,) = [a for a in plan.actions if isinstance(a, MoveJob)]

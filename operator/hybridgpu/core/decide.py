@@ -2008,7 +2008,10 @@ class _Decider:
             if age > 0:
                 self._recheck(self.now + WINDOW_AGE_SECONDS - age)
             return
-        wait = self._until_progress_checkpoint(job, self._run_started_at(job))
+        started = self._run_started_at(job)
+        if started is None:
+            return  # its pods are not running yet: no checkpoint to return after
+        wait = self._until_progress_checkpoint(job, started)
         if wait > 0:
             self._recheck(self.now + wait)
             return
@@ -2032,12 +2035,12 @@ class _Decider:
         )
         self._release_job_pods(job, spot.name)
 
-    def _until_progress_checkpoint(self, job: JobState, run_started_at: float | None) -> float:
+    def _until_progress_checkpoint(self, job: JobState, run_started_at: float) -> float:
         """Seconds until the running Job's next checkpoint, counted from the end of its
         start-up (restartOverhead) in the run that started at ``run_started_at`` (its pods'
         start, as ``_slack`` counts its checkpoints); 0 within two ticks after one."""
         every = job.checkpoint_seconds
-        if not every or run_started_at is None:
+        if not every:
             return 0.0
         progress = self.now - run_started_at - self.restart_hours * 3600.0
         if progress < 0:
