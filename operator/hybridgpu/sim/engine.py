@@ -19,6 +19,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from operator import itemgetter
 
 from sortedcontainers import SortedDict, SortedList
@@ -386,6 +387,12 @@ class Simulation:
         self._queue: SortedList[tuple[int, float, int]] = SortedList()
         """The pending jobs in the scheduler's order: (criticality rank, pending since, index)."""
         self._classes: dict[_ClassKey, SortedList[tuple[int, float, int]]] = {}
+        self._schedule_changes = 0
+        """Counts the changes a scheduler pass depends on: a job queued or taken off the
+        queue, a node's free GPUs as pods can land on them (``_placeable``)."""
+        self._fruitless_at = -1
+        """``_schedule_changes`` when a pass last placed nothing: until it moves, another
+        pass would place nothing either."""
         """The same, split by class (``_class_key``)."""
         self._class_of: dict[int, _ClassKey] = {}
         """The class each pending job is queued in."""
@@ -451,6 +458,14 @@ class Simulation:
         self._job_views: tuple[tuple[GPUPod, ...], tuple[JobState, ...]] = ((), ())
         self._nodes_seen: tuple[dict[str, int], tuple[NodeState, ...]] | None = None
         """``_node_views`` since no node changed."""
+        self._view_stale: dict[str, _Node] = {}
+        """Nodes changed (``_node_changed``) or noticed since ``_node_views`` last ran."""
+        self._ready_views: dict[str, NodeState] = {}
+        """The views of the nodes that are up (not booting, not removed), by name."""
+        self._booting: dict[str, _Node] = {}
+        """Nodes launched and not Ready yet."""
+        self._pool_views: dict[str, tuple[tuple[object, ...], PoolState]] = {}
+        """``_pool_view``'s last view of each pool and what it was built from."""
         # The jobs a deadline or idle-reclaim rule may fire for (``_rules_due``).
         self._annotated = {
             i
@@ -693,6 +708,7 @@ class Simulation:
     def _enqueue(self, job: _Job) -> None:
         """The job waits: in the scheduler's queue and its class's."""
         self.pending.add(job.index)
+        self._schedule_changes += 1
         key = self._queue_key(job)
         self._queue.add(key)
         klass = self._class_key(job)
@@ -705,6 +721,7 @@ class Simulation:
     def _dequeue(self, job: _Job) -> None:
         """The job no longer waits (it started), or its class changes (``_enqueue`` again)."""
         self.pending.discard(job.index)
+        self._schedule_changes += 1
         key = self._queue_key(job)
         self._queue.remove(key)
         klass = self._class_of.pop(job.index)
@@ -725,11 +742,12 @@ class Simulation:
         (``_class_key``) finds any in that pass: the pass walks the classes' queues merged
         in the queue's order and drops a class at its first job that does not fit. Its cost
         grows with the jobs it places and the classes, not with the queue's length."""
-        if not self.pending:
+        if not self.pending or self._fruitless_at == self._schedule_changes:
             return
         room = self._room()
         if room < self._smallest_job_gpus:
             return  # a queue in front of full nodes costs nothing per event
+        self._fruitless_at = self._schedule_changes  # unless a job starts below
         heads = [(queue[0], klass) for klass, queue in self._classes.items() if klass[2] <= room]
         heapq.heapify(heads)
         while heads:
@@ -880,6 +898,11 @@ class Simulation:
     def _node_changed(self, node: _Node) -> None:
         """Bring the per-pool tallies and the idle cloud nodes up to date with ``node``."""
         self._nodes_seen = None
+        self._view_stale[node.name] = node
+        if node.booting and node.removed_at is None:
+            self._booting[node.name] = node
+        else:
+            self._booting.pop(node.name, None)
         tally = self._tally[node.pool]
         if node.counted is not None:
             booting, empty, free, used, preemptible = node.counted
@@ -893,6 +916,7 @@ class Simulation:
         if node.removed_at is None and not node.cordoned and not node.booting:
             placeable = node.free
         if placeable != node.placeable:
+            self._schedule_changes += 1
             if placeable is None:
                 self._placeable[node.pool].discard(node.name)
             else:
@@ -988,17 +1012,7 @@ class Simulation:
         if self._has_serving:
             pods = pods + tuple(serving_sim.surge_pods(self))
             serving = serving_sim.serving_states(self)
-        pools = tuple(
-            PoolState(
-                name=p.name,
-                spec=p.spec,
-                provisioning_nodes=provisioning.get(p.name, 0),
-                spot_price_per_node_hour=p.spot_price_per_node_hour,
-                launchable=self._launchable(p.name),
-                **self._survival_fields(p.name),
-            )
-            for p in self.pools.values()
-        )
+        pools = tuple(map(self._pool_view, self.pools.values(), repeat(provisioning)))
         return ClusterSnapshot(
             taken_at=self.now,
             pools=pools,
@@ -1008,15 +1022,42 @@ class Simulation:
             serving=serving,
         )
 
+    def _pool_view(self, p: PoolState, provisioning: dict[str, int]) -> PoolState:
+        """The pool as the operator sees it now; the same object while nothing in it moved."""
+        fields = (
+            provisioning.get(p.name, 0),
+            p.spot_price_per_node_hour,
+            self._launchable(p.name),
+            tuple(self._survival_fields(p.name).items()),
+        )
+        seen = self._pool_views.get(p.name)
+        if seen is not None and seen[0] == fields and seen[1].spec is p.spec:
+            return seen[1]
+        view = PoolState(
+            name=p.name,
+            spec=p.spec,
+            provisioning_nodes=fields[0],
+            spot_price_per_node_hour=fields[1],
+            launchable=fields[2],
+            **dict(fields[3]),
+        )
+        self._pool_views[p.name] = (fields, view)
+        return view
+
     def _node_views(self) -> tuple[dict[str, int], tuple[NodeState, ...]]:
         """The nodes as the operator sees them, and the nodes on their way per pool. Kept
         (``_nodes_seen``) until a node changes (``_node_changed``) or gets a notice: a node
-        stops booting at its "ready" event, so time alone changes nothing here."""
+        stops booting at its "ready" event, so time alone changes nothing here. Only the
+        nodes changed since the last call are looked at again (``_view_stale``); the views
+        are in the order the nodes came up (decide() reads them by name)."""
         provisioning: dict[str, int] = {}
-        nodes: list[NodeState] = []
-        for node in self.nodes.values():
+        for node in self._booting.values():
             if node.ready_at > self.now:
                 provisioning[node.pool] = provisioning.get(node.pool, 0) + 1
+        views = self._ready_views
+        for name, node in self._view_stale.items():
+            if node.removed_at is not None or node.ready_at > self.now:
+                views.pop(name, None)
                 continue
             busy = bool(node.jobs)
             key = (
@@ -1038,8 +1079,9 @@ class Simulation:
                     utilization_percent=node.utilization_percent if busy else 0.0,
                     interruption_deadline=node.interruption_deadline,
                 )
-            nodes.append(node.view)
-        return provisioning, tuple(nodes)
+            views[name] = node.view
+        self._view_stale.clear()
+        return provisioning, tuple(views.values())
 
     def _job_changed(self, index: int) -> None:
         """The job arrived, started, stopped or moved: its view is rebuilt for the next
@@ -1601,6 +1643,7 @@ class Simulation:
             if WINDOW_AGE_SECONDS <= self.now - node.launched_at < 2 * WINDOW_AGE_SECONDS:
                 self._spot_seen.setdefault(node.pool, [0, 0])[1] += 1
             self._nodes_seen = None
+            self._view_stale[node.name] = node
             self._noticed.add(node.name)
             self._push(node.interruption_deadline, "reclaim", node.name)
         elif kind == "reclaim":
