@@ -375,6 +375,8 @@ def test_a_deadline_job_returns_from_on_demand_to_spot_after_a_checkpoint_and_on
     )
     wait_for(lambda: pending_unschedulable(cluster, "nockpt"), KUBE_SECONDS, "nockpt pending")
     assert deadline_moves(operator.tick(), "nockpt") == []
+    retry_at = operator.reconciler.providers.no_capacity_until[spot]
+    assert retry_at <= created + 450, "the failed launch came too late for the checks below"
     (to_on_demand,) = deadline_moves(operator.tick(), "nockpt")
     assert to_on_demand.to_pool == elastic
     node = operator.tick_until(
