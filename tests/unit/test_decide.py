@@ -749,6 +749,23 @@ def test_a_returning_job_between_checkpoints_moves_after_its_next_one() -> None:
     assert (move.kind.value, move.job_key, move.to_pool) == ("consolidate", "team/train", "core")
 
 
+def test_a_returning_jobs_checkpoints_count_from_its_pods_start_not_the_jobs() -> None:
+    # A Kubernetes Job's status.startTime is set when it starts, before its pod has a node:
+    # here the elastic node took 5 minutes to boot. Its checkpoints are its pod's (the last
+    # one 10 minutes ago): counted from the Job's start it would move 5 minutes before the
+    # next one and throw 25 minutes of 8 GPUs' work away.
+    pod, job = running("train", "e1", 8, started=NOW - 7800, checkpoint=1800, returns=True)
+    assert job is not None
+    snap = snapshot(
+        list(STANDARD_POOLS),
+        [*CORE_NODES, node("e1", "elastic")],
+        [running("svc", "c2", 8, "critical"), (pod, replace(job, started_at=NOW - 8100))],
+    )
+    plan = decide(snap, policy(), NOW)
+    assert not plan.actions, plan.explain()
+    assert plan.recheck_at == NOW + 1200
+
+
 def test_a_full_cheaper_pool_does_not_hide_one_with_room() -> None:
     """Found by the flapping property: a 1-GPU pod whose cheapest pool (1-GPU nodes) is at
     maxNodes was reported blocked there, while the 4-GPU pool had room and only the per-tick

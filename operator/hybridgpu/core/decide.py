@@ -23,6 +23,7 @@ the same pool order, the same best fit.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
@@ -171,6 +172,13 @@ def _has_room(ledger: _PoolLedger) -> bool:
 
 _name = attrgetter("name")
 _key = attrgetter("key")
+
+
+def _run_start(job: JobState, pods: Iterable[GPUPod]) -> float | None:
+    """When the Job's current run started: the first start among its pods in ``pods``,
+    else the Job's own start (pods not started yet)."""
+    started = [p.started_at for p in pods if p.job == job.key and p.started_at is not None]
+    return min(started) if started else job.started_at
 
 
 def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
@@ -1197,13 +1205,15 @@ class _Decider:
     def _job_gpus(self, job_key: str) -> int:
         return sum(p.gpus for p in self.pods_of_job.get(job_key, []))
 
-    def _lost_hours(self, job: JobState) -> float:
+    def _lost_hours(self, job: JobState, run_started_at: float | None = None) -> float:
         """Hours of a GPU's work a move of the Job throws away: the restart overhead plus,
-        when its checkpoint interval is known, the progress since its last checkpoint."""
+        when its checkpoint interval is known, the progress since its last checkpoint in the
+        run that started at ``run_started_at`` (default: the Job's start)."""
         every = job.checkpoint_seconds
-        if every is None or job.started_at is None:
+        started = job.started_at if run_started_at is None else run_started_at
+        if every is None or started is None:
             return self.restart_hours
-        ran = max(self.now - job.started_at, 0.0)
+        ran = max(self.now - started, 0.0)
         since_checkpoint = ran if every <= 0 else ran % every
         return self.restart_hours + since_checkpoint / 3600.0
 
@@ -1485,13 +1495,16 @@ class _Decider:
             savings = source.node_price - gpus * target.gpu_price
             # A Job that checkpoints moves right after a checkpoint, so that it loses only the
             # restart: until then the plan asks to be looked at again.
-            until_checkpoint = max(self._until_checkpoint(self.jobs[k]) for k in jobs)
+            # Its run is its pods' (all on this node): a Kubernetes Job's own startTime comes
+            # before its pods had a node, by a boot when the node was bought for it.
+            runs = {k: _run_start(self.jobs[k], pods) for k in jobs}
+            until_checkpoint = max(self._until_checkpoint(self.jobs[k], runs[k]) for k in jobs)
             # The work a restart throws away, at the cloud price, against the saving over
             # the run left (stated, else as long as it has run: the consolidation estimate).
             lost_h = (
                 self.restart_hours
                 if until_checkpoint > 0
-                else max(self._lost_hours(self.jobs[k]) for k in jobs)
+                else max(self._lost_hours(self.jobs[k], runs[k]) for k in jobs)
             )
             lost = gpus * source.gpu_price * lost_h
             left_h = min(self._hours_left(self.jobs[k], pods) for k in jobs)
@@ -1610,13 +1623,14 @@ class _Decider:
             taken.append((where, pod.gpus))
         return taken
 
-    def _until_checkpoint(self, job: JobState) -> float:
-        """Seconds until the Job's next checkpoint, or 0 when it checkpointed within the
-        last two ticks (or its checkpoints are not known)."""
+    def _until_checkpoint(self, job: JobState, run_started_at: float | None) -> float:
+        """Seconds until the Job's next checkpoint in the run that started at
+        ``run_started_at``, or 0 when it checkpointed within the last two ticks (or its
+        checkpoints or start are not known)."""
         every = job.checkpoint_seconds
-        if not every or job.started_at is None:
+        if not every or run_started_at is None:
             return 0.0
-        since = max(self.now - job.started_at, 0.0) % every
+        since = max(self.now - run_started_at, 0.0) % every
         return 0.0 if since <= self.checkpoint_window else every - since
 
     def _recheck(self, at: float) -> None:
