@@ -704,7 +704,7 @@ class _Decider:
         order = sorted(self.pending, key=attrgetter("order"))
         self._place_all([d for d in order if d.criticality != PREEMPTIBLE])
         # Jobs preempted above joined the preemptible queue; older work first.
-        preemptible = [d for d in order if d.criticality == PREEMPTIBLE]
+        preemptible = self._unpin_to_owned([d for d in order if d.criticality == PREEMPTIBLE])
         preemptible.extend(self.requeued_by_preemption)
         self._place_all(sorted(preemptible, key=attrgetter("order")))
         if self.waits:
@@ -715,6 +715,64 @@ class _Decider:
             )
 
     requeued_by_preemption: list[_Demand]
+
+    def _unpin_to_owned(self, demands: list[_Demand]) -> list[_Demand]:
+        """A preemptible Job the operator pinned to a cloud pool (a preemption moved it to
+        spot, consolidation moved it off a node) whose pods all wait again, having lost
+        their node or never got one, moves to owned nodes idle for their idleFor, as
+        consolidation would move it (``_core_room``): a move of a Job that runs nowhere
+        throws nothing away, and without it the Job waits for that pool alone while
+        paid-for GPUs sit idle (an interrupted Job without checkpoints could restart on spot
+        forever). Its demands are placed there with the rest. Jobs of the deadline rule stay
+        where it put them (``_deadlines``)."""
+        if self.moves_left <= 0:
+            return demands
+        waiting: dict[str, list[_Demand]] = {}
+        for d in demands:
+            if d.pool is not None and d.job is not None:
+                waiting.setdefault(d.job, []).append(d)
+        for key, mine in waiting.items():
+            if self.moves_left <= 0:
+                break
+            job = self.jobs.get(key)
+            pinned = self.pools.get(mine[0].pool or "")
+            if (
+                job is None
+                or pinned is None
+                or not is_cloud(pinned.tier)
+                or not job.pinned_by_operator
+                or job.queued
+                or job.deadline_at is not None
+                or key in self.moving
+            ):
+                continue
+            pods = self.pods_of_job.get(key, [])
+            if len(pods) != len(mine) or any(p.node is not None for p in pods):
+                continue  # some pod still runs, or has not waited out the grace period
+            target = self._core_room([p.gpus for p in pods], job.gpu_models)
+            if target is None:
+                continue
+            self.moves_left -= 1
+            self.moving.add(key)
+            for d in mine:
+                d.pool = target.name
+                d.free_order = None
+            gpus = sum(p.gpus for p in pods)
+            self.actions.append(
+                MoveJob(
+                    namespace=job.namespace,
+                    job=job.name,
+                    from_pool=pinned.name,
+                    to_pool=target.name,
+                    gpus=gpus,
+                    kind=ActionKind.CONSOLIDATE,
+                    reason=f"preemptible Job {key} waits pinned to {pinned.tier} pool "
+                    f"{pinned.name} while owned nodes of {target.name} with {gpus} GPU(s) "
+                    "have been idle for their idleFor: it runs nowhere, so moving it there "
+                    "throws nothing away",
+                )
+            )
+        return demands
 
     def _place_all(self, demands: list[_Demand]) -> None:
         """Place pods in order on nodes that exist; the rest on nodes on their way, buying
