@@ -64,6 +64,15 @@ def add_parsers(sub: Any) -> None:
         required=True,
         help="CapacityPlan manifest or spec: candidates, prices, horizon, growth",
     )
+    parser.add_argument(
+        "--search",
+        choices=("auto", "exact", "fast"),
+        default="auto",
+        help="a job trace: 'exact' replays it at every owned size and committed level that can "
+        "win; 'fast' searches an aggregate model of it and replays only a few owned sizes "
+        "around its optimum, pricing the answer by replay (docs/tco.md); default 'auto': fast "
+        "above 10,000 jobs",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--png", metavar="FILE", help="chart: duration curve and cost curve")
     parser.set_defaults(func=run)
@@ -177,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
 
     progress.enable(sys.stderr)  # a long plan (a large trace) says how far it is
     try:
-        result = plan_from_spec(spec, samples, jobs)
+        result = plan_from_spec(spec, samples, jobs, search=args.search)
     except ValueError as err:
         raise UserError(f"{args.config}: {err}") from None
     finally:
@@ -200,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
             "nextBest": _runner_ups(result),
             "procurement": _procurement_json(result),
             "generations": _generations_json(result, spec),
+            "search": _search_json(result),
             "notes": _notes(inputs, skipped),
         }
         if png is not None:
@@ -238,6 +248,36 @@ def _notes(inputs: Any, skipped: list[str] | None = None) -> list[str]:
     return notes
 
 
+def _search_json(result: Any) -> dict[str, Any]:
+    """How the plan was searched (``--search``)."""
+    info = result.search
+    out: dict[str, Any] = {"method": info.method}
+    if info.method == "fast":
+        out.update(
+            ownedSizesReplayed=info.replays,
+            modelLevels=info.model_levels,
+            modelStepGpus=info.model_step_gpus,
+            modelRecommendedNodes=sum(info.model_nodes),
+            fromModel=["sensitivity", "flipPoints", "procurement choice"],
+        )
+    return out
+
+
+def _search_text(result: Any) -> str:
+    inputs = result.inputs
+    info = result.search
+    if not inputs.jobs:
+        return "fluid demand (duration curves)"
+    if info.method == "fast":
+        return (
+            f"{len(inputs.jobs):,} jobs, fast search: an aggregate model of "
+            f"{info.model_levels:,} demand levels ({sum(info.model_nodes)} nodes at its optimum), "
+            f"{info.replays} owned sizes replayed around it; every fleet's dollars are a replay, "
+            "the sensitivity table, flip points and the procurement choice the model's"
+        )
+    return f"{len(inputs.jobs):,} jobs replayed at each owned size that can win (exact search)"
+
+
 def _money(dollars: float) -> str:
     return f"${dollars:,.0f}"
 
@@ -252,12 +292,7 @@ def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> 
     lines = [
         f"hybridgpu plan: {hist_hours:,.1f} h of demand from {source}",
         f"horizon {inputs.horizon_months} months, demand growth "
-        f"{100 * inputs.demand_growth_per_year:+.0f}%/year, "
-        + (
-            f"{len(inputs.jobs):,} jobs replayed at each owned size that can win"
-            if inputs.jobs
-            else "fluid demand (duration curves)"
-        ),
+        f"{100 * inputs.demand_growth_per_year:+.0f}%/year, " + _search_text(result),
         "",
         "recommended owned fleet:",
     ]
@@ -288,7 +323,13 @@ def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> 
         f"{_money(result.monthly(result.current.total_dollars))}/month): "
         f"{result.savings_vs_current:.1%}",
         "",
-        "sensitivity:",
+        "sensitivity:"
+        + (
+            " (the fast search's aggregate model: its own fleet today "
+            f"{_fleet(result, result.search.model_nodes)}, its dollars)"
+            if result.search.method == "fast"
+            else ""
+        ),
         f"  {'input':<20} {'change':>9} {'owned nodes':>12} {'$/month':>14}",
     ]
     for case in result.sensitivity:
@@ -376,10 +417,15 @@ def _flip_lines(result: Any) -> list[str]:
     def fleet(nodes: tuple[int, ...]) -> str:
         return _fleet(result, nodes)
 
+    today = result.recommended.nodes
+    source = ""
+    if result.search.method == "fast":
+        today = result.search.model_nodes
+        source = "the fast search's aggregate model, "
     lines = [
         "",
         "where the recommendation changes (one input at a time, the nearest change each way; "
-        f"today {fleet(result.recommended.nodes)}):",
+        f"{source}today {fleet(today)}):",
     ]
     for point in result.flip_points:
         if point.nodes is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TypeAlias
 
 from hybridgpu.planner.model import (
     HOURS_PER_MONTH,
@@ -32,6 +33,8 @@ from hybridgpu.planner.replay import replay_jobs
 
 ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float], int]
 CurvesKey = tuple[float, int, float | None]
+Curve: TypeAlias = "DurationCurve | ScaledCurve"
+"""What ``CostModel`` reads demand off (``ScaledCurve``: the fast search's)."""
 
 
 class SharedWork:
@@ -40,7 +43,12 @@ class SharedWork:
     curves on the growth, the horizon and the preemptible share; neither on prices. Only for
     variants of one history and one set of jobs."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fast: bool = False) -> None:
+        self.fast = fast
+        """The fast search's (planner/fast.py): demand curves over the horizon are read off
+        the history's own curve (``ScaledCurve``) and procurement's fluid figures computed per
+        query (``procure.ProcurementModel``), so nothing the size of the history times the
+        horizon's months is built: the same sums in another order."""
         self.replays: dict[ReplayKey, Usage] = {}
         self.committed_replays: dict[tuple[tuple[int, ...], ReplayKey], Usage] = {}
         """Replays with committed nodes (their sizes first): one plan's offers and pairs of
@@ -49,7 +57,7 @@ class SharedWork:
         """Per owned fleet, committed node sizes (sorted) that every job committed capacity
         may serve found room on, and their usage: the usage of any longer list that starts
         with them (``replay.replay_committed``)."""
-        self.curves: dict[CurvesKey, tuple[DurationCurve, DurationCurve]] = {}
+        self.curves: dict[CurvesKey, tuple[Curve, Curve]] = {}
         self.period_curves: dict[
             tuple[tuple[float, ...], int, float | None], tuple[DurationCurve, DurationCurve, float]
         ] = {}
@@ -72,11 +80,12 @@ class SharedWork:
                 return usage
         return None
 
-    def horizon_curves(self, inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:
+    def horizon_curves(self, inputs: PlanInputs) -> tuple[Curve, Curve]:
         key = (inputs.demand_growth_per_year, inputs.horizon_months, inputs.preemptible_share)
         curves = self.curves.get(key)
         if curves is None:
-            curves = self.curves[key] = _horizon_curves(inputs)
+            build = _scaled_horizon_curves if self.fast else _horizon_curves
+            curves = self.curves[key] = build(inputs)
         return curves
 
 
@@ -100,7 +109,7 @@ class CostModel:
         self.node_hour_dollars = tuple(t.node_hour_dollars for t in inputs.node_types)
         self.gpus_per_node = tuple(t.work_gpus_per_node for t in inputs.node_types)
         self._usage: dict[tuple[int, ...], Usage] = {}
-        self._flat: tuple[DurationCurve, DurationCurve] | None = None
+        self._flat: tuple[Curve, Curve] | None = None
         self._replay_weight = 0.0
         if inputs.jobs:
             window = _jobs_window_hours(inputs.jobs)
@@ -242,9 +251,7 @@ class CostModel:
         return replay.elastic * self._replay_weight * od * grown / flat
 
 
-def _fluid_usage(
-    firm: DurationCurve, total: DurationCurve, owned_gpus: float, cloud: CloudRates
-) -> Usage:
+def _fluid_usage(firm: Curve, total: Curve, owned_gpus: float, cloud: CloudRates) -> Usage:
     elastic = firm.total_gpu_hours - firm.gpu_hours_below(owned_gpus)
     served = total.gpu_hours_below(owned_gpus)
     preemptible_out = max(total.total_gpu_hours - served - elastic, 0.0)
@@ -263,6 +270,43 @@ def _split(sample: DemandSample, preemptible_share: float | None) -> tuple[float
     if preemptible_share is None:
         return sample.firm_gpus, sample.total_gpus
     return sample.total_gpus * (1.0 - preemptible_share), sample.total_gpus
+
+
+class ScaledCurve:
+    """A duration curve of a base curve's levels times factors, each factor's hours times a
+    weight: ``gpu_hours_below(g)`` = sum over factors of weight x factor x
+    base.gpu_hours_below(g / factor) (min(f x level, g) = f x min(level, g / f)), without
+    building the scaled curve (``DurationCurve``'s queries that ``CostModel`` reads)."""
+
+    __slots__ = ("_base", "_parts", "hours", "peak", "total_gpu_hours")
+
+    def __init__(self, base: DurationCurve, parts: Sequence[tuple[float, float]]) -> None:
+        if any(f <= 0 for f, _ in parts):
+            raise ValueError("demand factors must be positive")
+        self._base = base
+        self._parts = tuple(parts)
+        self.total_gpu_hours = sum(w * f for f, w in parts) * base.total_gpu_hours
+        self.hours = sum(w for _, w in parts) * base.hours
+        self.peak = max((f for f, _ in parts), default=0.0) * base.peak
+
+    def gpu_hours_below(self, gpus: float) -> float:
+        base = self._base
+        return sum(w * f * base.gpu_hours_below(gpus / f) for f, w in self._parts)
+
+
+def _scaled_horizon_curves(inputs: PlanInputs) -> tuple[ScaledCurve, ScaledCurve]:
+    """``_horizon_curves`` as ``ScaledCurve``s of the history's own curves."""
+    history_hours = sum(s.hours for s in inputs.history)
+    per_history_hour = HOURS_PER_MONTH / history_hours
+    share = None if inputs.jobs else inputs.preemptible_share
+    split = [(_split(s, share), s.hours) for s in inputs.history]
+    firm = DurationCurve((f, h) for (f, _), h in split)
+    total = DurationCurve((t, h) for (_, t), h in split)
+    parts = [
+        (factor, per_history_hour * months)
+        for factor, months in growth_factors(inputs.horizon_months, inputs.demand_growth_per_year)
+    ]
+    return ScaledCurve(firm, parts), ScaledCurve(total, parts)
 
 
 def _horizon_curves(inputs: PlanInputs) -> tuple[DurationCurve, DurationCurve]:

@@ -4,7 +4,7 @@ and the CapacityPlan status of it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -27,6 +27,16 @@ from hybridgpu.models.capacityplan import (
     FlipPoint as FlipPointStatus,
 )
 from hybridgpu.planner.cost import CostModel, SharedWork
+from hybridgpu.planner.fast import (
+    EXACT_SEARCH,
+    FAST_PROCUREMENT_FLEETS,
+    PROCUREMENT_LEVELS,
+    SearchInfo,
+    choose_search,
+    fast_fleet,
+    model_inputs,
+    runners_up_among,
+)
 from hybridgpu.planner.finance import (
     ModelFlopsUtilization,
     QuarterCash,
@@ -59,7 +69,13 @@ from hybridgpu.planner.optimize import (
     optimal_fleet,
     runners_up,
 )
-from hybridgpu.planner.procure import CommittedOffer, Procurement, optimal_procurement
+from hybridgpu.planner.procure import (
+    CommittedOffer,
+    Procurement,
+    ProcurementModel,
+    costed,
+    optimal_procurement,
+)
 from hybridgpu.planner.sensitivity import (
     FlipPoint,
     SensitivityCase,
@@ -121,6 +137,9 @@ class CapacityPlanResult:
     flops_per_token: float | None = None
     peak_tflops_per_gpu: tuple[float, str] | None = None
     """The demand-class GPU's peak dense TFLOPS and where it came from."""
+    search: SearchInfo = EXACT_SEARCH
+    """How the plan was searched (``fast``: the sensitivity table and flip points are the
+    aggregate model's, every fleet's dollars a replay; planner/fast.py)."""
 
     @property
     def mfu(self) -> ModelFlopsUtilization | None:
@@ -241,10 +260,24 @@ def plan_capacity(
     flops_per_token: float | None = None,
     peak_tflops_per_gpu: tuple[float, str] | None = None,
     owned_tranche_months: int | None = None,
+    search: str = "auto",
 ) -> CapacityPlanResult:
     """The cheapest owned fleet for ``inputs`` and everything reported about it; with
     ``with_procurement`` the mix to sign as well (owned, the best committed offer, on demand,
-    spot, period by period)."""
+    spot, period by period). ``search``: ``exact``, ``fast`` (a job trace: planner/fast.py)
+    or ``auto`` (fast above ``fast.FAST_ABOVE_JOBS`` jobs)."""
+    if choose_search(search, inputs) == "fast":
+        return _fast_plan(
+            inputs,
+            with_sensitivity=with_sensitivity,
+            offers=offers,
+            cost_of_capital_per_year=cost_of_capital_per_year,
+            tokens_per_gpu_hour=tokens_per_gpu_hour,
+            with_procurement=with_procurement,
+            flops_per_token=flops_per_token,
+            peak_tflops_per_gpu=peak_tflops_per_gpu,
+            owned_tranche_months=owned_tranche_months,
+        )
     shared = SharedWork()
     model = CostModel(inputs, shared)
     nodes = optimal_fleet(model)
@@ -280,6 +313,94 @@ def plan_capacity(
     )
 
 
+def _fast_plan(
+    inputs: PlanInputs,
+    *,
+    with_sensitivity: bool,
+    offers: Sequence[CommittedOffer],
+    cost_of_capital_per_year: float | None,
+    tokens_per_gpu_hour: float | None,
+    with_procurement: bool,
+    flops_per_token: float | None,
+    peak_tflops_per_gpu: tuple[float, str] | None,
+    owned_tranche_months: int | None,
+) -> CapacityPlanResult:
+    """``plan_capacity`` by the fast search (planner/fast.py): the aggregate model's plan,
+    the owned fleet searched from its optimum by replays, every fleet printed priced by
+    replay."""
+    step, fluid_inputs = model_inputs(inputs)
+    aggregate = plan_capacity(
+        fluid_inputs,
+        with_sensitivity=with_sensitivity,
+        offers=offers,
+        cost_of_capital_per_year=cost_of_capital_per_year,
+        tokens_per_gpu_hour=tokens_per_gpu_hour,
+        with_procurement=False,
+        flops_per_token=flops_per_token,
+        peak_tflops_per_gpu=peak_tflops_per_gpu,
+        owned_tranche_months=owned_tranche_months,
+        search="exact",
+    )
+    shared = SharedWork(fast=True)
+    model = CostModel(inputs, shared)
+    nodes, sizes = fast_fleet(model, aggregate.recommended.owned_gpus)
+    current = tuple(t.current_nodes for t in inputs.node_types)
+    procurement = None
+    if with_procurement:
+        chosen = optimal_procurement(
+            model_inputs(inputs, PROCUREMENT_LEVELS)[1],
+            offers,
+            SharedWork(fast=True),
+            owned_tranche_months,
+            max_fleets=FAST_PROCUREMENT_FLEETS,
+        )
+        procurement = min(
+            (
+                costed(inputs, plan, shared)
+                for plan in _procurement_candidates(inputs, chosen, nodes, offers, shared)
+            ),
+            key=lambda plan: plan.total_dollars,
+        )
+    return replace(
+        aggregate,
+        inputs=inputs,
+        recommended=model.fleet_cost(nodes),
+        current=model.fleet_cost(current),
+        all_on_demand_dollars=model.all_on_demand_dollars(),
+        cost_model=model,
+        runners_up=runners_up_among(sizes, model.owned_gpus(nodes)),
+        procurement=procurement,
+        search=SearchInfo(
+            "fast",
+            replays=len(sizes),
+            model_levels=len(fluid_inputs.history),
+            model_step_gpus=step,
+            model_nodes=aggregate.recommended.nodes,
+        ),
+    )
+
+
+def _procurement_candidates(
+    inputs: PlanInputs,
+    chosen: Procurement,
+    nodes: tuple[int, ...],
+    offers: Sequence[CommittedOffer],
+    shared: SharedWork,
+) -> list[Procurement]:
+    """What the fast search prices by replay for the mix to sign: the aggregate model's
+    choice; the same commitments beside the owned fleet the replays chose; and that fleet
+    with no commitment (when no offer is held today). Without tranches only."""
+    out = [chosen]
+    if chosen.fleets:
+        return out
+    if nodes != chosen.nodes:
+        out.append(replace(chosen, nodes=nodes, periods=()))
+    if chosen.offers and not any(o.current_units > 0 for o in offers):
+        periods = ProcurementModel(inputs, (), shared).periods
+        out.append(Procurement((), nodes, tuple(() for _ in periods)))
+    return out
+
+
 def peak_of_spec(spec: CapacityPlanSpec) -> tuple[float, str] | None:
     """The demand-class GPU's peak dense TFLOPS for MFU (cloud.peakTflopsPerGpu, else the
     datasheet default of cloud.gpuModel); None without modelFlopsPerToken."""
@@ -302,9 +423,11 @@ def plan_from_spec(
     jobs: Sequence[JobDemand] = (),
     *,
     with_sensitivity: bool = True,
+    search: str = "auto",
 ) -> CapacityPlanResult:
     """The plan of a CapacityPlan spec: the owned fleet, and the mix to sign with its
-    committed offers, cash flow at the spec's cost of capital and token rate."""
+    committed offers, cash flow at the spec's cost of capital and token rate (``search``:
+    ``plan_capacity``'s)."""
     return plan_capacity(
         inputs_from_spec(spec, history, jobs),
         with_sensitivity=with_sensitivity,
@@ -314,6 +437,7 @@ def plan_from_spec(
         flops_per_token=spec.model_flops_per_token,
         peak_tflops_per_gpu=peak_of_spec(spec),
         owned_tranche_months=spec.owned_tranche_months,
+        search=search,
     )
 
 

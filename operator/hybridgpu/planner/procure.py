@@ -255,6 +255,13 @@ class ProcurementModel:
         self.after_horizon_by_offer = tuple(_after_horizon_months(o, self.periods) for o in offers)
         self.after_horizon_months = max(self.after_horizon_by_offer, default=0)
         self._levels = _history_levels(inputs)
+        self._level_arrays = (
+            np.array([[f, p, h] for f, p, h in self._levels], dtype=float).reshape(-1, 3).T
+            if self.shared.fast
+            else None
+        )
+        """The levels as arrays (firm, preemptible, month share) for ``_fluid_arrays`` (the
+        fast search's)."""
         self._levels_key = None if inputs.jobs else inputs.preemptible_share
         """What the levels depend on besides the history and jobs (``SharedWork`` is for one
         of each): the preemptible share, for a history without criticalities."""
@@ -397,11 +404,45 @@ class ProcurementModel:
         return self._firm_slack
 
     # ------------------------------------------------------------------ usage
+    def _fluid_arrays(
+        self, factors: tuple[float, ...], committed_gpus: np.ndarray, owned_gpus: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``_fluid`` at every committed GPU count of ``committed_gpus`` at once, summed over
+        the levels directly instead of read off curves built per count (the fast search's:
+        no curve per count is built or kept): owned, elastic, spot and committed GPU-hours
+        per calendar month, one entry per count."""
+        assert self._level_arrays is not None
+        firm_levels, preemptible, weights = self._level_arrays
+        committed = committed_gpus.astype(float)[:, None]
+        owned = np.zeros(len(committed_gpus))
+        elastic = np.zeros(len(committed_gpus))
+        total = np.zeros(len(committed_gpus))
+        used = np.zeros(len(committed_gpus))
+        per_month = 1.0 / len(factors)
+        for factor in factors:
+            firm = firm_levels * factor
+            left = np.maximum(firm[None, :] - committed, 0.0)
+            used += (np.minimum(firm[None, :], committed) @ weights) * per_month
+            elastic += (np.maximum(left - owned_gpus, 0.0) @ weights) * per_month
+            demand = left + preemptible * factor
+            owned += (np.minimum(demand, owned_gpus) @ weights) * per_month
+            total += (demand @ weights) * per_month
+        preemptible_out = np.maximum(total - owned - elastic, 0.0)
+        cloud = self.inputs.cloud
+        if cloud.spot_is_used:
+            return owned, elastic, preemptible_out * cloud.spot_rerun_factor, used
+        return owned, elastic + preemptible_out, np.zeros_like(owned), used
+
     def _fluid(self, factors: tuple[float, ...], committed_gpus: int, owned_gpus: int) -> Usage:
         """GPU-hours per calendar month at these demand factors (one per month, averaged)."""
         known = self._fluid_usages.get((factors, committed_gpus, owned_gpus))
         if known is not None:
             return known
+        if self._level_arrays is not None:
+            parts = self._fluid_arrays(factors, np.array([committed_gpus]), owned_gpus)
+            usage = Usage(*(float(a[0]) for a in parts))
+            self._fluid_usages[(factors, committed_gpus, owned_gpus)] = usage
+            return usage
         key = (factors, committed_gpus)
         curves = self._curves.get(key)
         shared_key = (factors, committed_gpus, self._levels_key)
@@ -640,6 +681,13 @@ class ProcurementModel:
             )
             gpus = np.minimum(gpus, self.firm_peak_gpus)
             counts, where = np.unique(gpus, return_inverse=True)
+            if self._level_arrays is not None:
+                owned_gpus = self.owned_model.owned_gpus(nodes)
+                factors = self._factors[period.index]
+                _, elastic, spot, _ = self._fluid_arrays(factors, counts, owned_gpus)
+                cloud = self.inputs.cloud
+                monthly = elastic * cloud.on_demand_per_gpu_hour + spot * cloud.spot_per_gpu_hour
+                return np.asarray((monthly * period.months)[where.reshape(shape)])
             values = np.array(
                 [self._cloud_dollars(period, nodes, (int(k),) if k else ()) for k in counts]
             )
@@ -1108,6 +1156,7 @@ def optimal_procurement(
     owned_tranche_months: int | None = None,
     *,
     prune: bool = True,
+    max_fleets: int | None = None,
 ) -> Procurement:
     """The cheapest owned fleet, committed offers and committed levels per period: every
     owned size (its cheapest node mix), nothing, every offer and every set of offers signed
@@ -1120,7 +1169,8 @@ def optimal_procurement(
     would let it replace the best found so far is not scheduled (nor replayed): it could not
     have replaced it; and a fleet that is scheduled leaves out the committed levels no
     schedule under the best found so far can take (``best_schedule``'s limit, a trace
-    only). The answer is the same as without pruning."""
+    only). The answer is the same as without pruning. With ``max_fleets`` (the fast
+    search's) only that many owned sizes, evenly spread, are searched (not with tranches)."""
     shared = SharedWork() if shared is None else shared
     best: Procurement | None = None
     best_dollars = math.inf
@@ -1142,6 +1192,9 @@ def optimal_procurement(
             continue
         check_search_size(model)
         mixes = cheapest_mixes(model.owned_model)
+        if max_fleets is not None and len(mixes) > max_fleets:
+            stride = math.ceil(len(mixes) / max_fleets)
+            mixes = [*mixes[::stride], *([mixes[-1]] if (len(mixes) - 1) % stride else [])]
         for done, (_, nodes) in enumerate(mixes):
             progress.step(f"procurement, offers {choice_name(choice)}: fleets", done, len(mixes))
             threshold = best_dollars * (1.0 - _COST_EPS) - 1e-9
