@@ -23,7 +23,7 @@ the same pool order, the same best fit.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
@@ -1988,6 +1988,7 @@ class _Decider:
         for demand in self.pending:
             if demand.job in keys:
                 demands.setdefault(demand.job, []).append(demand)
+        exposed = self._waiting_for_their_node(with_deadline)
         for job in with_deadline:
             key = job.key
             if key in self.moving or job.suspended:
@@ -2019,6 +2020,26 @@ class _Decider:
             if target is None:
                 self.notes.append(f"Job {key} may miss its deadline: no on-demand pool can run it")
                 continue
+            rivals = [k for k in exposed.get(target.name, ()) if k != key]
+            if rivals and job.pool != target.name:
+                # Its pods would wait beside a Job that needs the node on its way there, and
+                # the scheduler may give that node to either (docs/concepts.md, "Deadlines").
+                # It waits only while it could still be taken off in time were it to start
+                # on another node meanwhile (a spot node launched for others): an interval
+                # from now, its slack as a running Job (a stop to pay) stays above the margin.
+                interval = self.deadline_margin / 2
+                hold = slack.seconds - self.stop_seconds - interval - self.deadline_margin
+                if not bound and hold >= 0:
+                    self.notes.append(
+                        f"Job {key} waits a tick before it moves to on-demand pool "
+                        f"{target.name}: Job {rivals[0]} waits there for the node launched for "
+                        "it and would miss its deadline on a node launched now"
+                    )
+                    # Looked at again once that Job is on its node (an event), at the latest
+                    # an interval after this one could no longer wait.
+                    self._recheck(self.now + hold + interval)
+                    continue
+                target = self._on_demand_target(job, avoid=exposed.keys()) or target
             for demand in demands.get(key, []):
                 demand.pool = target.name
             if bound:
@@ -2156,12 +2177,40 @@ class _Decider:
         slack = self._slack(job)
         return slack is None or may_be_moved(slack, job.checkpoint_seconds, self.deadline_margin)
 
-    def _on_demand_target(self, job: JobState) -> _PoolLedger | None:
-        """The elastic pool whose GPU is cheapest for the Job (one that can launch first)."""
+    def _waiting_for_their_node(self, with_deadline: list[JobState]) -> dict[str, list[str]]:
+        """Per on-demand pool, the Jobs with a deadline that wait there (moved there, none of
+        their pods on a node yet) and could not make it on a node launched now: each needs
+        the node already on its way. Any pending pod that fits may take that node, so the
+        rule moves no other Job there while one waits (``_deadlines``)."""
+        out: dict[str, list[str]] = {}
+        for job in with_deadline:
+            if job.suspended:
+                continue
+            key = job.key
+            if key in self.moving:
+                assert job.move is not None
+                pool = job.move.to_pool
+            else:
+                pods = self.pods_of_job.get(key, [])
+                if not pods or any(p.node is not None for p in pods):
+                    continue
+                pool = job.pool
+            ledger = self.pools.get(pool or "")
+            if ledger is None or ledger.tier != ELASTIC:
+                continue
+            slack = self._slack(job)
+            if slack is not None and slack.seconds < self.deadline_margin:
+                out.setdefault(ledger.name, []).append(key)
+        return out
+
+    def _on_demand_target(self, job: JobState, avoid: Collection[str] = ()) -> _PoolLedger | None:
+        """The elastic pool whose GPU is cheapest for the Job (one that can launch first),
+        other than the pools in ``avoid``."""
         fitting = [
             p
             for p in self.pools.values()
             if p.tier == ELASTIC
+            and p.name not in avoid
             and p.per_node >= job.gpus_per_pod
             and _has_model(p, job.gpu_models)
         ]

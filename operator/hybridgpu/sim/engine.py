@@ -136,6 +136,13 @@ class SimSettings:
     surge_ready_seconds: float = 300.0
     """A serving replica added by a surge rebalance is Ready this long after it got its GPUs
     (model load); the cloud replica serves until then."""
+    moved_jobs_keep_queue_place: bool = False
+    """A job moved while it waits keeps its place in the scheduler's queue (when it first
+    waited) instead of entering it again at the move. A move recreates the Job's pods
+    (suspend, repin, resume), and kube-scheduler's PrioritySort orders pods by priority,
+    then by when they entered its queue, so by default a moved job queues behind the jobs
+    that waited before its move. True gives the other order, for tests that the operator's
+    rules do not rely on which pending pod gets a new node."""
 
 
 @dataclass
@@ -178,6 +185,10 @@ class _Job:
     index: int
     trace: TraceJob
     pending_since: float
+    queued_at: float = 0.0
+    """When its pods entered the scheduler's queue (``_queue_key``): when it began to wait,
+    or when a move recreated its pods while it waited (the operator sees them pending
+    from then on)."""
     progress: float = 0.0
     """Seconds of the job's work saved in its last checkpoint."""
     run_overhead: float = 0.0
@@ -703,7 +714,13 @@ class Simulation:
         return cached
 
     def _queue_key(self, job: _Job) -> tuple[int, float, int]:
-        return (CRITICALITY_RANK[job.trace.criticality], job.pending_since, job.index)
+        return (CRITICALITY_RANK[job.trace.criticality], self._queued_since(job), job.index)
+
+    def _queued_since(self, job: _Job) -> float:
+        """When the waiting job's pods entered the scheduler's queue, as the operator sees
+        them pending: since its move, or since it began to wait when moved jobs keep their
+        place (``SimSettings.moved_jobs_keep_queue_place``)."""
+        return job.pending_since if self.settings.moved_jobs_keep_queue_place else job.queued_at
 
     def _enqueue(self, job: _Job) -> None:
         """The job waits: in the scheduler's queue and its class's."""
@@ -838,7 +855,7 @@ class Simulation:
             self.serving_disruptions += 1
         if requeue:
             job.run_overhead = self.settings.restart_overhead_seconds
-            job.pending_since = self.now
+            job.pending_since = job.queued_at = self.now
             job.pool = pool
             self._enqueue(job)
         else:
@@ -1106,8 +1123,8 @@ class Simulation:
                 self._live_annotated.discard(index)
 
     def _pending_since_first(self) -> float:
-        """The earliest moment a pending job has waited since (inf: none waits). The queue
-        is sorted by criticality rank, then that moment."""
+        """The earliest moment a pending job's pods have waited since (inf: none waits). The
+        queue is sorted by criticality rank, then that moment (``_queued_since``)."""
         first = math.inf
         queue = self._queue
         for rank in self._ranks:
@@ -1157,7 +1174,7 @@ class Simulation:
             node=job.node,
             job=None if trace.service is not None else f"sim/{job.trace.name}",
             pool=job.pool,
-            pending_since=job.pending_since,
+            pending_since=self._queued_since(job),
             started_at=job.run_started,
             gpu_models=job.trace.gpu_models,
             idle_timeout_seconds=trace.idle_timeout_seconds if self.reads_annotations else None,
@@ -1325,6 +1342,7 @@ class Simulation:
                     if waits:
                         self._dequeue(job)
                     job.pool = action.to_pool
+                    job.queued_at = self.now  # its pods are recreated
                     if waits:
                         self._enqueue(job)
                     self._job_changed(job.index)
@@ -1546,7 +1564,7 @@ class Simulation:
         for pool in self._price_steps:
             self._schedule_price_change(pool)
         for index, tj in enumerate(self.trace):
-            self.jobs.append(_Job(index, tj, tj.arrival_seconds))
+            self.jobs.append(_Job(index, tj, tj.arrival_seconds, tj.arrival_seconds))
             if tj.service is not None:
                 self.by_trace_name[tj.name] = self.jobs[-1]
             self._push(tj.arrival_seconds, "arrive", index)
