@@ -250,6 +250,12 @@ class _Decider:
         )
         self.moving: set[str] = {j.key for j in self.jobs.values() if j.move is not None}
         self._moving_at_start = frozenset(self.moving)
+        self._opted: set[str] | None = None
+        self._gpus_of_job: dict[str, int] = {}
+        self._restart_hours_of: dict[str, float] = {}
+        """``_job_gpus`` and ``_restart_gpu_hours`` by Job, as found this tick."""
+        self._victim_ranks: dict[str, tuple[float, int, float, str]] = {}
+        self._victims_seen: dict[str, tuple[int, dict[str, int]]] = {}
         self.pending: list[_Demand] = []
         self.pending_pods: list[GPUPod] = []
         self.requeued: list[_Demand] = []
@@ -1261,7 +1267,13 @@ class _Decider:
         return job
 
     def _job_gpus(self, job_key: str) -> int:
-        return sum(p.gpus for p in self.pods_of_job.get(job_key, []))
+        gpus = self._gpus_of_job.get(job_key)
+        if gpus is None:
+            # pods_of_job does not change during a tick.
+            gpus = self._gpus_of_job[job_key] = sum(
+                p.gpus for p in self.pods_of_job.get(job_key, [])
+            )
+        return gpus
 
     def _lost_hours(self, job: JobState, run_started_at: float | None = None) -> float:
         """Hours of a GPU's work a move of the Job throws away: the restart overhead plus,
@@ -1277,7 +1289,38 @@ class _Decider:
 
     def _restart_gpu_hours(self, job_key: str) -> float:
         """GPU-hours a move of the Job throws away (its GPUs times ``_lost_hours``)."""
-        return self._job_gpus(job_key) * self._lost_hours(self.jobs[job_key])
+        hours = self._restart_hours_of.get(job_key)
+        if hours is None:
+            hours = self._job_gpus(job_key) * self._lost_hours(self.jobs[job_key])
+            self._restart_hours_of[job_key] = hours
+        return hours
+
+    def _victims_on(self, node_name: str) -> dict[str, int]:
+        """The GPUs each movable Job holds on the node. Kept until a Job starts to move
+        (``moving`` only grows during a tick; pods do not move)."""
+        seen = self._victims_seen.get(node_name)
+        if seen is not None and seen[0] == len(self.moving):
+            return seen[1]
+        victims: dict[str, int] = {}
+        for pod in self.pods_on.get(node_name, []):
+            job = self._movable(pod.job)
+            if job is not None:
+                victims[job.key] = victims.get(job.key, 0) + pod.gpus
+        self._victims_seen[node_name] = (len(self.moving), victims)
+        return victims
+
+    def _victim_rank(self, job_key: str) -> tuple[float, int, float, str]:
+        """Where a Job comes among the victims of a preemption: least work thrown away,
+        fewest GPUs, the latest started; the same all tick (memo)."""
+        rank = self._victim_ranks.get(job_key)
+        if rank is None:
+            rank = self._victim_ranks[job_key] = (
+                self._restart_gpu_hours(job_key),
+                self._job_gpus(job_key),
+                -(self.jobs[job_key].started_at or 0.0),
+                job_key,
+            )
+        return rank
 
     def _preempt_for(self, demand: _Demand) -> bool:
         policy = self.policy.preemption
@@ -1297,24 +1340,12 @@ class _Decider:
                 free = self.node_free.get(node_name)
                 if free is None:
                     continue
-                victims: dict[str, int] = {}
-                for pod in self.pods_on.get(node_name, []):
-                    job = self._movable(pod.job)
-                    if job is not None:
-                        victims[job.key] = victims.get(job.key, 0) + pod.gpus
+                victims = self._victims_on(node_name)
                 if free + sum(victims.values()) < demand.gpus:
                     continue
                 # Cheapest to restart first: least work thrown away (GPUs times the time
                 # since the last checkpoint, when known), then the fewest GPUs.
-                ranked = sorted(
-                    victims,
-                    key=lambda k: (
-                        self._restart_gpu_hours(k),
-                        self._job_gpus(k),
-                        -(self.jobs[k].started_at or 0.0),
-                        k,
-                    ),
-                )
+                ranked = sorted(victims, key=self._victim_rank) if len(victims) > 1 else victims
                 chosen: list[JobState] = []
                 got = free
                 cost = 0.0
@@ -1447,9 +1478,11 @@ class _Decider:
                     break
                 jobs[job.key] = job
                 gpus += pod.gpus
+            if not jobs:
+                continue  # nothing to move
             restrictions = {j.gpu_models for j in jobs.values()}
-            if not jobs or len(restrictions) > 1:
-                continue  # nothing to move, or jobs that may run on different GPU models
+            if len(restrictions) > 1:
+                continue  # jobs that may run on different GPU models
             models = restrictions.pop()
             # Idle owned GPUs are paid for anyway: the best place; else spot for elastic work.
             sizes = tuple(sorted([p.gpus for p in pods], reverse=True))
@@ -1520,8 +1553,7 @@ class _Decider:
         for their idleFor (``_consolidate``)."""
         if not self.policy.consolidation.enabled or self.moves_left <= 0:
             return
-        opted = {j.key for j in self.snap.jobs if j.return_to_core and not j.queued}
-        if not opted and not self._any_preemptible_job():
+        if not self._any_preemptible_job() and not self._opted_to_return():
             return  # every pod of a candidate node is of an opted-in or a movable Job
         candidates: list[tuple[float, str, list[GPUPod]]] = []
         pods_on = self.pods_on
@@ -1533,10 +1565,15 @@ class _Decider:
             if pods is None or node_name in reserved:
                 continue
             ledger = self.pools[self.node_pool[node_name]]
-            preemptible = any(p.criticality == PREEMPTIBLE for p in pods)
-            if preemptible and 2 * sum(p.gpus for p in pods) > ledger.per_node:
+            preemptible = False
+            used = 0
+            for p in pods:
+                used += p.gpus
+                if p.criticality == PREEMPTIBLE:
+                    preemptible = True
+            if preemptible and 2 * used > ledger.per_node:
                 continue  # the node is mostly used: see _may_return
-            if all(self._may_return(p, ledger, opted) for p in pods):
+            if all(self._may_return(p, ledger) for p in pods):
                 candidates.append((-ledger.node_price, node_name, pods))
         for _, node_name, pods in sorted(candidates, key=lambda c: (c[0], c[1])):
             jobs = sorted({p.job for p in pods if p.job is not None})
@@ -1601,7 +1638,13 @@ class _Decider:
             for p in pods:
                 self._adjust(node_name, p.gpus)
 
-    def _may_return(self, pod: GPUPod, ledger: _PoolLedger, opted: set[str]) -> bool:
+    def _opted_to_return(self) -> set[str]:
+        """The Jobs that opt in to return to core (and no queue holds); found on first use."""
+        if self._opted is None:
+            self._opted = {j.key for j in self.snap.jobs if j.return_to_core and not j.queued}
+        return self._opted
+
+    def _may_return(self, pod: GPUPod, ledger: _PoolLedger) -> bool:
         """Whether the pod's Job may move from this cloud node back to owned GPUs.
 
         A standard Job when it opts in. A preemptible Job when the caller found its node at
@@ -1616,7 +1659,7 @@ class _Decider:
         late (allowance 4 h; bench/simulate_openb.py --spot-trace)."""
         if pod.criticality == Criticality.STANDARD:
             return (
-                pod.job in opted
+                pod.job in self._opted_to_return()
                 and pod.job in self.jobs
                 and pod.job not in self.moving
                 and pod.started_at is not None

@@ -442,6 +442,17 @@ class Simulation:
         self._eligible_cache: dict[_ClassKey, list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         self._tally = {p.name: _Tally() for p in pools}
+        self._accounted_pools = [
+            (
+                p.name,
+                self._tally[p.name],
+                is_cloud(p.spec.tier),
+                p.spec.gpu.per_node,
+                p.spec.gpu.model,
+            )
+            for p in pools
+        ]
+        """What ``_account`` reads of each pool that a price change does not move."""
         self._spot_launched: dict[str, deque[_Node]] = {}
         """Per spot pool, its nodes by launch, until they are two WINDOW_AGE_SECONDS old."""
         self._spot_seen: dict[str, list[int]] = {}
@@ -1411,22 +1422,22 @@ class Simulation:
         free_core = 0
         busy: list[tuple[float, int, int, float]] = []
         spot_gpu_price = self._spot_gpu_price_while_unavailable()
-        for name, tally in self._tally.items():
+        node_price = self._node_price
+        for name, tally, cloud, per_node, model in self._accounted_pools:
             if not tally.nodes:
                 continue
-            pool = self.pools[name]
-            if not is_cloud(pool.spec.tier):
+            if not cloud:
                 free_core += tally.busy_free_gpus
                 continue
-            price = self._node_price[name]
-            gpu_price = price / pool.spec.gpu.per_node
+            price = node_price[name]
+            gpu_price = price / per_node
             terms["provisioning"] += tally.booting * price * dt
             terms["idle_nodes"] += tally.empty * price * dt
             terms["half_empty_nodes"] += tally.busy_free_gpus * gpu_price * dt
             if tally.busy_used_gpus:
                 # Preemptible work on on-demand while the spot pools of its model had no
                 # capacity: what it paid above the spot price is spot unavailability's.
-                spot = spot_gpu_price.get(pool.spec.gpu.model)
+                spot = spot_gpu_price.get(model)
                 premium = max(gpu_price - spot, 0.0) if spot is not None else 0.0
                 pre = tally.busy_preemptible_gpus if premium else 0
                 busy.append((gpu_price, tally.busy_used_gpus, pre, premium))
