@@ -361,8 +361,9 @@ def test_a_deadline_job_returns_from_on_demand_to_spot_after_a_checkpoint_and_on
     wait_for(lambda: running_in(cluster, "filler2", spot), KUBE_SECONDS, "filler2 on spot")
 
     # A Job without checkpoints, moved to on-demand the same way, never returns: not while a
-    # fresh spot run could still finish before its slack fell below the margin (its first
-    # 830 s there), when spot can launch, lasts and has a node over an hour old.
+    # fresh spot run could still finish before its slack fell below the margin (until 830 s
+    # after its creation, which the checks below span), when spot can launch, lasts and has
+    # a node over an hour old: only its lack of checkpoints keeps it there.
     cloud.short.add(spot)
     created = clock()
     cluster.kube.create_job(
