@@ -4,13 +4,15 @@ CPU seconds of each (docs/benchmarks.md, "TCO planner: the fast search").
 
     .venv/bin/python bench/plan_fast_gap.py                       # every trace below
     .venv/bin/python bench/plan_fast_gap.py --trace synthetic-1000 --trace bundled
+    .venv/bin/python bench/plan_fast_gap.py --owned-max-nodes 3   # room for 3 owned nodes
 
 Traces: ``synthetic-N`` (N = 1000, 4000, 8000: the first N jobs of `simulate_scale.py`'s
 synthetic process, the ones `simulate_scale.py plan --jobs N` plans), ``bundled`` (the
 simulator's bundled scenario: `synthetic()`, 72 h) and ``openb`` (../shared/traces/
 alibaba-openb). Each is planned with `--config examples/plan.yaml --search exact` and
 `--search fast`; both plans' every dollar figure is a replay of their fleet, so the gap is
-what the fast search's choice costs more.
+what the fast search's choice costs more. ``--owned-max-nodes N`` caps every candidate at N
+nodes (maxNodes), so that committed offers are worth signing.
 
 Prints one JSON object, a row per trace.
 """
@@ -61,8 +63,24 @@ def _trace(name: str, tmp: Path) -> Path:
     return path
 
 
-def _plan(trace: Path, search: str) -> tuple[dict[str, Any], float]:
-    argv = ["plan", "--config", str(ROOT / "examples" / "plan.yaml"), "--trace", str(trace)]
+def _config(tmp: Path, owned_max_nodes: int | None) -> Path:
+    """examples/plan.yaml, with every candidate capped at ``owned_max_nodes``."""
+    base = ROOT / "examples" / "plan.yaml"
+    if owned_max_nodes is None:
+        return base
+    import yaml
+
+    doc = yaml.safe_load(base.read_text())
+    for candidate in doc["spec"]["candidates"]:
+        candidate["maxNodes"] = owned_max_nodes
+        candidate["currentNodes"] = min(candidate.get("currentNodes", 0), owned_max_nodes)
+    path = tmp / "plan.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _plan(trace: Path, search: str, config: Path) -> tuple[dict[str, Any], float]:
+    argv = ["plan", "--config", str(config), "--trace", str(trace)]
     stdout = io.StringIO()
     cpu = time.process_time()
     with contextlib.redirect_stdout(stdout):
@@ -73,9 +91,9 @@ def _plan(trace: Path, search: str) -> tuple[dict[str, Any], float]:
     return json.loads(stdout.getvalue()), cpu
 
 
-def _row(name: str, trace: Path) -> dict[str, Any]:
-    exact, exact_cpu = _plan(trace, "exact")
-    fast, fast_cpu = _plan(trace, "fast")
+def _row(name: str, trace: Path, config: Path) -> dict[str, Any]:
+    exact, exact_cpu = _plan(trace, "exact", config)
+    fast, fast_cpu = _plan(trace, "fast", config)
 
     def fleet(out: dict[str, Any]) -> str:
         return " + ".join(f"{r['nodes']} {r['name']}" for r in out["status"]["recommendations"])
@@ -113,11 +131,13 @@ def _row(name: str, trace: Path) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", action="append", choices=TRACES, help="default: every one")
+    parser.add_argument("--owned-max-nodes", type=int, default=None, help="cap every candidate")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.trace or TRACES:
-            rows.append(_row(name, _trace(name, Path(tmp))))
+            config = _config(Path(tmp), args.owned_max_nodes)
+            rows.append(_row(name, _trace(name, Path(tmp)), config))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=2))
     return 0

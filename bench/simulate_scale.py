@@ -5,6 +5,7 @@
     .venv/bin/python bench/simulate_scale.py synthetic --jobs 20000
     .venv/bin/python bench/simulate_scale.py synthetic --jobs 200000 --policy owned_only
     .venv/bin/python bench/simulate_scale.py plan --jobs 200000
+    .venv/bin/python bench/simulate_scale.py plan --jobs 8000 --search fast
 
 ``dlrm``: the Alibaba 2025 DLRM serving trace (../shared/traces/alibaba-dlrm, 7,386 GPU
 instances over 31 days) on examples/cluster-dlrm.yaml (250 owned 8-GPU nodes, thousands of
@@ -113,6 +114,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("dlrm", "synthetic", "plan"))
     parser.add_argument("--jobs", type=int, default=20_000, help="synthetic and plan")
+    parser.add_argument(
+        "--search",
+        choices=("auto", "exact", "fast"),
+        default="auto",
+        help="plan: `hybridgpu plan --search` (auto: fast above 10,000 jobs)",
+    )
     parser.add_argument("--days", type=float, default=None, help="dlrm: only its first days")
     parser.add_argument(
         "--policy",
@@ -152,13 +159,13 @@ def main() -> int:
         ]
         out = {"copies": copies, **_simulate(pools, config.policy.spec, jobs, args.policy)}
     else:
-        out = _plan(args.jobs)
+        out = _plan(args.jobs, args.search)
     out["peak_rss_mib"] = _peak_rss_mib()
     print(json.dumps(out, indent=2))
     return 0
 
 
-def _plan(count: int) -> dict[str, Any]:
+def _plan(count: int, search: str = "auto") -> dict[str, Any]:
     import hybridgpu.planner.cost as cost_module
     import hybridgpu.planner.procure as procure_module
     from hybridgpu.cli import main as cli
@@ -195,7 +202,7 @@ def _plan(count: int) -> dict[str, Any]:
         cpu = time.process_time()
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
-            code = cli([*argv, "--json"])
+            code = cli([*argv, "--json", "--search", search])
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu
     status = json.loads(stdout.getvalue())["status"] if code == 0 else None
@@ -205,7 +212,9 @@ def _plan(count: int) -> dict[str, Any]:
         "exit_code": code,
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
+        "search": None if code != 0 else json.loads(stdout.getvalue())["search"]["method"],
         "recommended_nodes": None if status is None else status.get("recommendedNodes"),
+        "monthly_total": None if status is None else status["monthlyCost"]["total"],
         "replays": replays["count"],
         "replay_cpu_seconds": round(replays["cpu_seconds"], 1),
     }

@@ -12,12 +12,14 @@ The fast search instead:
    (so every GPU-hour of demand is kept); the fluid cost model of it (demand above the owned
    GPUs goes to the cloud at no start-up, idle or packing cost) costs any fleet in
    microseconds. The plan of that model (its owned optimum, sensitivity table, flip points
-   and procurement) is computed as for a demand history;
+   and procurement: over ``FAST_PROCUREMENT_FLEETS`` owned sizes on a ``PROCUREMENT_LEVELS``
+   model) is computed as for a demand history;
 2. searches the owned size with **exact replays** (the exact plan's ``CostModel``), starting
    at the aggregate model's optimum: a compass search over the owned sizes (each its
-   cheapest node mix) that halves its step when neither neighbour is cheaper, down to the
-   adjacent sizes. It stops at a local minimum of the replayed cost, not necessarily the
-   global one: docs/benchmarks.md measures the gap against the exact search;
+   cheapest node mix) that halves its step when neither neighbour is cheaper, down to sizes
+   one largest node apart, then again over adjacent sizes (``two_scale_search``). It stops
+   at a local minimum of the replayed cost, not necessarily the global one:
+   docs/benchmarks.md measures the gap against the exact search;
 3. **prices by replay** what it prints: the recommended fleet, today's fleet, all on demand,
    the runners-up (the cheapest replayed sizes on either side of the choice) and the
    procurement the aggregate model chose (``procure.costed`` with job replays).
@@ -28,6 +30,7 @@ the sensitivity table and flip points are the aggregate model's (the output says
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -121,33 +124,48 @@ def model_inputs(inputs: PlanInputs, limit: int = MODEL_LEVELS) -> tuple[float, 
 
 
 def local_search(
-    cost: Callable[[int], float], count: int, start: int, step: int | None = None
+    cost: Callable[[int], float],
+    count: int,
+    start: int,
+    step: int | None = None,
+    min_step: int = 1,
 ) -> int:
-    """A local minimum of ``cost`` over 0..count-1 from ``start``: a compass search that moves
-    to a neighbour ``step`` away when it is cheaper (by more than a relative 1e-9), doubles
-    the step after a move in the same direction and halves it when neither neighbour is
-    cheaper, and ends when neither adjacent index is cheaper."""
+    """A local minimum of ``cost`` over 0..count-1 from ``start``, at scale ``min_step``: a
+    compass search that looks ``step`` away on both sides and moves to the cheaper neighbour
+    when it is cheaper (by more than a relative 1e-9), keeps going that way with the step
+    doubled while that pays, halves the step when neither neighbour is cheaper, and ends when
+    neither neighbour ``min_step`` away is cheaper."""
     if count < 1:
         raise ValueError("nothing to search")
     here = min(max(start, 0), count - 1)
-    step = max(1, count // 32) if step is None else max(1, step)
+    min_step = max(1, min_step)
+    step = max(min_step, count // 32 if step is None else step)
     direction = 0
     while True:
         here_cost = cost(here)
-        moved = False
-        order = (direction, -direction) if direction else (-1, 1)
-        for d in order:
-            there = here + d * step
+        if direction:
+            there = here + direction * step
             if 0 <= there < count and cost(there) < here_cost * (1.0 - _COST_EPS):
-                step = step * 2 if d == direction else step
-                here, direction, moved = there, d, True
-                break
-        if moved:
+                here, step = there, step * 2
+                continue
+            direction = 0
+        sides = [(cost(j), j) for j in (here - step, here + step) if 0 <= j < count]
+        best_cost, best = min(sides, default=(math.inf, here))
+        if best_cost < here_cost * (1.0 - _COST_EPS):
+            direction = 1 if best > here else -1
+            here = best
             continue
-        if step == 1:
+        if step <= min_step:
             return here
-        step = max(1, step // 2)
-        direction = 0
+        step = max(min_step, step // 2)
+
+
+def two_scale_search(cost: Callable[[int], float], count: int, start: int, coarse: int) -> int:
+    """``local_search`` at the scale of ``coarse`` indices first, then of adjacent ones: a
+    fleet cost has bumps between sizes a mix of node types makes up (a 4-GPU node is dearer
+    per GPU than an 8-GPU one), which stop a search at adjacent sizes too early."""
+    here = local_search(cost, count, start, min_step=coarse)
+    return local_search(cost, count, here, step=1)
 
 
 def fast_fleet(
@@ -168,7 +186,10 @@ def fast_fleet(
         return known.total_dollars
 
     start = min(range(len(mixes)), key=lambda i: (abs(mixes[i][0] - start_gpus), i))
-    best = local_search(cost, len(mixes), start)
+    # Sizes one largest node apart, then adjacent ones.
+    spacing = mixes[1][0] - mixes[0][0] if len(mixes) > 1 else 1
+    coarse = max(1, max(model.gpus_per_node) // max(spacing, 1))
+    best = two_scale_search(cost, len(mixes), start, coarse)
     return mixes[best][1], costed
 
 
