@@ -87,7 +87,9 @@ def moving_jobset(cluster: FakeCluster, *, children_suspended: bool = True) -> d
     obj = jobset("sweep", replicas=2, gpus=8, criticality="preemptible", suspend=True)
     jobset_pod_spec(obj)["nodeSelector"] = dict(OWNED)
     plan = Move("spot", None, STEP_SUSPEND, 1.0)
-    obj["metadata"]["annotations"] = start_patch(KINDS["JobSet"], plan)["metadata"]["annotations"]
+    obj["metadata"]["annotations"] = start_patch(KINDS["JobSet"], plan, obj)["metadata"][
+        "annotations"
+    ]
     cluster.workloads[("JobSet", "team", "sweep")] = obj
     for i in range(2):
         child = child_job(obj, i, suspended=children_suspended)

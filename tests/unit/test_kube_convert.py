@@ -353,3 +353,12 @@ def test_a_leaderworkerset_group_is_one_gang_of_its_gpu_pods() -> None:
     assert gpu_pod(make_pod(node="n", labels={"leaderworkerset.sigs.k8s.io/name": "x"}), {})
     other = gpu_pod(make_pod(node="n", labels={"leaderworkerset.sigs.k8s.io/name": "x"}), {})
     assert other is not None and other.gang is None
+
+
+def test_the_moves_counted_on_a_job_tell_decide_its_run_is_a_restart() -> None:
+    first = job_state(make_job())
+    moved = job_state(make_job(annotations={"hybridgpu.io/restarts": "2"}))
+    garbled = job_state(make_job(annotations={"hybridgpu.io/restarts": "-1"}))
+    assert first is not None and first.restarts == 0
+    assert moved is not None and moved.restarts == 2
+    assert garbled is not None and garbled.restarts == 0

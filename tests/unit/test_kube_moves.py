@@ -72,9 +72,17 @@ def test_next_step(step: str, suspended: bool, pods: int, start_time: bool, want
 
 def test_intent_round_trips_through_the_annotation_and_suspends_in_one_patch() -> None:
     move = Move("spot", None, STEP_SUSPEND, 12.5)
-    patch = start_patch(JOB, move)
+    patch = start_patch(JOB, move, {"metadata": {}})
     assert patch["spec"] == {"suspend": True}
     assert read_move(patch["metadata"]["annotations"]) == move
+    # Each move is counted on the workload: the run after it starts by loading its checkpoint.
+    assert patch["metadata"]["annotations"]["hybridgpu.io/restarts"] == "1"
+    again = start_patch(JOB, move, {"metadata": {"annotations": {"hybridgpu.io/restarts": "2"}}})
+    assert again["metadata"]["annotations"]["hybridgpu.io/restarts"] == "3"
+    garbled = {"metadata": {"annotations": {"hybridgpu.io/restarts": "x"}}}
+    assert (
+        start_patch(JOB, move, garbled)["metadata"]["annotations"]["hybridgpu.io/restarts"] == "1"
+    )
     assert read_move({"hybridgpu.io/move": "not json"}) is None
     assert finish_patch(JOB) == {
         "metadata": {"annotations": {"hybridgpu.io/move": None}},

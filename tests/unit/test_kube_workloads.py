@@ -196,7 +196,7 @@ def test_a_move_repoints_every_pod_template_of_the_workload(obj: dict) -> None:
     kind = KINDS[obj["kind"]]
     move = Move("spot", from_pool(kind, obj), STEP_SUSPEND, 1.0)
     assert move.from_pool == "core"
-    started = start_patch(kind, move)
+    started = start_patch(kind, move, obj)
     assert kind.suspended(merge(obj, started))
     moved = apply_json_patch(
         merge(obj, started), repin_patch(kind, merge(obj, started), move, pools())
@@ -213,6 +213,9 @@ def test_a_move_repoints_every_pod_template_of_the_workload(obj: dict) -> None:
     notes = moved["metadata"]["annotations"]
     assert json.loads(notes["hybridgpu.io/move"])["step"] == STEP_REPINNED
     assert notes["hybridgpu.io/pinned-to"] == "spot"
+    # The move is counted: decide() reads the next run as a restart.
+    state = workload_state(kind, moved)
+    assert state is not None and state.restarts == 1
     resumed = merge(moved, finish_patch(kind))
     assert not kind.suspended(resumed)
     assert resumed["metadata"]["annotations"]["hybridgpu.io/move"] is None
@@ -314,7 +317,7 @@ def test_a_trainjob_is_repointed_through_its_trainers_pod_spec_override() -> Non
     ]
     move = Move("spot", from_pool(kind, bare), STEP_SUSPEND, 1.0)
     assert move.from_pool is None
-    bare = merge(bare, start_patch(kind, move))
+    bare = merge(bare, start_patch(kind, move, bare))
     moved = apply_json_patch(bare, repin_patch(kind, bare, move, pools()))
     initializer, trainer = moved["spec"]["podSpecOverrides"]
     assert initializer == bare["spec"]["podSpecOverrides"][0]
@@ -326,7 +329,7 @@ def test_a_trainjob_is_repointed_through_its_trainers_pod_spec_override() -> Non
     pinned["spec"]["podSpecOverrides"][0]["serviceAccountName"] = "train"
     move = Move("spot", from_pool(kind, pinned), STEP_SUSPEND, 1.0)
     assert move.from_pool == "core"
-    pinned = merge(pinned, start_patch(kind, move))
+    pinned = merge(pinned, start_patch(kind, move, pinned))
     moved = apply_json_patch(pinned, repin_patch(kind, pinned, move, pools()))
     (trainer,) = moved["spec"]["podSpecOverrides"]
     assert trainer["serviceAccountName"] == "train"

@@ -61,20 +61,14 @@ def test_the_trace_says_which_jobs_opt_in(tmp_path: Path) -> None:
         load_csv(trace)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found, not fixed: return to core (decide._until_checkpoint) counts a run's "
-    "checkpoints from its start, but a restarted run checkpoints after its restartOverhead "
-    "start-up (the simulator's run_overhead; the deadline rule's banked_seconds counts so for "
-    "every run): the Job moves a start-up before its checkpoint and loses the interval. "
-    "Counting after the start-up for every run fixes this one (2,700 -> 1,200 s lost per GPU; "
-    "the bundled scenario $3,063 -> $2,937) but loses the start-up on first runs "
-    "(test_an_opted_in_standard_job_returns_to_the_owned_node): the fix needs to know "
-    "whether a run is a restart",
-)
 def test_a_job_preempted_to_spot_returns_to_core_right_after_a_checkpoint(
     config: ClusterConfig,
 ) -> None:
+    # Found as a bug: return to core counted a run's checkpoints from its start, but a run
+    # after a move checkpoints after its restartOverhead start-up, so the Job moved a start-up
+    # before its checkpoint and lost an interval (2,700 s lost per GPU). The operator now
+    # counts its moves on the Job (hybridgpu.io/restarts) and counts a restart's checkpoints
+    # from the end of its start-up; a first run's from its start (the test above).
     # Preempted off the owned node by the critical service 10 minutes in (its work since
     # its start lost), it restarts on spot (a 5-minute start-up, then a checkpoint every 30
     # minutes) and returns to the owned node once the service ends, right after a checkpoint.

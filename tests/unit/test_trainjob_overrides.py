@@ -73,7 +73,7 @@ def move(obj: dict[str, Any], kind: TrainJob, to_pool: str) -> dict[str, Any]:
     plan = Move(to_pool, from_pool(kind, obj), STEP_SUSPEND, 1.0)
     started = copy.deepcopy(obj)
     started["spec"]["suspend"] = True
-    started["metadata"]["annotations"] = start_patch(kind, plan)["metadata"]["annotations"]
+    started["metadata"]["annotations"] = start_patch(kind, plan, obj)["metadata"]["annotations"]
     ops = repin_patch(kind, started, plan, pools())
     return dict(jsonpatch.apply_patch(started, ops))
 
@@ -261,7 +261,9 @@ def suspended_trainjob(cluster: FakeCluster, to_pool: str) -> dict[str, Any]:
     job["spec"][RUNTIME_PATCHES] = [copy.deepcopy(KUEUE_PATCH)]
     job["spec"]["suspend"] = True
     plan = Move(to_pool, None, STEP_SUSPEND, 1.0)
-    job["metadata"]["annotations"] = start_patch(KINDS["TrainJob"], plan)["metadata"]["annotations"]
+    job["metadata"]["annotations"] = start_patch(KINDS["TrainJob"], plan, job)["metadata"][
+        "annotations"
+    ]
     cluster.workloads[("TrainJob", "team", "llm")] = job
     return copy.deepcopy(job)
 

@@ -1727,11 +1727,13 @@ class _Decider:
     def _until_checkpoint(self, job: JobState, run_started_at: float | None) -> float:
         """Seconds until the Job's next checkpoint in the run that started at
         ``run_started_at``, or 0 when it checkpointed within the last two ticks (or its
-        checkpoints or start are not known)."""
+        checkpoints or start are not known). A run after a move of the operator (``restarts``)
+        first loads its checkpoint (restartOverhead), so its checkpoints count from there."""
         every = job.checkpoint_seconds
         if not every or run_started_at is None:
             return 0.0
-        since = max(self.now - run_started_at, 0.0) % every
+        start_up = self.restart_hours * 3600.0 if job.restarts else 0.0
+        since = max(self.now - run_started_at - start_up, 0.0) % every
         return 0.0 if since <= self.checkpoint_window else every - since
 
     def _recheck(self, at: float) -> None:

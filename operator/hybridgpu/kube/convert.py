@@ -26,6 +26,7 @@ from hybridgpu.kube.names import (
     POOL_LABEL,
     PROGRESS_ANNOTATION,
     RELEASING_ANNOTATION,
+    RESTARTS_ANNOTATION,
     RETURN_TO_CORE_ANNOTATION,
 )
 from hybridgpu.models.base import parse_duration_seconds
@@ -351,6 +352,7 @@ def job_state(job: Obj) -> JobState | None:
         deadline_at=deadline.deadline_at,
         expected_duration_seconds=deadline.expected_seconds,
         progress_seconds=deadline.progress_seconds,
+        restarts=restarts_of(annotations_of(job)),
         return_to_core=str(annotations_of(job).get(RETURN_TO_CORE_ANNOTATION, "")).strip().lower()
         == "true",
         # A Job whose pods must all run at once says so (hybridgpu.io/gang: "true").
@@ -457,6 +459,13 @@ def checkpoint_interval(annotations: Mapping[str, str]) -> tuple[float | None, s
         return (0.0 if text == "0" else parse_duration_seconds(text)), None
     except ValueError as err:
         return None, f"annotation {CHECKPOINT_ANNOTATION}: {err}; 0 means never"
+
+
+def restarts_of(annotations: Mapping[str, str]) -> int:
+    """How many moves the operator started for the workload (hybridgpu.io/restarts; 0 when
+    absent or not a count: only the operator writes it)."""
+    raw = str(annotations.get(RESTARTS_ANNOTATION, "")).strip()
+    return int(raw) if raw.isdigit() else 0
 
 
 def pool_selector(name: str, spec: GPUPoolSpec) -> dict[str, str]:

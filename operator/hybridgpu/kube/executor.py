@@ -621,7 +621,7 @@ class PlanExecutor:
         move = Move(
             to_pool=to_pool, from_pool=from_pool(kind, job), step=STEP_SUSPEND, since=self.clock()
         )
-        patch = start_patch(kind, move)
+        patch = start_patch(kind, move, job)
         saved = self._progress.get(f"{namespace}/{name}")
         if saved is not None:
             # Its next run's deadline arithmetic starts from what its checkpoints saved.

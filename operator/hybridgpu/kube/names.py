@@ -29,6 +29,9 @@ RETURN_TO_CORE_ANNOTATION = "hybridgpu.io/return-to-core"
 PROGRESS_ANNOTATION = "hybridgpu.io/progress"
 """On a Job: seconds of work its checkpoints saved so far (the operator writes it when it
 stops the Job; a workload that knows its progress may write it too)."""
+RESTARTS_ANNOTATION = "hybridgpu.io/restarts"
+"""How many moves the operator started for the workload (it counts each move it starts): a
+run after one first loads its checkpoint."""
 GANG_ANNOTATION = "hybridgpu.io/gang"
 """On a workload: "true" (a batch/v1 Job) or "false" (a JobSet, RayJob, PyTorchJob) says
 whether its GPU pods must all run at once; capacity is then found for all or none."""

@@ -207,6 +207,10 @@ class JobState:
     duration from creation), seconds since the epoch; None: no deadline."""
     expected_duration_seconds: float | None = None
     """Run time it needs from scratch (annotation hybridgpu.io/expected-duration)."""
+    restarts: int = 0
+    """Moves the operator started for it (annotation hybridgpu.io/restarts, counted by each
+    move): a run after one first loads its checkpoint for restartOverhead before it makes
+    progress, so that run's checkpoints count from the end of that start-up."""
     progress_seconds: float = 0.0
     """Work its earlier runs saved in checkpoints (annotation hybridgpu.io/progress, written
     by the operator when it stops the Job, or by the workload itself), seconds."""

@@ -207,6 +207,8 @@ class _Job:
     """The progress the operator has recorded on the Job (hybridgpu.io/progress): what its
     earlier runs saved, counted as conservatively as the operator counts it."""
     reclaimed_at: float | None = None
+    restarts: int = 0
+    """Moves the operator made of it (hybridgpu.io/restarts on a real Job)."""
 
 
 @dataclass
@@ -1169,6 +1171,7 @@ class Simulation:
             and cached[0] == job.run_id
             and cached[1].pool == job.pool
             and cached[1].node == job.node  # a rebalanced replica moves while it runs
+            and cached[2].restarts == job.restarts
         ):
             return cached[1], cached[2]
         crit = job.trace.criticality
@@ -1220,6 +1223,7 @@ class Simulation:
                 else None
             ),
             progress_seconds=job.saved_estimate,
+            restarts=job.restarts,
             return_to_core=trace.return_to_core and self.reads_annotations,
         )
         self._views[job.index] = (job.run_id, pod, state)
@@ -1346,6 +1350,7 @@ class Simulation:
                     else:
                         self.deadline_moves += 1
                 self.preemptions += 1
+                job.restarts += 1
                 if job.node is not None:
                     self._stop(job, requeue=True, pool=action.to_pool)
                 else:

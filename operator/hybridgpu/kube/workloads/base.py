@@ -25,6 +25,7 @@ from hybridgpu.kube.convert import (
     parse_move,
     pod_spec_gpu_models,
     pod_spec_gpus,
+    restarts_of,
 )
 from hybridgpu.kube.moves import STEP_REPINNED, Move, repin_template
 from hybridgpu.kube.names import (
@@ -33,6 +34,7 @@ from hybridgpu.kube.names import (
     MOVE_ANNOTATION,
     PINNED_ANNOTATION,
     POOL_LABEL,
+    RESTARTS_ANNOTATION,
     RETURN_TO_CORE_ANNOTATION,
 )
 from hybridgpu.models.pool import GPUPoolSpec
@@ -187,6 +189,7 @@ def workload_state(kind: WorkloadKind, obj: Obj) -> JobState | None:
         deadline_at=deadline.deadline_at,
         expected_duration_seconds=deadline.expected_seconds,
         progress_seconds=deadline.progress_seconds,
+        restarts=restarts_of(notes),
         return_to_core=str(notes.get(RETURN_TO_CORE_ANNOTATION, "")).strip().lower() == "true",
         gang=is_gang(kind, obj, pods),
         kind=kind.kind,
@@ -195,10 +198,14 @@ def workload_state(kind: WorkloadKind, obj: Obj) -> JobState | None:
     )
 
 
-def start_patch(kind: WorkloadKind, move: Move) -> dict[str, Any]:
-    """One merge patch that records the move's intent and suspends the workload (atomic)."""
+def start_patch(kind: WorkloadKind, move: Move, obj: Obj) -> dict[str, Any]:
+    """One merge patch that records the move's intent, counts it (its next run is a restart)
+    and suspends the workload ``obj`` (atomic)."""
     patch = kind.suspend_patch(True)
-    patch.setdefault("metadata", {})["annotations"] = {MOVE_ANNOTATION: move.annotation()}
+    patch.setdefault("metadata", {})["annotations"] = {
+        MOVE_ANNOTATION: move.annotation(),
+        RESTARTS_ANNOTATION: str(restarts_of(annotations_of(obj)) + 1),
+    }
     return patch
 
 
