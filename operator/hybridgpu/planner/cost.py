@@ -49,6 +49,10 @@ class SharedWork:
         the history's own curve (``ScaledCurve``) and procurement's fluid figures computed per
         query (``procure.ProcurementModel``), so nothing the size of the history times the
         horizon's months is built: the same sums in another order."""
+        self.cloud_scale: tuple[float, float] = (1.0, 1.0)
+        """The fast search's: procurement's fluid on-demand and spot GPU-hours times these
+        (the replay's over the fluid model's at the replayed fleet: the start-up, idle and
+        packing hours the fluid model leaves out)."""
         self.replays: dict[ReplayKey, Usage] = {}
         self.committed_replays: dict[tuple[tuple[int, ...], ReplayKey], Usage] = {}
         """Replays with committed nodes (their sizes first): one plan's offers and pairs of

@@ -13,7 +13,8 @@ The fast search instead:
    GPUs goes to the cloud at no start-up, idle or packing cost) costs any fleet in
    microseconds. The plan of that model (its owned optimum, sensitivity table, flip points
    and procurement: over ``FAST_PROCUREMENT_FLEETS`` owned sizes on a ``PROCUREMENT_LEVELS``
-   model) is computed as for a demand history;
+   model, its cloud GPU-hours scaled to the replay's at the replayed fleet) is computed as
+   for a demand history;
 2. searches the owned size with **exact replays** (the exact plan's ``CostModel``), starting
    at the aggregate model's optimum: a compass search over the owned sizes (each its
    cheapest node mix) that halves its step when neither neighbour is cheaper, down to sizes

@@ -62,6 +62,7 @@ from hybridgpu.planner.model import (
     JobDemand,
     OwnedNodeType,
     PlanInputs,
+    Usage,
 )
 from hybridgpu.planner.optimize import (
     OwnedSizeCost,
@@ -347,10 +348,16 @@ def _fast_plan(
     current = tuple(t.current_nodes for t in inputs.node_types)
     procurement = None
     if with_procurement:
+        procurement_inputs = model_inputs(inputs, PROCUREMENT_LEVELS)[1]
+        calibrated = SharedWork(fast=True)
+        calibrated.cloud_scale = _cloud_scale(
+            CostModel(procurement_inputs, SharedWork(fast=True)).usage(nodes),
+            model.usage(nodes),
+        )
         chosen = optimal_procurement(
-            model_inputs(inputs, PROCUREMENT_LEVELS)[1],
+            procurement_inputs,
             offers,
-            SharedWork(fast=True),
+            calibrated,
             owned_tranche_months,
             max_fleets=FAST_PROCUREMENT_FLEETS,
         )
@@ -378,6 +385,16 @@ def _fast_plan(
             model_nodes=aggregate.recommended.nodes,
         ),
     )
+
+
+def _cloud_scale(fluid: Usage, replayed: Usage) -> tuple[float, float]:
+    """On-demand and spot GPU-hours replayed over the fluid model's, at one fleet (1 where
+    the fluid model has none)."""
+
+    def ratio(replay: float, model: float) -> float:
+        return replay / model if model > 0 and replay > 0 else 1.0
+
+    return ratio(replayed.elastic, fluid.elastic), ratio(replayed.spot, fluid.spot)
 
 
 def _procurement_candidates(

@@ -429,9 +429,11 @@ class ProcurementModel:
             total += (demand @ weights) * per_month
         preemptible_out = np.maximum(total - owned - elastic, 0.0)
         cloud = self.inputs.cloud
+        on_demand_scale, spot_scale = self.shared.cloud_scale
         if cloud.spot_is_used:
-            return owned, elastic, preemptible_out * cloud.spot_rerun_factor, used
-        return owned, elastic + preemptible_out, np.zeros_like(owned), used
+            spot = preemptible_out * cloud.spot_rerun_factor * spot_scale
+            return owned, elastic * on_demand_scale, spot, used
+        return owned, (elastic + preemptible_out) * on_demand_scale, np.zeros_like(owned), used
 
     def _fluid(self, factors: tuple[float, ...], committed_gpus: int, owned_gpus: int) -> Usage:
         """GPU-hours per calendar month at these demand factors (one per month, averaged)."""
