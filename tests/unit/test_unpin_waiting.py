@@ -80,7 +80,8 @@ def test_the_deadline_rule_keeps_its_own_jobs() -> None:
 
 def test_a_job_with_a_pod_still_running_is_not_moved_by_this_rule() -> None:
     pod, job = pending("batch", 8, "preemptible", pool_pin="spot", since=NOW - 120)
-    other, _ = running("batch", "s1", 8, "preemptible", pool_pin="spot")
+    # Started a minute ago: consolidation would not move it either (its restart costs more).
+    other, _ = running("batch", "s1", 8, "preemptible", pool_pin="spot", started=NOW - 60)
     assert job is not None
     job = replace(job, pinned_by_operator=True, parallelism=2, started_at=NOW - 60)
     snap = snapshot(

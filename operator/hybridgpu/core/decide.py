@@ -174,11 +174,14 @@ _name = attrgetter("name")
 _key = attrgetter("key")
 
 
-def _run_start(job: JobState, pods: Iterable[GPUPod]) -> float | None:
-    """When the Job's current run started: the first start among its pods in ``pods``,
-    else the Job's own start (pods not started yet)."""
-    started = [p.started_at for p in pods if p.job == job.key and p.started_at is not None]
-    return min(started) if started else job.started_at
+def _first_pod_start(job: JobState, pods: Iterable[GPUPod]) -> float | None:
+    """The first start of the Job's pods among ``pods`` that are on a node, or None."""
+    started = [
+        p.started_at
+        for p in pods
+        if p.job == job.key and p.node is not None and p.started_at is not None
+    ]
+    return min(started) if started else None
 
 
 def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
@@ -932,8 +935,8 @@ class _Decider:
                     started = self.now if pod.started_at is None else pod.started_at
                     end = started + job.expected_duration_seconds - job.progress_seconds
                 if preempting and job.criticality == PREEMPTIBLE:
-                    started = self.now if job.started_at is None else job.started_at
-                    end = min(end, started + self.min_runtime)
+                    run = self._run_start(job)
+                    end = min(end, (self.now if run is None else run) + self.min_runtime)
                 if end < math.inf:
                     releases.append((end, pod.gpus))
             releases.sort()
@@ -1256,7 +1259,8 @@ class _Decider:
         job = self.jobs.get(job_key)
         if job is None or job.criticality != PREEMPTIBLE or job.queued:
             return None  # Kueue owns a queued Job's suspend flag: it is never moved
-        if job.started_at is None or self.now - job.started_at < self.min_runtime:
+        started = self._run_start(job)
+        if started is None or self.now - started < self.min_runtime:
             return None
         if job.deadline_at is not None and not self._deadline_allows_move(job):
             return None
@@ -1280,7 +1284,7 @@ class _Decider:
         when its checkpoint interval is known, the progress since its last checkpoint in the
         run that started at ``run_started_at`` (default: the Job's start)."""
         every = job.checkpoint_seconds
-        started = job.started_at if run_started_at is None else run_started_at
+        started = self._run_start(job) if run_started_at is None else run_started_at
         if every is None or started is None:
             return self.restart_hours
         ran = max(self.now - started, 0.0)
@@ -1317,7 +1321,7 @@ class _Decider:
             rank = self._victim_ranks[job_key] = (
                 self._restart_gpu_hours(job_key),
                 self._job_gpus(job_key),
-                -(self.jobs[job_key].started_at or 0.0),
+                -(self._run_start(self.jobs[job_key]) or 0.0),
                 job_key,
             )
         return rank
@@ -1498,11 +1502,7 @@ class _Decider:
             if savings < policy.consolidation.min_savings_per_hour:
                 continue
             elapsed_h = (
-                min(
-                    self.now - (self.now if j.started_at is None else j.started_at)
-                    for j in jobs.values()
-                )
-                / 3600
+                min(self.now - (self._run_start(j) or self.now) for j in jobs.values()) / 3600
             )
             # The work redone after a restart, priced at the dearer of the two places.
             lost_hours = max(self._lost_hours(j) for j in jobs.values())
@@ -1592,7 +1592,7 @@ class _Decider:
             # restart: until then the plan asks to be looked at again.
             # Its run is its pods' (all on this node): a Kubernetes Job's own startTime comes
             # before its pods had a node, by a boot when the node was bought for it.
-            runs = {k: _run_start(self.jobs[k], pods) for k in jobs}
+            runs = {k: self._run_start(self.jobs[k], pods) for k in jobs}
             until_checkpoint = max(self._until_checkpoint(self.jobs[k], runs[k]) for k in jobs)
             # The work a restart throws away, at the cloud price, against the saving over
             # the run left (stated, else as long as it has run: the consolidation estimate).
@@ -1676,9 +1676,10 @@ class _Decider:
     def _delay_seconds(self, job: JobState) -> float:
         """How late the Job already is: the time since its creation that its saved progress
         does not account for, up to its current run (0 when its creation is not known)."""
-        if job.created_at is None or job.started_at is None:
+        started = self._run_start(job)
+        if job.created_at is None or started is None:
             return 0.0
-        return max(job.started_at - job.created_at - job.progress_seconds, 0.0)
+        return max(started - job.created_at - job.progress_seconds, 0.0)
 
     def _any_preemptible_job(self) -> bool:
         """Whether any Job is preemptible (else ``_movable`` finds none)."""
@@ -2196,13 +2197,16 @@ class _Decider:
     def _run_started_at(self, job: JobState) -> float | None:
         """When the Job's current run started: its first pod on a node, not the Job's own
         start (a Kubernetes Job's status.startTime is set when it is resumed, before its
-        pods have a node: an on-demand node may take minutes to boot)."""
-        started = [
-            p.started_at
-            for p in self.pods_of_job.get(job.key, [])
-            if p.node is not None and p.started_at is not None
-        ]
-        return min(started) if started else None
+        pods have a node: an on-demand node may take minutes to boot); None when none of
+        its pods has started on a node."""
+        return _first_pod_start(job, self.pods_of_job.get(job.key, []))
+
+    def _run_start(self, job: JobState, pods: Iterable[GPUPod] | None = None) -> float | None:
+        """``_run_started_at``, else the Job's own start (its pods have not started on a
+        node): what minRuntime, a run's checkpoints and a Job's delay count from. ``pods``:
+        where to find its pods when they are not in ``pods_of_job`` (a standard Job's)."""
+        started = _first_pod_start(job, self.pods_of_job.get(job.key, []) if pods is None else pods)
+        return job.started_at if started is None else started
 
     def _slack(self, job: JobState) -> Slack | None:
         pods = self.pods_of_job.get(job.key, [])
