@@ -194,6 +194,18 @@ def deadline_job(name: str, *, work: float, deadline_at: float, every: float | N
     return body
 
 
+def submit_deadline_job(
+    cluster: Cluster, clock: Clock, name: str, *, work: float, every: float | None
+) -> float:
+    """Create a deadline Job with SLACK_AT_ARRIVAL of slack beyond its work and a switch,
+    wait until the scheduler finds no node for it, and return when it was created."""
+    created = clock()
+    deadline_at = created + work + SWITCH_WAITING + SLACK_AT_ARRIVAL
+    cluster.kube.create_job(deadline_job(name, work=work, deadline_at=deadline_at, every=every))
+    wait_for(lambda: pending_unschedulable(cluster, name), KUBE_SECONDS, f"{name} pending")
+    return created
+
+
 def pinned_pool(cluster: Cluster, job: str) -> str | None:
     selector = cluster.job(job).spec.template.spec.node_selector or {}
     return selector.get("hybridgpu.io/pool")
@@ -303,16 +315,7 @@ def test_a_deadline_job_returns_from_on_demand_to_spot_after_a_checkpoint_and_on
     cloud.short.add(spot)
 
     # A Job with hourly checkpoints and 1.5 h of slack: it waits for spot...
-    created = clock()
-    cluster.kube.create_job(
-        deadline_job(
-            "ckpt",
-            work=WORK,
-            deadline_at=created + WORK + SWITCH_WAITING + SLACK_AT_ARRIVAL,
-            every=EVERY,
-        )
-    )
-    wait_for(lambda: pending_unschedulable(cluster, "ckpt"), KUBE_SECONDS, "ckpt pending")
+    created = submit_deadline_job(cluster, clock, "ckpt", work=WORK, every=EVERY)
     first = operator.tick()
     assert deadline_moves(first, "ckpt") == []  # spot could launch as far as it knew
     assert spot in operator.reconciler.providers.unlaunchable()  # the launch found none
@@ -365,16 +368,7 @@ def test_a_deadline_job_returns_from_on_demand_to_spot_after_a_checkpoint_and_on
     # after its creation, which the checks below span), when spot can launch, lasts and has
     # a node over an hour old: only its lack of checkpoints keeps it there.
     cloud.short.add(spot)
-    created = clock()
-    cluster.kube.create_job(
-        deadline_job(
-            "nockpt",
-            work=WORK_NO_CHECKPOINTS,
-            deadline_at=created + WORK_NO_CHECKPOINTS + SWITCH_WAITING + SLACK_AT_ARRIVAL,
-            every=None,
-        )
-    )
-    wait_for(lambda: pending_unschedulable(cluster, "nockpt"), KUBE_SECONDS, "nockpt pending")
+    created = submit_deadline_job(cluster, clock, "nockpt", work=WORK_NO_CHECKPOINTS, every=None)
     assert deadline_moves(operator.tick(), "nockpt") == []
     retry_at = operator.reconciler.providers.no_capacity_until[spot]
     assert retry_at <= created + 450, "the failed launch came too late for the checks below"
