@@ -171,7 +171,6 @@ def _has_room(ledger: _PoolLedger) -> bool:
 
 
 _name = attrgetter("name")
-_key = attrgetter("key")
 
 
 def _first_pod_start(job: JobState, pods: Iterable[GPUPod]) -> float | None:
@@ -248,9 +247,7 @@ class _Decider:
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
         self._pods_of_job: dict[str, list[GPUPod]] | None = None
-        self.jobs: dict[str, JobState] = dict(
-            zip(map(_key, snapshot.jobs), snapshot.jobs, strict=True)
-        )
+        self.jobs: dict[str, JobState] = {j.key: j for j in snapshot.jobs}
         self.moving: set[str] = {j.key for j in self.jobs.values() if j.move is not None}
         self._moving_at_start = frozenset(self.moving)
         self._opted: set[str] | None = None
@@ -1489,7 +1486,11 @@ class _Decider:
                 continue  # jobs that may run on different GPU models
             models = restrictions.pop()
             # Idle owned GPUs are paid for anyway: the best place; else spot for elastic work.
-            sizes = tuple(sorted([p.gpus for p in pods], reverse=True))
+            sizes = (
+                (pods[0].gpus,)
+                if len(pods) == 1
+                else tuple(sorted([p.gpus for p in pods], reverse=True))
+            )
             if (sizes, models) in room:
                 target = room[sizes, models]
             else:
@@ -2329,10 +2330,17 @@ class _Decider:
             return
         # Every running pod of an opted-in workload, opted in itself or not: all must be idle.
         by_owner: dict[tuple[str, str], list[GPUPod]] = {}
+        jobs = {name for kind, name in opted if kind == "job"}
+        bare = {name for kind, name in opted if kind == "pod"}
         for pod in self.snap.pods:
-            owner = ("job", pod.job) if pod.job is not None else ("pod", pod.key)
-            if owner in opted and pod.node is not None:
-                by_owner.setdefault(owner, []).append(pod)
+            if pod.node is None:
+                continue
+            job = pod.job
+            if job is not None:
+                if job in jobs:
+                    by_owner.setdefault(("job", job), []).append(pod)
+            elif pod.key in bare:
+                by_owner.setdefault(("pod", pod.key), []).append(pod)
         candidates = sorted(by_owner.items())
         if not self.snap.metrics.available:
             self.notes.append(
