@@ -914,6 +914,21 @@ def test_owned_tranches_are_the_brute_force_optimum(samples, types, deal, growth
         assert all(b >= a for a, b in zip(before, after, strict=True))
 
 
+def test_owned_tranches_brute_force_with_two_equal_types_and_growth() -> None:
+    """An example hypothesis found (simfast worktree): two owned node types of the same size
+    and price, demand growing 3x; the brute force walks 72,576 cases (over the old 60,000
+    guard) and the optimum agrees."""
+    test_owned_tranches_are_the_brute_force_optimum.hypothesis.inner_test(  # type: ignore[attr-defined]
+        samples=[(0.5, 4.0, 2.0), (0.5, 0.0, 0.0), (0.5, 0.0, 0.0), (2.0, 3.0, 0.0)],
+        types=[
+            node_type(name="b", gpus=2, gpu_hour=1.3),
+            node_type(name="a", gpus=2, gpu_hour=1.3),
+        ],
+        deal=offer(price=2.6, unit=1, term=1, decrease=0.0, months=3, increase=None),
+        growth=3.0,
+    )
+
+
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     samples=small_samples_st,
