@@ -764,21 +764,33 @@ class _Decider:
                 d.pool = target.name
                 d.free_order = None
             gpus = sum(p.gpus for p in pods)
-            self.actions.append(
-                MoveJob(
-                    namespace=job.namespace,
-                    job=job.name,
-                    from_pool=pinned.name,
-                    to_pool=target.name,
-                    gpus=gpus,
-                    kind=ActionKind.CONSOLIDATE,
-                    reason=f"preemptible Job {key} waits pinned to {pinned.tier} pool "
-                    f"{pinned.name} while owned nodes of {target.name} with {gpus} GPU(s) "
-                    "have been idle for their idleFor: it runs nowhere, so moving it there "
-                    "throws nothing away",
-                )
+            self._consolidate_job(
+                job,
+                pinned,
+                target,
+                gpus,
+                f"preemptible Job {key} waits pinned to {pinned.tier} pool {pinned.name} while "
+                f"owned nodes of {target.name} with {gpus} GPU(s) have been idle for their "
+                "idleFor: it runs nowhere, so moving it there throws nothing away",
             )
         return demands
+
+    def _consolidate_job(
+        self, job: JobState, source: _PoolLedger, target: _PoolLedger, gpus: int, reason: str
+    ) -> None:
+        """Ask for a consolidation move of ``job`` (``gpus`` GPUs) from ``source`` to
+        ``target``, for ``reason``."""
+        self.actions.append(
+            MoveJob(
+                namespace=job.namespace,
+                job=job.name,
+                from_pool=source.name,
+                to_pool=target.name,
+                gpus=gpus,
+                kind=ActionKind.CONSOLIDATE,
+                reason=reason,
+            )
+        )
 
     def _place_all(self, demands: list[_Demand]) -> None:
         """Place pods in order on nodes that exist; the rest on nodes on their way, buying
@@ -1526,18 +1538,14 @@ class _Decider:
                 continue
             source = self.pools[self.node_pool[node_name]]
             for victim in victims:
-                self.actions.append(
-                    MoveJob(
-                        namespace=victim.namespace,
-                        job=victim.name,
-                        from_pool=source.name,
-                        to_pool=target.name,
-                        gpus=self._job_gpus(victim.key),
-                        kind=ActionKind.CONSOLIDATE,
-                        reason=f"{source.tier} node {node_name} runs only preemptible work: "
-                        f"moving Job {victim.key} to {target.tier} pool {target.name} saves "
-                        f"${-neg_savings:.2f}/h once the node is released",
-                    )
+                self._consolidate_job(
+                    victim,
+                    source,
+                    target,
+                    self._job_gpus(victim.key),
+                    f"{source.tier} node {node_name} runs only preemptible work: moving Job "
+                    f"{victim.key} to {target.tier} pool {target.name} saves "
+                    f"${-neg_savings:.2f}/h once the node is released",
                 )
                 self.requeued_by_preemption = []
                 self._release_job_pods(victim, target.name)
@@ -1618,23 +1626,19 @@ class _Decider:
                 job = self.jobs[key]
                 self.moves_left -= 1
                 self.moving.add(key)
-                self.actions.append(
-                    MoveJob(
-                        namespace=job.namespace,
-                        job=job.name,
-                        from_pool=source.name,
-                        to_pool=target.name,
-                        gpus=sum(p.gpus for p in pods if p.job == key),
-                        kind=ActionKind.CONSOLIDATE,
-                        reason=f"{job.criticality} Job {key}"
-                        + (" (hybridgpu.io/return-to-core)" if job.return_to_core else "")
-                        + f" alone keeps {source.tier} node {node_name} busy"
-                        + ("" if job.return_to_core else f" ({gpus} of {source.per_node} GPUs)")
-                        + f" and owned GPUs of {target.name} "
-                        f"are free: moving it back saves ${savings:.2f}/h once the node is "
-                        f"released, more over its {left_h:.1f} h left than the "
-                        f"${lost:.2f} of work its restart throws away",
-                    )
+                self._consolidate_job(
+                    job,
+                    source,
+                    target,
+                    sum(p.gpus for p in pods if p.job == key),
+                    f"{job.criticality} Job {key}"
+                    + (" (hybridgpu.io/return-to-core)" if job.return_to_core else "")
+                    + f" alone keeps {source.tier} node {node_name} busy"
+                    + ("" if job.return_to_core else f" ({gpus} of {source.per_node} GPUs)")
+                    + f" and owned GPUs of {target.name} "
+                    f"are free: moving it back saves ${savings:.2f}/h once the node is "
+                    f"released, more over its {left_h:.1f} h left than the "
+                    f"${lost:.2f} of work its restart throws away",
                 )
             for p in pods:
                 self._adjust(node_name, p.gpus)
