@@ -339,7 +339,7 @@ class _Decider:
         node_pool = self.node_pool
         node_free = self.node_free
         unpaid_open = self.unpaid_open
-        now = self.now
+        schedulable = self._schedulable
         free_by_pool: dict[str, list[tuple[str, int]]] = {name: [] for name in pools}
         for state in sorted(self.snap.nodes, key=_name):
             ledger = pools.get(state.pool)
@@ -354,23 +354,15 @@ class _Decider:
                 deadline = None
             nodes[name] = state
             node_pool[name] = state.pool
-            # ``billed`` and ``leaving`` (NodeState), read from their fields: hot loop.
-            if not state.instance_terminated:
+            if state.billed:
                 ledger.billed_nodes += 1
-            if state.deleting or state.instance_terminated:
+            if state.leaving:
                 # Deleting, or its instance terminated while the cloud still lists it: no
                 # capacity, not counted toward maxNodes, never released or terminated again.
                 continue
             if deadline is None and not state.releasing:
                 ledger.live_nodes += 1
-            # ``_schedulable``, inlined (it is the same test).
-            if (
-                state.cordoned
-                or state.releasing
-                or deadline is not None
-                or state.xid_errors > 0
-                or not (state.ready or now - state.created_at < JOINING_GRACE_SECONDS)
-            ):
+            if not schedulable(state):
                 continue
             gpus = state.gpus if state.gpus < ledger.per_node else ledger.per_node
             free = gpus - allocated.get(name, 0)
