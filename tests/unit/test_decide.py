@@ -508,6 +508,47 @@ CASES = {
         ],
         want=[("consolidate", "team/train", "core")],
     ),
+    "an opted-in standard Job returns to GPUs of preemptible work, which goes to spot": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("batch", "c1", 8, "preemptible", started=NOW - 600, checkpoint=1800),
+            running("train", "e1", 8, started=NOW - 7200, checkpoint=1800, returns=True),
+        ],
+        want=[
+            ("preempt", "team/batch", "spot"),
+            ("consolidate", "team/train", "core"),
+            ("scale_up", "spot", 1),
+        ],
+    ),
+    "critical work on an owned node is never preempted for a returning Job": Case(
+        nodes=[*CORE_NODES, node("e1", "elastic")],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            running("api", "c1", 1, "critical"),
+            running("batch", "c1", 7, "preemptible", started=NOW - 600, checkpoint=1800),
+            running("train", "e1", 8, started=NOW - 7200, checkpoint=1800, returns=True),
+        ],
+        want=[],
+    ),
+    "a returning Job does not preempt when the victims' spot nodes eat the saving": Case(
+        # 1 GPU back from a $3.06/h node; the 1-GPU victim would need an 8-GPU spot node.
+        pools=[
+            STANDARD_POOLS[0],
+            pool("elastic", "elastic", per_node=1, price=3.06),
+            pool("spot", "spot", price=7.34),
+        ],
+        nodes=[*CORE_NODES, node("e1", "elastic", gpus=1)],
+        workloads=[
+            running("svc", "c2", 8, "critical"),
+            *[
+                running(f"b{i}", "c1", 1, "preemptible", started=NOW - 600, checkpoint=1800)
+                for i in range(8)
+            ],
+            running("train", "e1", 1, started=NOW - 7200, checkpoint=1800, returns=True),
+        ],
+        want=[],
+    ),
     # Return to core: preemptible Jobs that leave most of a multi-GPU cloud node empty.
     "preemptible Jobs on a mostly empty spot node return to free owned GPUs": Case(
         nodes=[*CORE_NODES, node("s1", "spot")],

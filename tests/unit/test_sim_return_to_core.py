@@ -83,3 +83,45 @@ def test_a_job_preempted_to_spot_returns_to_core_right_after_a_checkpoint(
     # Lost per GPU: the 10 minutes before the preemption, the start-ups on spot and back on
     # the owned node, and at most two ticks past the checkpoint; not a checkpoint interval.
     assert result.gpu_hours["lost"] * 3600 / 4 <= 600 + 2 * restart + 60
+
+
+def _held_by_batch(returns: bool) -> list[TraceJob]:
+    # The training job starts on demand while the critical service holds the owned node; the
+    # moment the service ends, preemptible batch work takes the whole node.
+    return [
+        TraceJob("svc", 0.0, HOUR, 8, Criticality.CRITICAL),
+        TraceJob("train", 60.0, 6 * HOUR, 8, Criticality.STANDARD, 1800.0, return_to_core=returns),
+        TraceJob("batch", HOUR, 6 * HOUR, 8, Criticality.PREEMPTIBLE, 1800.0),
+    ]
+
+
+def test_an_opted_in_job_returns_by_preempting_preemptible_work(config) -> None:
+    # Owned GPUs never hold preemptible work while firm work pays on-demand prices: pending
+    # firm work preempts it, and so does a running Job that opted in to return. Here the
+    # training job's 8 on-demand GPUs ($32/h) come back to the owned node and the batch Job
+    # goes to spot ($10/h) instead of the training job staying on demand for 6 hours.
+    settings = SimSettings(spot_hazard_per_hour=0.0)
+    policy = config.policy.spec
+    stays = Simulation("h", config.pools, policy, _held_by_batch(False), settings).run()
+    back = Simulation(
+        "h", config.pools, policy, _held_by_batch(True), settings, check_quiet=True
+    ).run()
+    assert stays.preemptions == 0 and stays.unfinished_jobs == 0
+    # The training job and the batch; the batch comes back once the owned node is idle again.
+    assert back.preemptions == 3 and back.unfinished_jobs == 0
+    assert back.cost_by_tier_dollars["elastic"] < stays.cost_by_tier_dollars["elastic"] / 3
+    assert back.cost_by_tier_dollars["spot"] > 0
+    assert back.cloud_cost_dollars < stays.cloud_cost_dollars
+
+
+def test_a_job_already_late_does_not_return(config) -> None:
+    # Found by bench/simulate_rules.py's return variant (seeds 10 and 15): an 8-GPU job that
+    # had waited 10 minutes for its on-demand node returned to core and its restart made it
+    # 15.2 minutes late, over the firm allowance of 15. A return must keep the Job within its
+    # waitBudget (5m) plus a node's boot (10m): after a 12-minute boot the restart's 5
+    # minutes do not fit, and the job stays where it runs.
+    settings = SimSettings(spot_hazard_per_hour=0.0, provisioning_delay_seconds=720.0)
+    late = Simulation("h", config.pools, config.policy.spec, _jobs(True), settings).run()
+    assert late.preemptions == 0 and late.unfinished_jobs == 0
+    on_time = Simulation("h", config.pools, config.policy.spec, _jobs(True), SimSettings()).run()
+    assert on_time.preemptions == 1

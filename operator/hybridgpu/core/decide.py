@@ -188,6 +188,18 @@ def _has_model(ledger: _PoolLedger, models: tuple[str, ...]) -> bool:
     return serves_models(ledger.state.spec.gpu, models)
 
 
+@dataclass(frozen=True, slots=True)
+class _PreemptedRoom:
+    """Room on an owned node for a Job returning to core, made by preempting ``victims``."""
+
+    node: str
+    victims: list[JobState]
+    spot_dollars_per_hour: float
+    """What the victims' new spot nodes cost per hour (a node per pod, at most)."""
+    lost_dollars: float
+    """The work the victims' restarts throw away, at the spot price."""
+
+
 @dataclass(slots=True)
 class _Blocks:
     gpus: int = 0
@@ -1401,7 +1413,12 @@ class _Decider:
     _candidates_cache: dict[str, list[str]]
 
     def _move_job(
-        self, job: JobState, node_name: str, demand: _Demand, requeued: list[_Demand]
+        self,
+        job: JobState,
+        node_name: str,
+        demand: _Demand | None,
+        requeued: list[_Demand],
+        cause: str = "",
     ) -> None:
         """The preemption of a victim whose pods were released (``requeued``): to spot, or
         to the queue when owned GPUs free up for it within its wait budget."""
@@ -1428,9 +1445,13 @@ class _Decider:
                 to_pool=target.name if target else None,
                 gpus=gpus,
                 kind=ActionKind.PREEMPT,
-                reason=f"{demand.criticality} pod {demand.key} needs {demand.gpus} GPU(s) on "
-                f"core node {node_name}: preempt preemptible Job {job.key} ({gpus} GPU(s)) "
-                f"and move it to {where}",
+                reason=(
+                    f"{demand.criticality} pod {demand.key} needs {demand.gpus} GPU(s)"
+                    if demand is not None
+                    else cause
+                )
+                + f" on core node {node_name}: preempt preemptible Job {job.key} "
+                f"({gpus} GPU(s)) and move it to {where}",
             )
         )
 
@@ -1551,7 +1572,10 @@ class _Decider:
         restart throws away: standard Jobs that opt in (hybridgpu.io/return-to-core:
         "true"), and preemptible Jobs that leave at least half of a multi-GPU cloud node
         empty (``_may_return``). Other preemptible work comes back only to owned nodes idle
-        for their idleFor (``_consolidate``)."""
+        for their idleFor (``_consolidate``). A standard Job for which no owned GPUs are
+        free takes those of preemptible Jobs on an owned node, as pending firm work does
+        (``_room_by_preemption``), when the saving less the victims' spot nodes still pays
+        for both restarts."""
         if not self.policy.consolidation.enabled or self.moves_left <= 0:
             return
         if not self._any_preemptible_job() and not self._opted_to_return():
@@ -1583,12 +1607,18 @@ class _Decider:
             ):
                 continue  # a Job with pods on other nodes too stays (they would restart)
             source = self.pools[self.node_pool[node_name]]
-            taken = self._take_owned([p for p in pods])
-            if taken is None:
-                continue
             gpus = sum(p.gpus for p in pods)
+            taken = self._take_owned([p for p in pods])
+            room: _PreemptedRoom | None = None
+            if taken is None:
+                room = self._room_by_preemption(pods, gpus)
+                if room is None:
+                    continue
+                taken = [(room.node, 0)]
             target = self.pools[self.node_pool[taken[0][0]]]
             savings = source.node_price - gpus * target.gpu_price
+            if room is not None:
+                savings -= room.spot_dollars_per_hour
             # A Job that checkpoints moves right after a checkpoint, so that it loses only the
             # restart: until then the plan asks to be looked at again.
             # Its run is its pods' (all on this node): a Kubernetes Job's own startTime comes
@@ -1603,6 +1633,8 @@ class _Decider:
                 else max(self._lost_hours(self.jobs[k], runs[k]) for k in jobs)
             )
             lost = gpus * source.gpu_price * lost_h
+            if room is not None:
+                lost += room.lost_dollars
             left_h = min(self._hours_left(self.jobs[k], pods) for k in jobs)
             left_h -= until_checkpoint / 3600
             pays = savings >= self.policy.consolidation.min_savings_per_hour and (
@@ -1614,6 +1646,15 @@ class _Decider:
                 if pays:
                     self._recheck(self.now + until_checkpoint)
                 continue
+            if room is not None:
+                if len(jobs) + len(room.victims) > self.moves_left:
+                    continue
+                self._preempt_room(
+                    room,
+                    gpus,
+                    f"standard Job {jobs[0]} (hybridgpu.io/return-to-core) alone keeps "
+                    f"{source.tier} node {node_name} busy and needs {gpus} GPU(s)",
+                )
             for key in jobs:
                 job = self.jobs[key]
                 self.moves_left -= 1
@@ -1635,6 +1676,68 @@ class _Decider:
             for p in pods:
                 self._adjust(node_name, p.gpus)
 
+    def _room_by_preemption(self, pods: list[GPUPod], gpus: int) -> _PreemptedRoom | None:
+        """Room on one owned node for a returning Job's ``pods`` (``gpus`` in all) made by
+        preempting preemptible Jobs there, as pending firm work would (``_preempt_for``):
+        only for Jobs that opt in to return to core (standard), never for preemptible work.
+        The node whose victims lose the least work; what their spot nodes will cost per hour
+        and the work they throw away (at the spot price) are weighed by the caller."""
+        policy = self.policy.preemption
+        if not policy.enabled or not policy.move_to_spot:
+            return None
+        if any(p.criticality != Criticality.STANDARD for p in pods):
+            return None
+        models = pods[0].gpu_models or self.jobs[pods[0].job or ""].gpu_models
+        best: tuple[float, str, list[JobState]] | None = None
+        for ledger in self._paid_pools():
+            if ledger.tier != CORE or ledger.per_node < gpus or not _has_model(ledger, models):
+                continue
+            for node_name in self._preemption_candidates(ledger.name):
+                free = self.node_free.get(node_name)
+                if free is None or node_name in self.future_nodes:
+                    continue
+                free -= self.claimed.get(node_name, 0)
+                victims = self._victims_on(node_name)
+                if free + sum(victims.values()) < gpus:
+                    continue
+                chosen: list[JobState] = []
+                got = free
+                cost = 0.0
+                for key in sorted(victims, key=self._victim_rank):
+                    if got >= gpus:
+                        break
+                    chosen.append(self.jobs[key])
+                    got += victims[key]
+                    cost += self._restart_gpu_hours(key)
+                if best is None or (cost, node_name) < (best[0], best[1]):
+                    best = (cost, node_name, chosen)
+        if best is None:
+            return None
+        _, node_name, chosen = best
+        per_hour = 0.0
+        lost = 0.0
+        for job in chosen:
+            spot = self._spot_target(job.gpus_per_pod, job.gpu_models)
+            if spot is None:
+                return None  # a victim would have nowhere to go but the queue
+            per_hour += spot.node_price * len(self.pods_of_job.get(job.key, []))
+            lost += self._restart_gpu_hours(job.key) * spot.gpu_price
+        return _PreemptedRoom(node_name, chosen, per_hour, lost)
+
+    def _preempt_room(self, room: _PreemptedRoom, gpus: int, why: str) -> None:
+        """Preempt ``room``'s victims (to spot, or to the queue when owned GPUs free up for
+        them in time) and take ``gpus`` of its node; their new nodes are planned now."""
+        self.requeued_by_preemption = []
+        for job in room.victims:
+            self._release_job_pods(job, None)
+        self._adjust(room.node, -gpus)
+        self.reserved.add(room.node)
+        requeued = self.requeued_by_preemption
+        for job in room.victims:
+            self._move_job(job, room.node, None, [d for d in requeued if d.job == job.key], why)
+        self._place_all(sorted(requeued, key=attrgetter("order")))
+        self.requeued_by_preemption = []
+
     def _opted_to_return(self) -> set[str]:
         """The Jobs that opt in to return to core (and no queue holds); found on first use."""
         if self._opted is None:
@@ -1655,11 +1758,18 @@ class _Decider:
         made firm work preempt them again and again, and preemptible work finished 4.3-7.7 h
         late (allowance 4 h; bench/simulate_openb.py --spot-trace)."""
         if pod.criticality == Criticality.STANDARD:
-            return (
-                pod.job in self._opted_to_return()
-                and pod.job in self.jobs
-                and pod.job not in self.moving
-                and pod.started_at is not None
+            if (
+                pod.job not in self._opted_to_return()
+                or pod.job in self.moving
+                or pod.started_at is None
+            ):
+                return False
+            job = self.jobs.get(pod.job or "")
+            # Its restart must not make it later than the class tolerates: its waitBudget
+            # plus a node's boot (the delay of a pod that waited its budget, then a boot).
+            return job is not None and (
+                self._delay_seconds(job) + self.restart_hours * 3600
+                <= self.wait_budget[Criticality.STANDARD] + BOOT_ALLOWANCE_SECONDS
             )
         if pod.criticality != PREEMPTIBLE:
             return False

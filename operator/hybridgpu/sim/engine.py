@@ -167,7 +167,7 @@ class _Node:
     """Launched and not Ready yet (until its "ready" event)."""
     counted: tuple[int, int, int, int, int] | None = None
     """What the node adds to the simulation's per-pool tallies (``_Tally``) right now."""
-    moves: tuple[int, int, int] = (0, 0, 0)
+    moves: tuple[int, int, int, int] = (0, 0, 0, 0)
     """What the node adds to the simulation's ``_moves`` tallies right now."""
     placeable: int | None = None
     """Its free GPUs as its pool's ``_placeable`` holds them, while pods can land on it."""
@@ -421,10 +421,11 @@ class Simulation:
         self.check_quiet = check_quiet
         self._noticed: set[str] = set()
         """Nodes under an interruption notice."""
-        self._moves = [0, 0, 0]
+        self._moves = [0, 0, 0, 0]
         """Cloud nodes consolidation or return to core may empty (``_node_moves``): nodes of
         on-demand pools and of spot pools that run only preemptible work, and nodes whose
-        every job may return to owned GPUs."""
+        every job may return to owned GPUs; of those, nodes of standard work alone (which may
+        return by preempting preemptible work on owned nodes)."""
         self._consolidates = policy.consolidation.enabled and policy.preemption.max_per_tick > 0
         """Whether decide() consolidates or returns work to core at all."""
         self._free_core: dict[str, _Node] = {}
@@ -890,7 +891,7 @@ class Simulation:
         elif node.idle_since is None:
             node.idle_since = max(self.now, node.ready_at)
 
-    def _node_moves(self, node: _Node) -> tuple[int, int, int]:
+    def _node_moves(self, node: _Node) -> tuple[int, int, int, int]:
         """Whether decide()'s consolidation may move every job off ``node`` to spot or owned
         GPUs (a node of an on-demand pool, one of a spot pool) and whether return to core may
         (``_Decider._consolidate``, ``_return_to_core``, ``_may_return``): a necessary
@@ -902,7 +903,7 @@ class Simulation:
             or node.removed_at is not None
             or not is_cloud(node.tier)
         ):
-            return (0, 0, 0)
+            return (0, 0, 0, 0)
         traces = [self.jobs[i].trace for i in node.jobs]
         preemptible = [t.criticality == Criticality.PREEMPTIBLE for t in traces]
         consolidates = all(preemptible) and node.pool not in self._committed_pools
@@ -923,6 +924,8 @@ class Simulation:
             int(consolidates and node.tier != Tier.SPOT),
             int(consolidates and node.tier == Tier.SPOT),
             int(returns),
+            # Standard work alone may return by preempting preemptible work on owned nodes.
+            int(returns and not any(preemptible)),
         )
 
     def _node_changed(self, node: _Node) -> None:
@@ -954,7 +957,7 @@ class Simulation:
             node.placeable = placeable
         moves = self._node_moves(node)
         if moves != node.moves:
-            for i in range(3):
+            for i in range(4):
                 self._moves[i] += moves[i] - node.moves[i]
             node.moves = moves
         if not cloud and node.removed_at is None and not node.cordoned and node.free == node.gpus:
@@ -1241,12 +1244,14 @@ class Simulation:
             # Consolidation moves preemptible work off on-demand nodes to spot or to owned
             # nodes idle for their idleFor, off spot nodes to such owned nodes; return to
             # core moves work to owned GPUs free now.
-            off_on_demand, off_spot, returns = self._moves
+            off_on_demand, off_spot, returns, firm_returns = self._moves
             if off_on_demand:
                 return False
             if off_spot and self._settled_core():
                 return False
             if returns and serving_sim.owned_gpus_free(self):
+                return False
+            if firm_returns and self._preemptible_on_owned():
                 return False
         if self._rebalances and self._serving_on_cloud and serving_sim.owned_gpus_free(self):
             return False  # a rebalance may move a replica
@@ -1281,6 +1286,15 @@ class Simulation:
                 # A Job the rule put on on-demand may go back to spot once spot has run.
                 return any(self._tally[p].nodes for p in self.spot_offsets)
             return host is None or host.tier == Tier.SPOT
+        return False
+
+    def _preemptible_on_owned(self) -> bool:
+        """Whether an owned node runs preemptible work (return to core may preempt it)."""
+        for node in self.nodes.values():
+            if node.tier == Tier.CORE and node.removed_at is None:
+                jobs = self.jobs
+                if any(jobs[i].trace.criticality == Criticality.PREEMPTIBLE for i in node.jobs):
+                    return True
         return False
 
     def _settled_core(self) -> bool:
