@@ -5,13 +5,16 @@ stand-in cloud picks each pool's Nodes out of that view once per change, not per
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes.client import ApiClient
 
 from hybridgpu.cloud import kwok
 from hybridgpu.cloud.kwok import KwokProvider, kwok_node, provider_id
-from hybridgpu.kube.cache import Kind, Reflector
+from hybridgpu.kube.cache import INITIAL_EVENTS_END, Kind, Reflector
 from hybridgpu.kube.errors import KubeError
 from hybridgpu.models.pool import GPUPoolSpec
 
@@ -154,3 +157,41 @@ def test_a_source_returning_new_lists_is_read_afresh_each_time() -> None:
     finally:
         kwok.read_nodes_from(None)
         provider.close()
+
+
+class _Lines:
+    """A watch response already read: its lines once, then its end."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self._lines = iter([json.dumps(e, separators=(",", ":")).encode() for e in events])
+
+    def lines(self, stop: threading.Event) -> Iterator[bytes]:
+        return self._lines
+
+
+def test_events_of_a_sync_before_its_end_bookmark_change_the_store_the_sync_builds() -> None:
+    """A MODIFIED or DELETED event that arrives before the bookmark ending a streaming list's
+    initial events is kept in the store that sync builds, as client-go's reflector applies
+    such events to its temporary store: the apiserver has been seen to send them there
+    (kubernetes/kubernetes#134846), and applied to the store being replaced they were lost
+    at the bookmark: a pod the scheduler had marked Unschedulable stayed unmarked in the
+    cache, and the operator never saw it pending."""
+    reflector = Reflector(Kind("widgets", unused))
+    reflector._replace({"old": obj("old", 1)}, "1")  # the store a new sync replaces
+    end = obj("", 9)
+    end["metadata"]["annotations"] = {INITIAL_EVENTS_END: "true"}
+    reflector._sync(
+        _Lines(  # type: ignore[arg-type]
+            [
+                event("ADDED", obj("a", 2)),
+                event("ADDED", obj("b", 3)),
+                event("MODIFIED", obj("a", 5, status={"unschedulable": True})),
+                event("DELETED", obj("b", 6)),
+                event("MODIFIED", obj("c", 7)),  # first seen as a change: it is there now
+                event("BOOKMARK", end),
+            ]
+        ),
+    )
+    assert names(reflector.view()) == ["a", "c"]
+    assert reflector.get("a")["status"] == {"unschedulable": True}  # type: ignore[index]
+    assert reflector.resource_version == "9"

@@ -13,7 +13,10 @@ refuses streaming lists (before v1.32, or the ``WatchList`` gate off) is listed 
 ``resourceVersion=0`` (from its watch cache, one response), then watched.
 
 The objects of a sync are collected aside and replace the store in one step when the sync
-is complete: a tick reads the last whole store, never a half-synced one. A watch that ends
+is complete: a tick reads the last whole store, never a half-synced one. A change or
+deletion that arrives before the bookmark (the contract says it cannot; kubernetes#134846
+saw it) is applied to the objects collected, as client-go's reflector applies it to its
+temporary store. A watch that ends
 (the server's timeout, a dropped connection) is resumed from the last resourceVersion seen;
 ``410 Gone`` (that version is older than the apiserver keeps) starts a new sync at once,
 and the store stays readable, whole and as it was, until the new one replaces it (as an
@@ -496,6 +499,15 @@ class Reflector:
                         key = key_of(obj)
                         initial[key] = strip(obj)
                         received[digest] = (key, initial[key])
+                elif kind in ("MODIFIED", "DELETED"):
+                    # Not in the contract before the bookmark, but seen (kubernetes#134846):
+                    # the change belongs to the store this sync builds, as in client-go's
+                    # temporary store; applied to the store it replaces, it would be lost.
+                    key = key_of(obj)
+                    if kind == "DELETED" or (keep is not None and not keep(obj)):
+                        initial.pop(key, None)
+                    else:
+                        initial[key] = strip(obj)
                 elif kind == "BOOKMARK":
                     meta = obj.get("metadata") or {}
                     if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
@@ -503,7 +515,7 @@ class Reflector:
                         self._partial = {}
                         self._replace(initial, meta.get("resourceVersion"))
                         break
-                else:  # an ERROR (or anything else) before the store was whole
+                else:  # an ERROR before the store was whole
                     self._apply(event)
         finally:
             if not complete and not self._stop.is_set():
