@@ -525,6 +525,9 @@ def operator_run(
         )
         result["load_average_steady"] = [round(x, 2) for x in os.getloadavg()]
 
+        result["elastic_max_nodes_for_samples"] = room_for_samples(
+            plane, cluster, elastic, args.samples
+        )
         polled, watched = reaction_samples(plane, cluster, elastic, args.samples)
         result["reaction_seconds"] = polled
         result["reaction_seconds_p50"] = percentile(polled, 0.5)
@@ -544,6 +547,25 @@ def operator_run(
 
 def profile_env(args: argparse.Namespace) -> dict[str, str]:
     return {"HYBRIDGPU_PROFILE_TICKS": str(args.profile)} if args.profile else {}
+
+
+def room_for_samples(plane: ControlPlane, cluster: Any, elastic: str, samples: int) -> int:
+    """Raise the elastic pool's ``maxNodes`` to its Nodes now plus ``samples``, so that
+    every reaction sample has a node to launch: the build sized it for the build's own
+    ``--samples``, and each measured run leaves its samples' nodes behind (their Jobs run
+    24 h), so a cluster measured again, or with more samples, would otherwise hit the limit
+    and the bench would wait for a node the operator rightly never launches. Returns the new
+    ``maxNodes``."""
+    from conftest import GROUP, VERSION  # tests/e2e
+
+    nodes = count(plane, "/api/v1/nodes", {"labelSelector": f"hybridgpu.io/pool={elastic}"})
+    wanted = nodes + samples
+    current = int(cluster.pool_object(elastic)["spec"]["maxNodes"])
+    if wanted > current:
+        cluster.kube.custom.patch_cluster_custom_object(
+            GROUP, VERSION, "gpupools", elastic, {"spec": {"maxNodes": wanted}}
+        )
+    return max(wanted, current)
 
 
 def reaction_samples(
