@@ -301,6 +301,20 @@ class Cluster:
     def pool_nodes(self, pool: str) -> list[Any]:
         return self.kube.core.list_node(label_selector=f"hybridgpu.io/pool={pool}").items
 
+    def pods_summary(self) -> list[str]:
+        """The test namespace's pods, one short line each (name, phase, node, and why the
+        scheduler has not placed it): what a failed wait prints beside the operator's plan."""
+        out = []
+        for pod in self.kube.core.list_namespaced_pod(self.kube.namespace).items:
+            scheduled = next(
+                (c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None
+            )
+            why = f" {scheduled.reason}" if scheduled is not None and scheduled.reason else ""
+            out.append(
+                f"{pod.metadata.name} {pod.status.phase} on {pod.spec.node_name or '-'}{why}"
+            )
+        return out
+
     def job_pods(self, job: str) -> list[Any]:
         return self.kube.core.list_namespaced_pod(
             self.kube.namespace, label_selector=f"batch.kubernetes.io/job-name={job}"
@@ -379,7 +393,12 @@ class Cluster:
                 result = probe()
                 if result:
                     return result
-                raise AssertionError(f"{what}: not done after {ticks} ticks of {policy}")
+                status = self.policy_status(policy)
+                raise AssertionError(
+                    f"{what}: not done after {ticks} ticks of {policy}; its last plan "
+                    f"({status.get('lastTick')}): {status.get('lastPlan')}; the test's pods "
+                    f"as the apiserver has them: {self.pods_summary()}"
+                )
             if time.monotonic() - last_change > STALL_SECONDS:
                 raise TimeoutError(
                     f"{what}: no tick of {policy} for {STALL_SECONDS:.0f}s ({len(seen) - 1} seen)"
