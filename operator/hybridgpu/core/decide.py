@@ -53,6 +53,12 @@ from hybridgpu.core.gang_preempt import preempt_for_gang
 from hybridgpu.core.gang_wait import wait_for_gang
 from hybridgpu.core.placement import FreeGPUs, placement_order
 from hybridgpu.core.rebalance import rebalance_serving
+from hybridgpu.core.reserve import (
+    RESERVATION_SECONDS,
+    awaits_reserved_node,
+    reservable,
+    reservation_ends,
+)
 from hybridgpu.core.shapes import Shape, pack
 from hybridgpu.models.actions import (
     Action,
@@ -66,6 +72,7 @@ from hybridgpu.models.actions import (
     Plan,
     ReclaimIdle,
     ReleaseNode,
+    ReserveNode,
     ScaleUp,
 )
 from hybridgpu.models.base import parse_duration_seconds
@@ -248,6 +255,8 @@ class _Decider:
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
         self.reserved: set[str] = set()
+        self.kept_nodes: list[str] = []
+        """Nodes kept for a Job when the tick began (``NodeState.reserved_for``)."""
         self.unpaid_open: list[str] = []
         """Nodes pods can land on (``_schedulable``) of pools not paid whether used, by name:
         the only ones consolidation and return to core may empty."""
@@ -366,6 +375,8 @@ class _Decider:
                 deadline = None
             nodes[name] = state
             node_pool[name] = state.pool
+            if state.reserved_for is not None:
+                self.kept_nodes.append(name)
             if state.billed:
                 ledger.billed_nodes += 1
             if state.leaving:
@@ -2202,6 +2213,111 @@ class _Decider:
                 self.actions.append(self._deadline_action(job, slack, target, doing, from_pool))
                 self.moving.add(key)
 
+    # ------------------------------------------------------- 2c. reservations
+    def _reserve_nodes(self) -> None:
+        """A Job the deadline rule moved to an on-demand pool, waiting there, gets the pool's
+        first new empty node kept for it, and its pods are placed there; a node's
+        reservation ends once it has served or lasted (core/reserve.py)."""
+        waiting = self._awaiting_reserved_nodes()
+        if not waiting and not self.kept_nodes:
+            return
+        kept: dict[str, list[str]] = {}
+        for name in self.kept_nodes:
+            node = self.nodes[name]
+            key = node.reserved_for
+            assert key is not None
+            job = waiting.get(key)
+            waits = job is not None and job.pool == node.pool
+            busy = name in self.pods_on
+            if reservation_ends(node, busy, waits, self.now):
+                if job is None:
+                    why = f"Job {key} no longer waits for it"
+                elif busy:
+                    why = "a pod is on it"
+                elif not waits:
+                    why = f"Job {key} was moved to another pool"
+                else:
+                    why = f"it has been kept for {RESERVATION_SECONDS / 60:.0f} min"
+                self.actions.append(
+                    ReserveNode(
+                        pool=node.pool,
+                        node=name,
+                        job=None,
+                        reason=f"node {name} of pool {node.pool} is no longer kept for Job "
+                        f"{key}: {why}",
+                        kind=ActionKind.UNRESERVE_NODE,
+                    )
+                )
+                continue  # its free GPUs are anyone's again
+            kept.setdefault(key, []).append(name)
+            self.pools[node.pool].buckets.discard(name)
+            self._recheck(node.created_at + RESERVATION_SECONDS)
+        for key, job in waiting.items():
+            if key in kept:
+                continue
+            found = self._reservable_node(job, kept)
+            if found is None:
+                continue  # placed like any pod: the node launched for it is on its way
+            kept[key] = [found]
+            self.pools[job.pool or ""].buckets.discard(found)
+            self._recheck(self.nodes[found].created_at + RESERVATION_SECONDS)
+            self.actions.append(
+                ReserveNode(
+                    pool=self.nodes[found].pool,
+                    node=found,
+                    job=key,
+                    reason=f"node {found} of on-demand pool {job.pool} is kept for Job {key}, "
+                    "which the deadline rule moved there and which waits for it: a pod of "
+                    "higher priority waiting in the pool would otherwise take it first",
+                )
+            )
+        if not kept:
+            return
+        placed: set[str] = set()
+        for demand in self.pending:
+            names = kept.get(demand.job or "")
+            if not names:
+                continue
+            for name in names:
+                if self.node_free.get(name, 0) >= demand.gpus:
+                    self.node_free[name] -= demand.gpus
+                    self.reserved.add(name)  # never released while kept
+                    placed.add(demand.key)
+                    break
+        for names in kept.values():
+            self.reserved.update(names)
+        if placed:
+            self.pending = [d for d in self.pending if d.key not in placed]
+
+    def _awaiting_reserved_nodes(self) -> dict[str, JobState]:
+        """The Jobs that wait for a node kept for them (``awaits_reserved_node``), by key,
+        in the order they started to wait."""
+        found: list[tuple[float, str, JobState]] = []
+        for job in self.snap.jobs:
+            if job.deadline_at is None or not job.pinned_by_operator or job.key in self.moving:
+                continue
+            ledger = self.pools.get(job.pool or "")
+            pods = self.pods_of_job.get(job.key, [])
+            if ledger is None or not awaits_reserved_node(job, ledger.tier == ELASTIC, pods):
+                continue
+            found.append((min(p.pending_since for p in pods), job.key, job))
+        return {key: job for _, key, job in sorted(found, key=lambda f: (f[0], f[1]))}
+
+    def _reservable_node(self, job: JobState, kept: dict[str, list[str]]) -> str | None:
+        """The first node of the Job's pool that may be kept for it (``reservable``, room
+        for one of its pods, kept for no one this tick): the oldest, the first Ready."""
+        taken = {n for names in kept.values() for n in names}
+        candidates = [
+            n
+            for n in self.nodes.values()
+            if n.pool == job.pool
+            and n.name not in taken
+            and self.node_free.get(n.name, 0) >= job.gpus_per_pod
+            and reservable(n, n.name in self.pods_on, self.now)
+        ]
+        best = min(candidates, key=lambda n: (n.created_at, n.name), default=None)
+        return None if best is None else best.name
+
     def _return_room(self, job: JobState) -> float:
         """Slack a waiting Job keeps for a return from on-demand: RETURN_ROOM_SECONDS while a
         spot pool it may use has nodes that last (``spot_lasts``) and none can launch now;
@@ -2517,6 +2633,7 @@ class _Decider:
         self._interruptions()
         self._collect_pending()
         self._deadlines()
+        self._reserve_nodes()
         self._place_demand()
         self.requeued_by_preemption = []
         self._consolidate()

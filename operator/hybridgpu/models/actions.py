@@ -22,6 +22,12 @@ class ActionKind(StrEnum):
     """Powered-off owned nodes are powered on (a ScaleUp of an owned pool with power)."""
     POWER_OFF = "power_off"
     """An idle owned node with no pods is powered off (a ReleaseNode of such a pool)."""
+    RESERVE_NODE = "reserve_node"
+    """A new on-demand node is kept for the Job the deadline rule moved there (a taint only
+    that Job's pods, and critical pods, tolerate)."""
+    UNRESERVE_NODE = "unreserve_node"
+    """A node's reservation ends: its Job's pods are on nodes, the Job no longer waits for
+    it, another pod took it, or it has lasted RESERVATION_SECONDS."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,18 @@ class ScaleUp:
     nodes: int
     reason: str
     kind: ActionKind = ActionKind.SCALE_UP
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveNode:
+    """Keep ``node`` for the pods of Job ``job`` (``namespace/name``): only they, and
+    critical pods, may land on it; ``job`` None ends the node's reservation."""
+
+    pool: str
+    node: str
+    job: str | None
+    reason: str
+    kind: ActionKind = ActionKind.RESERVE_NODE
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +172,7 @@ Action = (
     | MoveJob
     | ScaleUp
     | ReleaseNode
+    | ReserveNode
     | CordonUnhealthy
     | ReclaimIdle
     | RebalanceReplica

@@ -93,6 +93,9 @@ class NodeState:
     """The provider says its instance is terminated (listed as terminated, or terminated by
     this operator) while the Node object is still there: a cloud keeps a terminated instance
     listed for a while (EC2 for about an hour). Not capacity, not touched, not billed."""
+    reserved_for: str | None = None
+    """The Job (``namespace/name``) the node is kept for (core/reserve.py): only its pods and
+    critical pods may land on it while the reservation lasts; None: anyone's."""
 
     @property
     def leaving(self) -> bool:

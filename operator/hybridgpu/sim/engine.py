@@ -44,6 +44,7 @@ from hybridgpu.core.deadline import (
 )
 from hybridgpu.core.decide import decide
 from hybridgpu.core.placement import FreeGPUs, placement_order
+from hybridgpu.core.reserve import awaits_reserved_node, reservable
 from hybridgpu.models.actions import (
     ActionKind,
     HandleInterruption,
@@ -343,6 +344,12 @@ class PolicyResult:
             "rebalances": self.rebalances,
             "serving_disruptions": self.serving_disruptions,
         }
+
+
+def _awaits(view: tuple[GPUPod, JobState]) -> bool:
+    """Whether the waiting job (its one pod and Job) waits for a node kept for it."""
+    pod, job = view
+    return awaits_reserved_node(job, True, [pod])
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -821,6 +828,45 @@ class Simulation:
         job.run_id += 1
         left = job.run_overhead + job.trace.duration_seconds - job.progress
         self._push(self.now + left, "finish", (job.index, job.run_id))
+
+    def _keep_for_waiting_job(self, node: _Node) -> None:
+        """A node coming up in a pool where a job the deadline rule moved there waits for it
+        (``core.reserve``) is kept for that job: the operator taints it as it registers,
+        NotReady, before any pod may land (here registration and Ready are one instant). A
+        critical pod tolerates the taint and outranks the job in the scheduler's queue, so
+        the first critical job waiting that may land there gets it; else the job does. The
+        pod on it ends the reservation (the operator lifts it on its next tick)."""
+        if node.tier != Tier.ELASTIC or not self._live_annotated:
+            return
+        view = NodeState(
+            name=node.name,
+            pool=node.pool,
+            gpus=node.gpus,
+            cordoned=node.cordoned,
+            created_at=self.now,
+            interruption_deadline=node.interruption_deadline,
+        )
+        if not reservable(view, bool(node.jobs), self.now):
+            return
+        waiting = [
+            job
+            for job in (self.jobs[i] for i in self._live_annotated if i in self.pending)
+            if job.pool == node.pool
+            and job.trace.gpus <= node.free
+            and _awaits(self._job_view(job))
+        ]
+        if not waiting:
+            return
+        taker = min(waiting, key=self._queue_key)
+        critical = CRITICALITY_RANK[Criticality.CRITICAL]
+        for rank, _, index in self._queue:
+            if rank != critical:
+                break
+            job = self.jobs[index]
+            if job.trace.gpus <= node.free and node.pool in self._eligible_pools(job):
+                taker = job
+                break
+        self._start(taker, node)
 
     def _rebalance_source(self, node: _Node) -> bool:
         """A node a serving rebalance may move replicas off: on demand or spot (owned and
@@ -1667,6 +1713,7 @@ class Simulation:
             ready = self.nodes.get(str(payload))
             if ready is not None:
                 ready.booting = False
+                self._keep_for_waiting_job(ready)
                 self._node_changed(ready)
             return 0
         if kind == "surge":

@@ -1,0 +1,174 @@
+"""decide() keeps a new on-demand node for the Job the deadline rule moved there
+(core/reserve.py; docs/concepts.md, "Deadlines"): the node is reserved as soon as the
+operator sees it, the Job's pods are placed on it, nobody else's, and the reservation ends
+once it has served or lasted RESERVATION_SECONDS."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.support.builders import NOW, node, pending, plan_summary, policy, pool, running, snapshot
+
+from hybridgpu.core.decide import decide
+from hybridgpu.core.reserve import RESERVATION_SECONDS
+from hybridgpu.models.actions import Plan, ReserveNode
+from hybridgpu.models.snapshot import ClusterSnapshot, GPUPod, JobState, NodeState
+
+pytestmark = pytest.mark.unit
+
+H = 3600.0
+POOLS = [
+    pool("elastic", "elastic", per_node=1),
+    replace(pool("spot", "spot", per_node=1), launchable=False),
+]
+
+
+def moved(
+    name: str = "t", *, deadline: bool = True, by_operator: bool = True
+) -> tuple[GPUPod, JobState | None]:
+    """A preemptible Job the deadline rule moved to pool elastic, its pod waiting there."""
+    pod, job = pending(name, 1, "preemptible", pool_pin="elastic")
+    assert job is not None
+    job = replace(
+        job,
+        created_at=NOW - H,
+        deadline_at=NOW + 2 * H if deadline else None,
+        expected_duration_seconds=H,
+        checkpoint_seconds=1800.0,
+        pinned_by_operator=by_operator,
+    )
+    return pod, job
+
+
+def new_node(
+    name: str = "e1",
+    age: float = 60.0,
+    *,
+    ready: bool = False,
+    cordoned: bool = False,
+    reserved_for: str | None = None,
+) -> NodeState:
+    """A node of pool elastic that appeared ``age`` seconds ago, NotReady by default."""
+    return replace(
+        node(name, "elastic", gpus=1),
+        created_at=NOW - age,
+        ready=ready,
+        cordoned=cordoned,
+        reserved_for=reserved_for,
+    )
+
+
+def reservations(plan: Plan) -> list[tuple[str, str, str | None]]:
+    return [(a.kind.value, a.node, a.job) for a in plan.actions if isinstance(a, ReserveNode)]
+
+
+def test_a_new_node_is_kept_for_the_job_moved_there_and_its_pod_placed_on_it() -> None:
+    plan = decide(snapshot(POOLS, [new_node()], [moved()]), policy(), NOW)
+    assert reservations(plan) == [("reserve_node", "e1", "team/t")]
+    assert plan_summary(plan) == []  # the Job needs no other node
+    (action,) = [a for a in plan.actions if isinstance(a, ReserveNode)]
+    assert "kept for Job team/t" in action.reason
+
+
+def test_a_standard_pod_gets_its_own_node_instead_of_the_one_kept_for_the_job() -> None:
+    svc = pending("svc", 1, "standard", since=NOW - 120)
+    without = decide(snapshot(POOLS, [new_node()], [svc]), policy(), NOW)
+    assert plan_summary(without) == []  # it would wait for e1
+    plan = decide(snapshot(POOLS, [new_node()], [moved(), svc]), policy(), NOW)
+    assert reservations(plan) == [("reserve_node", "e1", "team/t")]
+    assert plan_summary(plan) == [("scale_up", "elastic", 1)]  # for svc
+    # Once kept (the taint on the node), the same holds, and nothing new is asked.
+    kept = snapshot(POOLS, [new_node(reserved_for="team/t")], [moved(), svc])
+    again = decide(kept, policy(), NOW)
+    assert reservations(again) == []
+    assert plan_summary(again) == [("scale_up", "elastic", 1)]
+    assert again.recheck_at == NOW - 60 + RESERVATION_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("why", "workloads", "nodes"),
+    [
+        ("no deadline", [moved(deadline=False)], [new_node()]),
+        ("pinned by its owner", [moved(by_operator=False)], [new_node()]),
+        ("too old", [moved()], [new_node(age=RESERVATION_SECONDS)]),
+        ("busy", [moved(), running("o", "e1", 1, "standard")], [new_node()]),
+        ("cordoned", [moved()], [new_node(cordoned=True)]),
+    ],
+)
+def test_no_node_is_kept(
+    why: str, workloads: list[tuple[GPUPod, JobState | None]], nodes: list[NodeState]
+) -> None:
+    plan = decide(snapshot(POOLS, nodes, workloads), policy(), NOW)
+    assert reservations(plan) == [], why
+
+
+@pytest.mark.parametrize(
+    ("why", "snap"),
+    [
+        (
+            "its pod is on it",
+            snapshot(
+                POOLS,
+                [new_node(reserved_for="team/t", ready=True)],
+                [(replace(moved()[0], node="e1", started_at=NOW - 5), moved()[1])],
+            ),
+        ),
+        ("the Job is gone", snapshot(POOLS, [new_node(reserved_for="team/t")], [])),
+        (
+            "a critical pod took it",
+            snapshot(
+                POOLS,
+                [new_node(reserved_for="team/t", ready=True)],
+                [moved(), running("c", "e1", 1, "critical")],
+            ),
+        ),
+        (
+            "it lasted",
+            snapshot(POOLS, [new_node(reserved_for="team/t", age=RESERVATION_SECONDS)], [moved()]),
+        ),
+    ],
+)
+def test_a_reservation_ends(why: str, snap: ClusterSnapshot) -> None:
+    plan = decide(snap, policy(), NOW)
+    assert ("unreserve_node", "e1", None) in reservations(plan), why
+    kept = [a for a in plan.actions if isinstance(a, ReserveNode) and a.job is not None]
+    assert all(a.node != "e1" for a in kept)
+
+
+def applied(snap: ClusterSnapshot, plan: Plan) -> ClusterSnapshot:
+    """``snap`` with the plan's reservations on its nodes."""
+    keep = {a.node: a.job for a in plan.actions if isinstance(a, ReserveNode)}
+    return replace(
+        snap,
+        nodes=tuple(
+            replace(n, reserved_for=keep[n.name]) if n.name in keep else n for n in snap.nodes
+        ),
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ages=st.lists(st.floats(0, 2 * RESERVATION_SECONDS), min_size=0, max_size=3),
+    jobs=st.integers(0, 3),
+    standard=st.booleans(),
+)
+def test_reservations_do_not_flap(ages: list[float], jobs: int, standard: bool) -> None:
+    """Applied, the next tick keeps what it kept; each Job gets at most one node, each node
+    is kept for at most one Job."""
+    nodes = [new_node(f"e{i}", age) for i, age in enumerate(ages)]
+    workloads = [moved(f"t{i}") for i in range(jobs)]
+    if standard:
+        workloads.append(pending("svc", 1, "standard", since=NOW - 120))
+    snap = snapshot(POOLS, nodes, workloads)
+    plan = decide(snap, policy(), NOW)
+    kept = [(n, j) for kind, n, j in reservations(plan) if kind == "reserve_node"]
+    assert len({n for n, _ in kept}) == len(kept) == len({j for _, j in kept})
+    assert all(a < RESERVATION_SECONDS for n, _ in kept for a in [NOW - snap_node(snap, n)])
+    assert reservations(decide(applied(snap, plan), policy(), NOW)) == []
+
+
+def snap_node(snap: ClusterSnapshot, name: str) -> float:
+    return next(n.created_at for n in snap.nodes if n.name == name)
