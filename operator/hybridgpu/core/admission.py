@@ -56,12 +56,16 @@ class AdmissionRules:
     allow_on_demand_for_preemptible: bool = False
     spot_pools: Mapping[str, Sequence[Taint]] = field(default_factory=dict)
     """Spot GPUPools by name, with the taints they put on their nodes."""
+    reservation_taint: str | None = None
+    """The key of the taint that keeps a node for one Job (core/reserve.py): critical pods
+    tolerate it, so critical work comes first even on such a node. None: not added."""
 
 
 def mutation(
     criticality: Criticality | None, pod_spec: Mapping[str, Any], rules: AdmissionRules
 ) -> list[PatchOperation]:
-    """JSON patch operations that give a pod of ``criticality`` its priority class and, when
+    """JSON patch operations that give a pod of ``criticality`` its priority class, when
+    critical a toleration of nodes kept for a Job (``rules.reservation_taint``), and, when
     preemptible, a required node affinity to core and spot nodes (unless a node selector pins
     it to one pool). No operations when the pod has no criticality or already has what it
     needs; a priority class the pod names itself is kept."""
@@ -77,6 +81,16 @@ def mutation(
             _add("/spec/priority", priority_class.value),
             _add("/spec/preemptionPolicy", priority_class.preemption_policy),
         ]
+    if criticality == Criticality.CRITICAL and rules.reservation_taint:
+        tolerations = list(pod_spec.get("tolerations") or [])
+        reservation = Taint(key=rules.reservation_taint, effect="NoSchedule")
+        if not any(_tolerates(t, reservation) for t in tolerations):
+            toleration = {"key": reservation.key, "operator": "Exists", "effect": "NoSchedule"}
+            ops.append(
+                _add("/spec/tolerations/-", toleration)
+                if tolerations
+                else _add("/spec/tolerations", [toleration])
+            )
     # A pod pinned to one pool by name (the operator's move, e.g. a Job whose deadline sent
     # it to on-demand) goes where the pin says: the pool decides its tier.
     pinned = (pod_spec.get("nodeSelector") or {}).get(rules.pool_label)

@@ -32,7 +32,14 @@ from hybridgpu.core.admission import (
 )
 from hybridgpu.handlers.options import OperatorOptions
 from hybridgpu.kube.convert import parse_criticality
-from hybridgpu.kube.names import CRITICALITY_LABEL, GROUP, POOL_LABEL, TIER_LABEL, VERSION
+from hybridgpu.kube.names import (
+    CRITICALITY_LABEL,
+    GROUP,
+    POOL_LABEL,
+    RESERVED_TAINT,
+    TIER_LABEL,
+    VERSION,
+)
 from hybridgpu.metrics.exported import METRICS, AdmissionOutcome
 from hybridgpu.models.pool import Taint
 from hybridgpu.models.snapshot import Criticality
@@ -99,6 +106,7 @@ def admission_rules(
         priority_classes=classes,
         allow_on_demand_for_preemptible=allow,
         spot_pools={name: next(iter(store)) for name, store in spot_pools.items()},
+        reservation_taint=RESERVED_TAINT,
     )
 
 

@@ -29,6 +29,7 @@ from hybridgpu.kube.names import (
     RESTARTS_ANNOTATION,
     RETURN_TO_CORE_ANNOTATION,
 )
+from hybridgpu.kube.reserve import reserved_for
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.pool import GPUPoolSpec
 from hybridgpu.models.snapshot import (
@@ -536,6 +537,7 @@ def node_state(
         not_ready_since=not_ready_since(node),
         deleting=bool(meta.get("deletionTimestamp")),
         instance_terminated=instance_terminated,
+        reserved_for=reserved_for(node),
     )
 
 

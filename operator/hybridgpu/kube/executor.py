@@ -35,9 +35,11 @@ from hybridgpu.kube.names import (
     PROGRESS_ANNOTATION,
     RECLAIMED_ANNOTATION,
     RELEASING_ANNOTATION,
+    RESERVED_ANNOTATION,
     TIER_LABEL,
     VERSION,
 )
+from hybridgpu.kube.reserve import with_reservation
 from hybridgpu.kube.serving import COMPLETED, Outcome, ServingMover, ServingReads, read_intent
 from hybridgpu.kube.workloads import (
     JOB,
@@ -72,6 +74,7 @@ from hybridgpu.models.actions import (
     RebalanceReplica,
     ReclaimIdle,
     ReleaseNode,
+    ReserveNode,
     ScaleUp,
 )
 from hybridgpu.models.pool import GPUPoolSpec
@@ -92,6 +95,8 @@ EVENT_REASONS = {
     "rebalance": "Rebalance",
     "power_on": "PowerOn",
     "power_off": "PowerOff",
+    "reserve_node": "NodeReserved",
+    "unreserve_node": "NodeReservationEnded",
 }
 REBALANCE_EVENT_REASONS = {
     "completed": "Rebalanced",
@@ -259,7 +264,7 @@ class PlanExecutor:
             return ObjectRef(
                 kind="Pod", name=action.name, api_version="v1", namespace=action.namespace
             )
-        if isinstance(action, HandleInterruption | CordonUnhealthy):
+        if isinstance(action, HandleInterruption | CordonUnhealthy | ReserveNode):
             return node_ref(action.node)
         return pool_ref(action.pool)
 
@@ -313,6 +318,8 @@ class PlanExecutor:
             self.start_move(action.namespace, action.job, action.to_pool, pools, kind)
         elif isinstance(action, ReleaseNode):
             self.release_node(action.pool, action.node, pools, result)
+        elif isinstance(action, ReserveNode):
+            self.reserve_node(action.node, action.job)
         elif isinstance(action, HandleInterruption):
             spec = pools.get(action.pool)
             if spec is None or not is_cloud(spec.tier):
@@ -383,6 +390,23 @@ class PlanExecutor:
         except KubeError as err:
             log.warning("uncordon after a rebalance: %s", err)
         return ended, in_flight
+
+    def reserve_node(self, node: str, job: str | None) -> None:
+        """Keep ``node`` for the pods of Job ``job`` (``namespace/name``): the annotation
+        naming it, then the taint only its pods and critical pods tolerate (kube/reserve.py);
+        ``job`` None takes both off. Idempotent; a node gone is left alone."""
+        raw = self.cluster.get_node(node)
+        if raw is None:
+            return
+        taints = list((raw.get("spec") or {}).get("taints") or [])
+        wanted = with_reservation(taints, job)
+        noted = annotations_of(raw).get(RESERVED_ANNOTATION)
+        if job is not None and noted != job:
+            self.cluster.patch_node_metadata(node, annotations={RESERVED_ANNOTATION: job})
+        if wanted != taints:
+            self.cluster.set_node_taints(node, wanted)
+        if job is None and noted is not None:
+            self.cluster.patch_node_metadata(node, annotations={RESERVED_ANNOTATION: None})
 
     def reclaim(self, action: ReclaimIdle) -> bool:
         """Suspend the idle Job (recording why on it) or evict the idle bare pod through the

@@ -51,6 +51,12 @@ timeout} while the operator moves one of its replicas to owned GPUs by surge."""
 REBALANCE_GIVEN_UP_ANNOTATION = "hybridgpu.io/rebalance-given-up"
 """On a Deployment: epoch seconds its last rebalance was rolled back or aborted (the next
 one waits an hour)."""
+RESERVED_TAINT = "hybridgpu.io/reserved-for"
+"""On a Node: a NoSchedule taint that keeps the node for one Job (core/reserve.py); its
+value is a digest of the Job's ``namespace/name`` (kube/reserve.py). The Job's pods tolerate
+it by value (its move adds the toleration), critical pods by key (admission)."""
+RESERVED_ANNOTATION = "hybridgpu.io/reserved-for"
+"""On a Node: the Job (``namespace/name``) the node is kept for, beside RESERVED_TAINT."""
 CORDONED_BY_ANNOTATION = "hybridgpu.io/cordoned-by"
 """On a Node: why the operator cordoned it (release, interruption, xid)."""
 

@@ -37,7 +37,8 @@ from hybridgpu.kube.names import (
     RESTARTS_ANNOTATION,
     RETURN_TO_CORE_ANNOTATION,
 )
-from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.kube.reserve import job_toleration
+from hybridgpu.models.pool import GPUPoolSpec, Tier
 from hybridgpu.models.snapshot import Criticality, JobState
 
 
@@ -227,8 +228,11 @@ def repin_patch(
     (back at the pool it came from when the target is gone) and records step repinned."""
     to_pool = move.target(pools)
     ops: list[dict[str, Any]] = []
+    own = _reservation_toleration(kind, obj, pools.get(to_pool or ""))
     for template in kind.templates(obj):
         selector, tolerations = repin_template(template.pod_spec, to_pool, pools)
+        if own is not None and own not in tolerations:
+            tolerations.append(own)
         ops.extend(template.create)
         spec_path = template.spec_path or f"{template.path}/spec"
         ops.append({"op": "add", "path": f"{spec_path}/nodeSelector", "value": selector})
@@ -250,6 +254,19 @@ def repin_patch(
             }
         )
     return ops
+
+
+def _reservation_toleration(
+    kind: WorkloadKind, obj: Obj, target: GPUPoolSpec | None
+) -> dict[str, Any] | None:
+    """The toleration of nodes kept for this workload (kube/reserve.py) when it is a batch/v1
+    Job moved into an on-demand pool: only there does decide() keep a node for a Job."""
+    meta = obj.get("metadata") or {}
+    if kind.kind != "Job" or target is None or target.tier != Tier.ELASTIC:
+        return None
+    if not meta.get("namespace") or not meta.get("name"):
+        return None
+    return job_toleration(f"{meta['namespace']}/{meta['name']}")
 
 
 def child_job_repin_patch(
