@@ -73,6 +73,19 @@ def test_a_new_node_is_kept_for_the_job_moved_there_and_its_pod_placed_on_it() -
     assert "kept for Job team/t" in action.reason
 
 
+def test_a_node_whose_gpus_are_not_reported_yet_is_kept_all_the_same() -> None:
+    # A kubelet registers its node before the device plugin reports its GPUs: that is when
+    # the operator must keep it, and the Job needs no other node meanwhile.
+    joined = replace(new_node(), gpus=0)
+    plan = decide(snapshot(POOLS, [joined], [moved()]), policy(), NOW)
+    assert reservations(plan) == [("reserve_node", "e1", "team/t")]
+    assert plan_summary(plan) == []
+    kept = decide(
+        snapshot(POOLS, [replace(joined, reserved_for="team/t")], [moved()]), policy(), NOW
+    )
+    assert reservations(kept) == [] and plan_summary(kept) == []
+
+
 def test_a_standard_pod_gets_its_own_node_instead_of_the_one_kept_for_the_job() -> None:
     svc = pending("svc", 1, "standard", since=NOW - 120)
     without = decide(snapshot(POOLS, [new_node()], [svc]), policy(), NOW)

@@ -2249,18 +2249,14 @@ class _Decider:
                     )
                 )
                 continue  # its free GPUs are anyone's again
-            kept.setdefault(key, []).append(name)
-            self.pools[node.pool].buckets.discard(name)
-            self._recheck(node.created_at + RESERVATION_SECONDS)
+            self._keep(name, key, kept)
         for key, job in waiting.items():
             if key in kept:
                 continue
             found = self._reservable_node(job, kept)
             if found is None:
                 continue  # placed like any pod: the node launched for it is on its way
-            kept[key] = [found]
-            self.pools[job.pool or ""].buckets.discard(found)
-            self._recheck(self.nodes[found].created_at + RESERVATION_SECONDS)
+            self._keep(found, key, kept)
             self.actions.append(
                 ReserveNode(
                     pool=self.nodes[found].pool,
@@ -2289,6 +2285,16 @@ class _Decider:
         if placed:
             self.pending = [d for d in self.pending if d.key not in placed]
 
+    def _keep(self, name: str, job: str, kept: dict[str, list[str]]) -> None:
+        """Node ``name`` is kept for ``job`` this tick: out of everyone else's capacity, with
+        a whole node's GPUs (it is empty; a node that has just joined may not report its GPUs
+        before its device plugin runs)."""
+        kept.setdefault(job, []).append(name)
+        ledger = self.pools[self.nodes[name].pool]
+        ledger.buckets.discard(name)
+        self.node_free[name] = ledger.per_node
+        self._recheck(self.nodes[name].created_at + RESERVATION_SECONDS)
+
     def _awaiting_reserved_nodes(self) -> dict[str, JobState]:
         """The Jobs that wait for a node kept for them (``awaits_reserved_node``), by key,
         in the order they started to wait."""
@@ -2304,15 +2310,16 @@ class _Decider:
         return {key: job for _, key, job in sorted(found, key=lambda f: (f[0], f[1]))}
 
     def _reservable_node(self, job: JobState, kept: dict[str, list[str]]) -> str | None:
-        """The first node of the Job's pool that may be kept for it (``reservable``, room
-        for one of its pods, kept for no one this tick): the oldest, the first Ready."""
+        """The first node of the Job's pool that may be kept for it (``reservable``, kept
+        for no one this tick; the pool's nodes fit its pods, as the deadline rule chose it):
+        the oldest, the first Ready."""
         taken = {n for names in kept.values() for n in names}
         candidates = [
             n
             for n in self.nodes.values()
             if n.pool == job.pool
             and n.name not in taken
-            and self.node_free.get(n.name, 0) >= job.gpus_per_pod
+            and n.name in self.node_free  # pods may land on it (or will, once it is Ready)
             and reservable(n, n.name in self.pods_on, self.now)
         ]
         best = min(candidates, key=lambda n: (n.created_at, n.name), default=None)
