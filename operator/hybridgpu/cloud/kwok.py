@@ -15,6 +15,11 @@ $HYBRIDGPU_KWOK_TERMINATION_SECONDS (default 0) its Node stays, deleting (held b
 ``hybridgpu.io/kwok-termination``), for that long, as a Karpenter Node does while Karpenter
 drains it and terminates its instance, and the provider lists it as ``terminating``.
 
+A real node registers before its device plugin reports its GPUs; with
+$HYBRIDGPU_KWOK_GPU_REPORT_SECONDS (default 0) a kwok Node reports none for that long after it
+is created, then its pool's (the window in which the operator keeps a new node for a Job:
+core/reserve.py).
+
 A spot interruption is announced by annotating a node of the provider with
 ``hybridgpu.io/kwok-interruption-at: <deadline, epoch seconds>``; the notice stays until the
 operator acknowledges it (the annotation is then removed) or the node is gone.
@@ -53,6 +58,9 @@ INTERRUPTION_ANNOTATION = "hybridgpu.io/kwok-interruption-at"
 PROVIDER_PREFIX = "kwok://"
 BOOT_DELAY_ENV = "HYBRIDGPU_KWOK_DELAY_SECONDS"
 DEFAULT_BOOT_DELAY_SECONDS = 10.0
+GPU_REPORT_ENV = "HYBRIDGPU_KWOK_GPU_REPORT_SECONDS"
+"""Seconds from a kwok Node's registration until it reports its GPUs (default 0: at once), as
+a real node's device plugin does a while after its kubelet registered it."""
 TERMINATION_ENV = "HYBRIDGPU_KWOK_TERMINATION_SECONDS"
 TERMINATION_FINALIZER = "hybridgpu.io/kwok-termination"
 """Holds a terminated kwok Node, deleting, while its machine 'shuts down'."""
@@ -79,6 +87,11 @@ def default_boot_delay_seconds() -> float:
     return _seconds_from_env(BOOT_DELAY_ENV, DEFAULT_BOOT_DELAY_SECONDS)
 
 
+def default_gpu_report_seconds() -> float:
+    """$HYBRIDGPU_KWOK_GPU_REPORT_SECONDS, else 0: how long a new Node reports no GPUs."""
+    return _seconds_from_env(GPU_REPORT_ENV, 0.0)
+
+
 def default_termination_seconds() -> float:
     """$HYBRIDGPU_KWOK_TERMINATION_SECONDS, else 0: how long a terminated Node lingers."""
     return _seconds_from_env(TERMINATION_ENV, 0.0)
@@ -89,10 +102,15 @@ def provider_id(pool: str, node: str) -> str:
     return f"{PROVIDER_PREFIX}{pool}/{node}"
 
 
-def kwok_node(name: str, pool: str, spec: GPUPoolSpec) -> dict[str, Any]:
-    """A kwok-managed Node of ``pool`` shaped like the pool's spec (labels, taints, GPUs)."""
+def kwok_node(
+    name: str, pool: str, spec: GPUPoolSpec, *, gpus_reported: bool = True
+) -> dict[str, Any]:
+    """A kwok-managed Node of ``pool`` shaped like the pool's spec (labels, taints, GPUs;
+    without ``gpus_reported``, no GPUs yet: its device plugin has not reported them)."""
     gpus = str(spec.gpu.per_node)
     capacity = {"cpu": "96", "memory": "1Ti", "pods": "110", GPU_RESOURCE: gpus}
+    if not gpus_reported:
+        del capacity[GPU_RESOURCE]
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -214,6 +232,7 @@ class KwokProvider:
         self.termination_seconds = (
             default_termination_seconds() if termination_seconds is None else termination_seconds
         )
+        self.gpu_report_seconds = default_gpu_report_seconds()
         self.api = api_client if api_client is not None else kubeapi.api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self._lock = threading.Lock()
@@ -396,6 +415,16 @@ class KwokProvider:
             if now - deleted_at >= self.termination_seconds:
                 self._lift_finalizer(name)
 
+    def _report_gpus(self, name: str, spec: GPUPoolSpec) -> None:
+        """The node's device plugin reports its GPUs (a timer thread)."""
+        gpus = {GPU_RESOURCE: str(spec.gpu.per_node)}
+        body = {"status": {"capacity": gpus, "allocatable": gpus}}
+        try:
+            self.core.patch_node_status(name, body)
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("kwok: cannot report the GPUs of %s: %s", name, err.reason)
+
     def _lift_finalizer(self, name: str) -> None:
         """The machine is gone: let its Node go (a timer thread, or the sweep above)."""
         try:
@@ -441,9 +470,16 @@ class KwokProvider:
             if name not in self._booting:
                 return  # terminated while booting
         created = False
+        later = self.gpu_report_seconds > 0
         try:
-            self.core.create_node(kwok_node(name, pool, spec))
+            self.core.create_node(kwok_node(name, pool, spec, gpus_reported=not later))
             created = True
+            if later:
+                timer = threading.Timer(
+                    self.gpu_report_seconds, self._report_gpus, args=(name, spec)
+                )
+                timer.daemon = True
+                timer.start()
         except ApiException as err:
             # The launch failed; the pool's pending pods make the next tick ask again.
             log.warning("kwok: cannot create node %s of %s: %s", name, pool, err.reason)
