@@ -9,9 +9,11 @@ from kubernetes import client
 from hybridgpu.cloud.base import ProviderError
 from hybridgpu.cloud.kwok import (
     BOOT_DELAY_ENV,
+    GPU_REPORT_ENV,
     TERMINATION_ENV,
     KwokProvider,
     default_boot_delay_seconds,
+    default_gpu_report_seconds,
     default_termination_seconds,
     kwok_node,
 )
@@ -49,6 +51,13 @@ def test_a_node_carries_the_pool_label_gpus_taints_and_the_kwok_annotation() -> 
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
 
 
+def test_a_node_whose_device_plugin_has_not_reported_yet_has_no_gpus() -> None:
+    node = kwok_node("spot-ab12cd", "spot", spot_spec(), gpus_reported=False)
+    assert "nvidia.com/gpu" not in node["status"]["capacity"]
+    assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+    assert node["status"]["capacity"]["cpu"] == "96"
+
+
 @pytest.mark.parametrize(("env", "want"), [(None, 10.0), ("", 10.0), ("2.5", 2.5), ("0", 0.0)])
 def test_the_default_boot_delay_comes_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, env: str | None, want: float
@@ -82,6 +91,7 @@ def test_a_pools_own_boot_delay_wins_over_the_providers() -> None:
     [
         (BOOT_DELAY_ENV, default_boot_delay_seconds, 10.0),
         (TERMINATION_ENV, default_termination_seconds, 0.0),
+        (GPU_REPORT_ENV, default_gpu_report_seconds, 0.0),
     ],
 )
 def test_the_kwok_seconds_from_the_environment(monkeypatch, name, read, unset) -> None:
