@@ -88,3 +88,17 @@ def test_a_failed_patch_is_tried_again_on_the_next_call() -> None:
     cluster.writes.clear()
     executor.shape_nodes(nodes, pools)
     assert ("patch_metadata", "s0") in cluster.writes
+
+
+def test_a_taint_put_on_after_the_cache_read_is_kept() -> None:
+    # A tick keeps a new node for a Job (its taint) after the watch cache read the node; the
+    # same tick then shapes it from that read: the reservation must not be written over.
+    cluster, executor, pools = setup()
+    stale = cluster.read_objects().nodes
+    kept = {"key": "hybridgpu.io/reserved-for", "value": "abc", "effect": "NoSchedule"}
+    cluster.set_node_taints("s0", [kept])
+    executor.shape_nodes(stale, pools)
+    assert cluster.nodes["s0"]["spec"]["taints"] == [
+        kept,
+        {"key": "hybridgpu.io/spot", "value": "true", "effect": "NoSchedule"},
+    ]

@@ -885,7 +885,15 @@ class PlanExecutor:
                 if missing:
                     self.cluster.patch_node_metadata(name, labels=missing)
                 if want:
-                    self.cluster.set_node_taints(name, taints + want)
+                    # The taints as they are now, not as the watch cache last had them: this
+                    # tick may have kept the node for a Job (reserve_node) after the cache's read.
+                    live = list(
+                        ((self.cluster.get_node(name) or raw).get("spec") or {}).get("taints") or []
+                    )
+                    have = {(t.get("key"), t.get("value"), t.get("effect")) for t in live}
+                    add = [t for t in want if (t["key"], t.get("value"), t["effect"]) not in have]
+                    if add:
+                        self.cluster.set_node_taints(name, live + add)
             except KubeError as err:
                 log.warning("could not label/taint node %s: %s", name, err)
         if names not in self._shaped and len(self._shaped) >= 16:
