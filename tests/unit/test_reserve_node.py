@@ -139,6 +139,10 @@ def test_no_node_is_kept(
             ),
         ),
         (
+            "it was cordoned",
+            snapshot(POOLS, [new_node(reserved_for="team/t", cordoned=True)], [moved()]),
+        ),
+        (
             "it lasted",
             snapshot(POOLS, [new_node(reserved_for="team/t", age=RESERVATION_SECONDS)], [moved()]),
         ),

@@ -2229,9 +2229,12 @@ class _Decider:
             job = waiting.get(key)
             waits = job is not None and job.pool == node.pool
             busy = name in self.pods_on
-            if reservation_ends(node, busy, waits, self.now):
+            usable = name in self.node_free  # cordoned, going, NotReady too long: no pods
+            if not usable or reservation_ends(node, busy, waits, self.now):
                 if job is None:
                     why = f"Job {key} no longer waits for it"
+                elif not usable:
+                    why = "no pod can land on it"
                 elif busy:
                     why = "a pod is on it"
                 elif not waits:
@@ -2292,7 +2295,8 @@ class _Decider:
         kept.setdefault(job, []).append(name)
         ledger = self.pools[self.nodes[name].pool]
         ledger.buckets.discard(name)
-        self.node_free[name] = ledger.per_node
+        if self.nodes[name].gpus == 0:
+            self.node_free[name] = ledger.per_node
         self._recheck(self.nodes[name].created_at + RESERVATION_SECONDS)
 
     def _awaiting_reserved_nodes(self) -> dict[str, JobState]:
