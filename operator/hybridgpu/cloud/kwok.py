@@ -240,6 +240,8 @@ class KwokProvider:
         """Held by set_target: two ticks raising one pool at once would both launch the gap."""
         self._booting: dict[str, _Boot] = {}
         """Node name -> its launch, for instances still in their boot delay."""
+        self._reporting: dict[str, threading.Timer] = {}
+        """Node name -> the timer that will report its GPUs (GPU_REPORT_ENV)."""
         self._created: dict[str, _Boot] = {}
         """Nodes created but not yet seen in the node source (it trails by a watch event)."""
         self._registered: dict[
@@ -262,11 +264,14 @@ class KwokProvider:
         return self.boot_delay_seconds if own is None else parse_duration_seconds(own)
 
     def close(self) -> None:
-        """Cancel launches still booting (they never become Nodes)."""
+        """Cancel launches still booting (they never become Nodes) and GPU reports to come."""
         with self._lock:
             boots, self._booting = list(self._booting.values()), {}
+            reports, self._reporting = list(self._reporting.values()), {}
         for boot in boots:
             boot.timer.cancel()
+        for report in reports:
+            report.cancel()
 
     # --- CapacityProvider -------------------------------------------------------------
 
@@ -417,6 +422,9 @@ class KwokProvider:
 
     def _report_gpus(self, name: str, spec: GPUPoolSpec) -> None:
         """The node's device plugin reports its GPUs (a timer thread)."""
+        with self._lock:
+            if self._reporting.pop(name, None) is None:
+                return  # the provider was closed
         gpus = {GPU_RESOURCE: str(spec.gpu.per_node)}
         body = {"status": {"capacity": gpus, "allocatable": gpus}}
         try:
@@ -424,6 +432,8 @@ class KwokProvider:
         except ApiException as err:
             if err.status != 404:
                 log.warning("kwok: cannot report the GPUs of %s: %s", name, err.reason)
+        except Exception:
+            log.exception("kwok: cannot report the GPUs of %s", name)
 
     def _lift_finalizer(self, name: str) -> None:
         """The machine is gone: let its Node go (a timer thread, or the sweep above)."""
@@ -479,6 +489,8 @@ class KwokProvider:
                     self.gpu_report_seconds, self._report_gpus, args=(name, spec)
                 )
                 timer.daemon = True
+                with self._lock:
+                    self._reporting[name] = timer
                 timer.start()
         except ApiException as err:
             # The launch failed; the pool's pending pods make the next tick ask again.
