@@ -92,6 +92,29 @@ def pool_nodes(cluster: Cluster, pool: str) -> list[Any]:
     return sorted(nodes, key=lambda n: (n.metadata.creation_timestamp, n.metadata.name))
 
 
+def state(cluster: Cluster, operator: Operator, pool: str) -> str:
+    """What a failed wait saw: the pool's nodes, the Jobs' pods, the operator's last plan."""
+    lines = []
+    for node in pool_nodes(cluster, pool):
+        lines.append(
+            f"node {node.metadata.name} created {node.metadata.creation_timestamp} "
+            f"taints {[(t.key, t.value) for t in node.spec.taints or []]} "
+            f"allocatable {node.status.allocatable} "
+            f"notes {node.metadata.annotations}"
+        )
+    for job in ("late", "svc"):
+        for pod in cluster.job_pods(job):
+            conditions = [(c.type, c.status, c.reason) for c in pod.status.conditions or []]
+            lines.append(
+                f"pod {pod.metadata.name} node {pod.spec.node_name} phase {pod.status.phase} "
+                f"{conditions} tolerations {[(t.key, t.value) for t in pod.spec.tolerations or []]}"
+            )
+    last = operator.reconciler.last
+    plan = last.plan if last is not None else None
+    lines += [f"plan: {line}" for line in (plan.explain() if plan is not None else [])]
+    return "\n".join(lines)
+
+
 def kept_for(node: Any) -> bool:
     return any(t.key == RESERVED_TAINT for t in node.spec.taints or [])
 
@@ -136,12 +159,15 @@ def test_the_first_on_demand_node_goes_to_the_job_moved_there_not_to_a_standard_
         return {on_node(cluster, "late"), on_node(cluster, "svc")}
 
     # The pool's first node registers without GPUs; when it reports them, a pod lands there.
-    first = operator.tick_until(
-        lambda: next(
-            (n for n in pool_nodes(cluster, elastic)[:1] if n.metadata.name in bound()), None
-        ),
-        "a pod on the first on-demand node",
-    )
+    try:
+        first = operator.tick_until(
+            lambda: next(
+                (n for n in pool_nodes(cluster, elastic)[:1] if n.metadata.name in bound()), None
+            ),
+            "a pod on the first on-demand node",
+        )
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{state(cluster, operator, elastic)}") from err
     name = first.metadata.name
     # It is late's, not svc's (which outranks it in the scheduler's queue): the operator kept
     # the node for late when it registered, before it reported its GPUs.

@@ -61,6 +61,8 @@ DEFAULT_BOOT_DELAY_SECONDS = 10.0
 GPU_REPORT_ENV = "HYBRIDGPU_KWOK_GPU_REPORT_SECONDS"
 """Seconds from a kwok Node's registration until it reports its GPUs (default 0: at once), as
 a real node's device plugin does a while after its kubelet registered it."""
+GPU_REPORT_TRIES = 10
+"""How many times, a second apart, a GPU report is checked and made again."""
 TERMINATION_ENV = "HYBRIDGPU_KWOK_TERMINATION_SECONDS"
 TERMINATION_FINALIZER = "hybridgpu.io/kwok-termination"
 """Holds a terminated kwok Node, deleting, while its machine 'shuts down'."""
@@ -420,20 +422,33 @@ class KwokProvider:
             if now - deleted_at >= self.termination_seconds:
                 self._lift_finalizer(name)
 
-    def _report_gpus(self, name: str, spec: GPUPoolSpec) -> None:
-        """The node's device plugin reports its GPUs (a timer thread)."""
+    def _report_gpus(self, name: str, spec: GPUPoolSpec, tries: int = GPU_REPORT_TRIES) -> None:
+        """The node's device plugin reports its GPUs (a timer thread). Checked a second later
+        and reported again while they are missing: kwok writes a new Node's status once
+        (its node-initialize stage), possibly from a copy read before this report."""
         with self._lock:
             if self._reporting.pop(name, None) is None:
                 return  # the provider was closed
         gpus = {GPU_RESOURCE: str(spec.gpu.per_node)}
         body = {"status": {"capacity": gpus, "allocatable": gpus}}
         try:
+            node = self.core.read_node(name)
+            if (node.status.allocatable or {}).get(GPU_RESOURCE) == gpus[GPU_RESOURCE]:
+                return
             self.core.patch_node_status(name, body)
         except ApiException as err:
             if err.status != 404:
                 log.warning("kwok: cannot report the GPUs of %s: %s", name, err.reason)
+            if err.status == 404:
+                return
         except Exception:
             log.exception("kwok: cannot report the GPUs of %s", name)
+        if tries > 1:
+            timer = threading.Timer(1.0, self._report_gpus, args=(name, spec, tries - 1))
+            timer.daemon = True
+            with self._lock:
+                self._reporting[name] = timer
+            timer.start()
 
     def _lift_finalizer(self, name: str) -> None:
         """The machine is gone: let its Node go (a timer thread, or the sweep above)."""
