@@ -487,14 +487,22 @@ def core_full_of_preemptible_work(
     cluster: Cluster,
     run_duration: str = "6s",
     before_the_job: Callable[[str], None] | None = None,
+    core_idle_for: str = "10m",
 ) -> tuple[str, str, str]:
     """A core node busy with a running preemptible Job, and an empty spot pool.
 
     ``before_the_job(policy)`` runs once the pools exist and before the Job is created: a
     test whose operator must act while the Job still runs starts it there and waits for
-    its first tick (an operator took 50 s to start at load 26, longer than the Job ran)."""
+    its first tick (an operator took 50 s to start at load 26, longer than the Job ran).
+
+    The core node's ``idleFor`` (``core_idle_for``) is long: the tests here follow a move of
+    the Job to spot, and a Job waiting for its spot node while the core node it left has
+    been idle for its ``idleFor`` rightly goes back there (``_unpin_to_owned``); with 2 s, a
+    spot node slow to come on a loaded machine turned these moves into moves back to core."""
     policy = cluster.policy()
-    core = cluster.pool("core", tier="core", policy=policy, per_node=4, max_nodes=1)
+    core = cluster.pool(
+        "core", tier="core", policy=policy, per_node=4, max_nodes=1, idle_for=core_idle_for
+    )
     spot = cluster.pool(
         "spot",
         tier="spot",

@@ -179,6 +179,14 @@ def test_two_replicas_only_the_lease_holder_acts(cluster: Cluster, operators: Op
         )
     )
     cluster.within_ticks(policy, lambda: len(cluster.pool_nodes(elastic)) == 1, "one elastic node")
+    # ... and the first Job's pod on it: a pod the scheduler had found no room for waits out
+    # its back-off before it is tried again, and a new pod created meanwhile took the node
+    # first (seen: the second Job ran there, so no second node was needed, and CI failed).
+    wait_for(
+        lambda: any(p.spec.node_name for p in cluster.job_pods("one-node")),
+        KUBE_SECONDS,
+        "the first Job's pod on the elastic node",
+    )
     cluster.wait_ticks(policy)  # the leader's ticks after the node came: still exactly one
     assert len(cluster.pool_nodes(elastic)) == 1
 
