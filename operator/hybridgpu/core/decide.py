@@ -1368,21 +1368,10 @@ class _Decider:
                 free = self.node_free.get(node_name)
                 if free is None:
                     continue
-                victims = self._victims_on(node_name)
-                if free + sum(victims.values()) < demand.gpus:
+                found = self._cheapest_victims(node_name, free, demand.gpus)
+                if found is None:
                     continue
-                # Cheapest to restart first: least work thrown away (GPUs times the time
-                # since the last checkpoint, when known), then the fewest GPUs.
-                ranked = sorted(victims, key=self._victim_rank) if len(victims) > 1 else victims
-                chosen: list[JobState] = []
-                got = free
-                cost = 0.0
-                for key in ranked:
-                    if got >= demand.gpus:
-                        break
-                    chosen.append(self.jobs[key])
-                    got += victims[key]
-                    cost += self._restart_gpu_hours(key)
+                cost, chosen = found
                 if len(chosen) > self.moves_left:
                     continue
                 if best is None or (cost, node_name) < (best[0], best[1]):
@@ -1396,17 +1385,52 @@ class _Decider:
             )
             return False
         _, node_name, chosen = best
-        # The victims leave and the pod takes their GPUs before each victim's destination
-        # is chosen: the victims may wait for other owned GPUs, not for these.
+        self._preempt_victims(node_name, chosen, demand.gpus, demand)
+        return True
+
+    def _cheapest_victims(
+        self, node_name: str, free: int, gpus: int
+    ) -> tuple[float, list[JobState]] | None:
+        """The preemptible Jobs on ``node_name`` whose GPUs, with its ``free`` ones, make
+        ``gpus``, cheapest to restart first (least work thrown away: GPUs times the time
+        since the last checkpoint, when known; then the fewest GPUs), and the GPU-hours their
+        restarts throw away; None when all of them are not enough."""
+        victims = self._victims_on(node_name)
+        if free + sum(victims.values()) < gpus:
+            return None
+        ranked = sorted(victims, key=self._victim_rank) if len(victims) > 1 else victims
+        chosen: list[JobState] = []
+        got = free
+        cost = 0.0
+        for key in ranked:
+            if got >= gpus:
+                break
+            chosen.append(self.jobs[key])
+            got += victims[key]
+            cost += self._restart_gpu_hours(key)
+        return cost, chosen
+
+    def _preempt_victims(
+        self,
+        node_name: str,
+        chosen: list[JobState],
+        gpus: int,
+        demand: _Demand | None,
+        cause: str = "",
+    ) -> list[_Demand]:
+        """Preempt ``chosen`` off ``node_name`` and take ``gpus`` of it (for ``demand``, or
+        for ``cause``); returns the victims' pods requeued. The victims leave and the GPUs are
+        taken before each victim's destination is chosen: the victims may wait for other
+        owned GPUs, not for these."""
         first = len(self.requeued_by_preemption)
         for job in chosen:
             self._release_job_pods(job, None)
-        self._adjust(node_name, -demand.gpus)
+        self._adjust(node_name, -gpus)
         self.reserved.add(node_name)
         requeued = self.requeued_by_preemption[first:]
         for job in chosen:
-            self._move_job(job, node_name, demand, [d for d in requeued if d.job == job.key])
-        return True
+            self._move_job(job, node_name, demand, [d for d in requeued if d.job == job.key], cause)
+        return requeued
 
     def _preemption_candidates(self, pool: str) -> list[str]:
         cached = self._candidates_cache.get(pool)
@@ -1708,18 +1732,10 @@ class _Decider:
                 if free is None or node_name in self.future_nodes:
                     continue
                 free -= self.claimed.get(node_name, 0)
-                victims = self._victims_on(node_name)
-                if free + sum(victims.values()) < gpus:
+                found = self._cheapest_victims(node_name, free, gpus)
+                if found is None:
                     continue
-                chosen: list[JobState] = []
-                got = free
-                cost = 0.0
-                for key in sorted(victims, key=self._victim_rank):
-                    if got >= gpus:
-                        break
-                    chosen.append(self.jobs[key])
-                    got += victims[key]
-                    cost += self._restart_gpu_hours(key)
+                cost, chosen = found
                 if best is None or (cost, node_name) < (best[0], best[1]):
                     best = (cost, node_name, chosen)
         if best is None:
@@ -1739,13 +1755,7 @@ class _Decider:
         """Preempt ``room``'s victims (to spot, or to the queue when owned GPUs free up for
         them in time) and take ``gpus`` of its node; their new nodes are planned now."""
         self.requeued_by_preemption = []
-        for job in room.victims:
-            self._release_job_pods(job, None)
-        self._adjust(room.node, -gpus)
-        self.reserved.add(room.node)
-        requeued = self.requeued_by_preemption
-        for job in room.victims:
-            self._move_job(job, room.node, None, [d for d in requeued if d.job == job.key], why)
+        requeued = self._preempt_victims(room.node, room.victims, gpus, None, why)
         self._place_all(sorted(requeued, key=attrgetter("order")))
         self.requeued_by_preemption = []
 
