@@ -437,18 +437,23 @@ class KwokProvider:
                 return
             self.core.patch_node_status(name, body)
         except ApiException as err:
-            if err.status != 404:
-                log.warning("kwok: cannot report the GPUs of %s: %s", name, err.reason)
             if err.status == 404:
                 return
+            log.warning("kwok: cannot report the GPUs of %s: %s", name, err.reason)
         except Exception:
             log.exception("kwok: cannot report the GPUs of %s", name)
         if tries > 1:
-            timer = threading.Timer(1.0, self._report_gpus, args=(name, spec, tries - 1))
-            timer.daemon = True
-            with self._lock:
-                self._reporting[name] = timer
-            timer.start()
+            self._report_gpus_in(1.0, name, spec, tries - 1)
+
+    def _report_gpus_in(
+        self, seconds: float, name: str, spec: GPUPoolSpec, tries: int = GPU_REPORT_TRIES
+    ) -> None:
+        """Report the node's GPUs ``seconds`` from now (a timer the provider's close cancels)."""
+        timer = threading.Timer(seconds, self._report_gpus, args=(name, spec, tries))
+        timer.daemon = True
+        with self._lock:
+            self._reporting[name] = timer
+        timer.start()
 
     def _lift_finalizer(self, name: str) -> None:
         """The machine is gone: let its Node go (a timer thread, or the sweep above)."""
@@ -500,13 +505,7 @@ class KwokProvider:
             self.core.create_node(kwok_node(name, pool, spec, gpus_reported=not later))
             created = True
             if later:
-                timer = threading.Timer(
-                    self.gpu_report_seconds, self._report_gpus, args=(name, spec)
-                )
-                timer.daemon = True
-                with self._lock:
-                    self._reporting[name] = timer
-                timer.start()
+                self._report_gpus_in(self.gpu_report_seconds, name, spec)
         except ApiException as err:
             # The launch failed; the pool's pending pods make the next tick ask again.
             log.warning("kwok: cannot create node %s of %s: %s", name, pool, err.reason)
