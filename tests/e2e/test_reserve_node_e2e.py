@@ -4,7 +4,8 @@ nodes): a standard pod that starts to wait in the pool after the move outranks t
 preemptible Job's pod there, yet the first node that comes up goes to the Job, because the
 operator tainted it for the Job when it registered, before it reported its GPUs (as a real
 node's device plugin reports them a while after its kubelet registered it:
-$HYBRIDGPU_KWOK_GPU_REPORT_SECONDS). Once the Job's pod is on it the taint is taken off.
+$HYBRIDGPU_KWOK_GPU_REPORT_SECONDS). The taint stays while the Job's pod runs there (else
+kube-scheduler would preempt it for the standard pod) and is taken off once the Job is gone.
 docs/concepts.md, "Deadlines".
 
 The operator is an in-process Reconciler ticked by the test (test_deadline_return_e2e.py's).
@@ -178,9 +179,27 @@ def test_the_first_on_demand_node_goes_to_the_job_moved_there_not_to_a_standard_
         oldest.metadata.creation_timestamp
         == cluster.kube.core.read_node(name).metadata.creation_timestamp
     ), "the node kept is not the pool's first"
-    # The reservation has served: taken off; svc gets a node of its own.
+    late_pod = next(p.metadata.uid for p in cluster.job_pods("late") if p.spec.node_name)
+    # The node stays kept while late runs there: svc (priority 0, above late's -100000) gets a
+    # node of its own, and kube-scheduler, which preempts only on nodes whose taints the
+    # waiting pod tolerates, never takes late's node for it.
+    try:
+        operator.tick_until(lambda: on_node(cluster, "svc"), "svc's pod on a node")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{state(cluster, operator, elastic)}") from err
+    assert on_node(cluster, "svc") != name
+
+    def late_still_there() -> bool:
+        pods = [p for p in cluster.job_pods("late") if p.metadata.deletion_timestamp is None]
+        return [(p.metadata.uid, p.spec.node_name) for p in pods] == [(late_pod, name)]
+
+    for _ in range(3):  # the operator's progress, not a sleep
+        operator.tick()
+        assert kept_for(cluster.kube.core.read_node(name)), state(cluster, operator, elastic)
+        assert late_still_there(), state(cluster, operator, elastic)
+    # Once late is gone, the node is anyone's again.
+    ns = cluster.kube.namespace
+    cluster.kube.batch.delete_namespaced_job("late", ns, propagation_policy="Foreground")
     operator.tick_until(
         lambda: not kept_for(cluster.kube.core.read_node(name)), "the reservation taken off"
     )
-    operator.tick_until(lambda: on_node(cluster, "svc"), "svc's pod on a node")
-    assert on_node(cluster, "svc") != name

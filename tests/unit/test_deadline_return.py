@@ -506,3 +506,24 @@ def test_a_critical_pod_waiting_there_takes_the_node_kept_for_a_job() -> None:
     # It got the node on its way (Ready 61 s after it arrived), not one bought for it.
     assert result.wait_seconds["critical"]["p95"] < 571.0 / 2, result.to_json()
     assert result.deadlines.missed == 1
+
+
+def test_no_other_job_lands_on_the_node_kept_for_a_job_while_it_runs_there() -> None:
+    # The node kept for "late" (2 GPUs, late uses 1) stays kept while late runs there: on the
+    # cluster kube-scheduler would otherwise preempt late's pod for a standard pod waiting in
+    # the pool. So "svc", arriving while late runs, waits for a node of its own (a boot)
+    # instead of taking the kept node's free GPU.
+    late = TraceJob(
+        "late", 8246.0, 2 * H, 1, Criticality.PREEMPTIBLE, 300.0, deadline_seconds=8280.0
+    )
+    svc = TraceJob("svc", 8246.0 + 1800.0, H, 1, Criticality.STANDARD)
+    world = SimSettings(
+        provisioning_delay_seconds=571.0,
+        restart_overhead_seconds=0.0,
+        spot_availability=AvailabilityTrace(gap_seconds=10 * H, launchable=(False,)),
+    )
+    pools = [sim_pool("od", "elastic", 2, 200, 3.0), sim_pool("spot", "spot", 1, 200, 0.9)]
+    result = Simulation("h", pools, ScalingPolicySpec(), [late, svc], world).run()
+    assert result.deadlines.missed == 0 and result.deadlines.on_demand_moves == 1
+    assert result.wait_seconds["standard"]["p95"] >= 571.0, result.to_json()
+    assert result.unfinished_jobs == 0

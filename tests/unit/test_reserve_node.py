@@ -118,18 +118,83 @@ def test_no_node_is_kept(
     assert reservations(plan) == [], why
 
 
+def landed(on: str = "e1", since: float = 5.0) -> tuple[GPUPod, JobState | None]:
+    """The Job of ``moved()``, its pod running on node ``on`` for ``since`` seconds."""
+    pod, job = moved()
+    return replace(pod, node=on, started_at=NOW - since), job
+
+
 @pytest.mark.parametrize(
     ("why", "snap"),
     [
         (
-            "its pod is on it",
+            "its pod has just landed",
+            snapshot(POOLS, [new_node(reserved_for="team/t", ready=True)], [landed()]),
+        ),
+        (
+            "its pod runs there, long after the node appeared",
+            snapshot(
+                POOLS,
+                [new_node(reserved_for="team/t", ready=True, age=10 * RESERVATION_SECONDS)],
+                [landed(since=5 * RESERVATION_SECONDS)],
+            ),
+        ),
+        (
+            "a critical pod landed beside it",
+            snapshot(
+                POOLS,
+                [replace(new_node(reserved_for="team/t", ready=True), gpus=2)],
+                [landed(), running("c", "e1", 1, "critical")],
+            ),
+        ),
+    ],
+)
+def test_a_node_stays_kept_while_its_job_runs_on_it(why: str, snap: ClusterSnapshot) -> None:
+    # kube-scheduler preempts a pod of lower priority (the Job's is preemptible) for a
+    # waiting pod on any node whose taints that pod tolerates: the taint keeps the Job there.
+    plan = decide(snap, policy(), NOW)
+    assert reservations(plan) == [], why
+    # Kept past RESERVATION_SECONDS, it asks for no look again in the past (which would push
+    # aside the tick a checkpoint asks for).
+    assert plan.recheck_at is None or plan.recheck_at > NOW, why
+
+
+def test_a_standard_pod_waiting_beside_the_job_gets_a_node_of_its_own() -> None:
+    # The kept node has a free GPU: it is not the standard pod's (the taint keeps it off).
+    svc = pending("svc", 1, "standard", since=NOW - 120)
+    wide = replace(new_node(reserved_for="team/t", ready=True), gpus=2)
+    plan = decide(snapshot(POOLS, [wide], [landed(), svc]), policy(), NOW)
+    assert reservations(plan) == []
+    assert plan_summary(plan) == [("scale_up", "elastic", 1)]
+
+
+def suspended() -> tuple[GPUPod, JobState | None]:
+    """The Job of ``landed()``, suspended (its pod not deleted yet)."""
+    pod, job = landed()
+    assert job is not None
+    return pod, replace(job, suspended=True)
+
+
+@pytest.mark.parametrize(
+    ("why", "snap"),
+    [
+        ("the Job is gone", snapshot(POOLS, [new_node(reserved_for="team/t")], [])),
+        (
+            "its pod runs on another node",
+            snapshot(
+                POOLS,
+                [new_node(reserved_for="team/t", ready=True), new_node("e2", ready=True)],
+                [landed("e2")],
+            ),
+        ),
+        (
+            "its Job is suspended",
             snapshot(
                 POOLS,
                 [new_node(reserved_for="team/t", ready=True)],
-                [(replace(moved()[0], node="e1", started_at=NOW - 5), moved()[1])],
+                [suspended()],
             ),
         ),
-        ("the Job is gone", snapshot(POOLS, [new_node(reserved_for="team/t")], [])),
         (
             "a critical pod took it",
             snapshot(
@@ -184,7 +249,25 @@ def test_reservations_do_not_flap(ages: list[float], jobs: int, standard: bool) 
     kept = [(n, j) for kind, n, j in reservations(plan) if kind == "reserve_node"]
     assert len({n for n, _ in kept}) == len(kept) == len({j for _, j in kept})
     assert all(a < RESERVATION_SECONDS for n, _ in kept for a in [NOW - snap_node(snap, n)])
-    assert reservations(decide(applied(snap, plan), policy(), NOW)) == []
+    after = applied(snap, plan)
+    assert reservations(decide(after, policy(), NOW)) == []
+    # kube-scheduler puts each Job's pod on the node kept for it (Ready by then): it stays kept.
+    on = {j: n for n, j in kept}
+    ready = replace(
+        after,
+        nodes=tuple(replace(n, ready=True) if n.reserved_for else n for n in after.nodes),
+    )
+    running_there = replace(
+        ready,
+        pods=tuple(
+            replace(p, node=on[p.job], started_at=NOW) if p.job in on else p for p in ready.pods
+        ),
+    )
+    again = decide(running_there, policy(), NOW)
+    assert reservations(again) == []
+    # A node its Job runs on is kept past RESERVATION_SECONDS: no look again in the past
+    # (it would push aside the tick a checkpoint asks for).
+    assert again.recheck_at is None or again.recheck_at > NOW
 
 
 def snap_node(snap: ClusterSnapshot, name: str) -> float:

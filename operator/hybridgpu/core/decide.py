@@ -2226,8 +2226,9 @@ class _Decider:
     # ------------------------------------------------------- 2c. reservations
     def _reserve_nodes(self) -> None:
         """A Job the deadline rule moved to an on-demand pool, waiting there, gets the pool's
-        first new empty node kept for it, and its pods are placed there; a node's
-        reservation ends once it has served or lasted (core/reserve.py)."""
+        first new empty node kept for it, and its pods are placed there; the node stays kept
+        while the Job runs on it, and its reservation ends once the Job neither waits for it
+        nor runs there, another pod took it first, or it lasted (core/reserve.py)."""
         waiting = self._awaiting_reserved_nodes()
         if not waiting and not self.kept_nodes:
             return
@@ -2238,15 +2239,17 @@ class _Decider:
             assert key is not None
             job = waiting.get(key)
             waits = job is not None and job.pool == node.pool
-            busy = name in self.pods_on
+            on_it = self.pods_on.get(name, ())
+            runs = self._runs_on_kept_node(key, node)
+            others = any(p.job != key for p in on_it)
             usable = name in self.node_free  # cordoned, going, NotReady too long: no pods
-            if not usable or reservation_ends(node, busy, waits, self.now):
-                if job is None:
-                    why = f"Job {key} no longer waits for it"
-                elif not usable:
+            if not usable or reservation_ends(node, runs, others, waits, self.now):
+                if not usable:
                     why = "no pod can land on it"
-                elif busy:
-                    why = "a pod is on it"
+                elif others and not runs:
+                    why = "another pod took it"
+                elif job is None:
+                    why = f"Job {key} neither waits for it nor runs on it"
                 elif not waits:
                     why = f"Job {key} was moved to another pool"
                 else:
@@ -2298,6 +2301,14 @@ class _Decider:
         if placed:
             self.pending = [d for d in self.pending if d.key not in placed]
 
+    def _runs_on_kept_node(self, key: str, node: NodeState) -> bool:
+        """Whether Job ``key``, for which ``node`` is kept, runs on it: a pod of the Job is
+        on it, and the Job stays in the node's pool (not suspended, not being moved)."""
+        job = self.jobs.get(key)
+        if job is None or job.suspended or job.pool != node.pool or key in self.moving:
+            return False
+        return any(p.node == node.name for p in self.pods_of_job.get(key, ()))
+
     def _keep(self, name: str, job: str, kept: dict[str, list[str]]) -> None:
         """Node ``name`` is kept for ``job`` this tick: out of everyone else's capacity, with
         a whole node's GPUs (it is empty; a node that has just joined may not report its GPUs
@@ -2307,7 +2318,9 @@ class _Decider:
         ledger.buckets.discard(name)
         if self.nodes[name].gpus == 0:
             self.node_free[name] = ledger.per_node
-        self._recheck(self.nodes[name].created_at + RESERVATION_SECONDS)
+        lasts_until = self.nodes[name].created_at + RESERVATION_SECONDS
+        if lasts_until > self.now:  # (a node its Job runs on is kept past that)
+            self._recheck(lasts_until)
 
     def _awaiting_reserved_nodes(self) -> dict[str, JobState]:
         """The Jobs that wait for a node kept for them (``awaits_reserved_node``), by key,

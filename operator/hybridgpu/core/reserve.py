@@ -6,10 +6,15 @@ in the pool shortly before the node is Ready outranks the preemptible Job's. So 
 empty node of the pool is kept for the Job while it waits: the operator taints it (only the
 Job's pods, which the move gave a toleration, and critical pods tolerate the taint) as soon
 as it sees the node, which a kubelet registers NotReady, before the node can take any pod.
-The reservation ends once the Job's pods are on nodes, when the Job no longer waits for it,
-when another (critical) pod took the node, and at the latest RESERVATION_SECONDS after the
-node appeared. Pure predicates; decide() turns them into ReserveNode actions and the
-simulator applies the same ones when one of its nodes comes up.
+The node stays kept while the Job's pods run on it: they keep their preemptible priority, and
+kube-scheduler preempts pods of lower priority for a waiting pod on any node whose taints
+that pod tolerates, so without the taint a standard pod waiting in the pool would take the
+node from the Job after all (seen on the real control plane: bound, then deleted by
+kube-scheduler 157 ms later). The reservation ends when the Job neither waits for the node
+nor runs on it (done, gone, suspended, moved elsewhere), when another (critical) pod took the
+node before the Job did, and, while the Job still waits, RESERVATION_SECONDS after the node
+appeared. Pure predicates; decide() turns them into ReserveNode actions and the simulator
+applies the same ones when one of its nodes comes up.
 """
 
 from __future__ import annotations
@@ -59,8 +64,13 @@ def reservable(node: NodeState, busy: bool, now: float) -> bool:
     )
 
 
-def reservation_ends(node: NodeState, busy: bool, job_waits: bool, now: float) -> bool:
-    """Whether the reservation of ``node`` ends: its Job no longer waits for it
-    (``job_waits`` False: its pods are on nodes, it is gone, suspended, moved elsewhere),
-    a pod is on it (``busy``: its Job's, or a critical pod's), or it has lasted."""
-    return not job_waits or busy or now - node.created_at >= RESERVATION_SECONDS
+def reservation_ends(
+    node: NodeState, job_runs_here: bool, others_on_it: bool, job_waits: bool, now: float
+) -> bool:
+    """Whether the reservation of ``node`` ends. Never while its Job's pods run on it
+    (``job_runs_here``). Otherwise once the Job no longer waits for it (``job_waits`` False:
+    it is done, gone, suspended, moved elsewhere), another pod took it (``others_on_it``: a
+    critical pod, which tolerates the taint), or it has lasted."""
+    if job_runs_here:
+        return False
+    return not job_waits or others_on_it or now - node.created_at >= RESERVATION_SECONDS

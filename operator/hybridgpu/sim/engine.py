@@ -172,6 +172,9 @@ class _Node:
     """What the node adds to the simulation's ``_moves`` tallies right now."""
     placeable: int | None = None
     """Its free GPUs as its pool's ``_placeable`` holds them, while pods can land on it."""
+    kept_for: str | None = None
+    """The key of the job the node is kept for (``core.reserve``) while that job runs on
+    it: no other job lands on it meanwhile."""
     view: NodeState | None = None
     view_key: tuple[object, ...] = ()
     """The node as the operator last saw it, and the state it was built from."""
@@ -834,8 +837,8 @@ class Simulation:
         (``core.reserve``) is kept for that job: the operator taints it as it registers,
         NotReady, before any pod may land (here registration and Ready are one instant). A
         critical pod tolerates the taint and outranks the job in the scheduler's queue, so
-        the first critical job waiting that may land there gets it; else the job does. The
-        pod on it ends the reservation (the operator lifts it on its next tick)."""
+        the first critical job waiting that may land there gets it; else the job does, and the
+        node stays kept (no other job lands there) while the job runs on it."""
         if node.tier != Tier.ELASTIC or not self._live_annotated:
             return
         view = NodeState(
@@ -864,8 +867,9 @@ class Simulation:
                 break
             job = self.jobs[index]
             if job.trace.gpus <= node.free and node.pool in self._eligible_pools(job):
-                taker = job
-                break
+                self._start(job, node)
+                return
+        node.kept_for = self._job_view(taker)[1].key
         self._start(taker, node)
 
     def _rebalance_source(self, node: _Node) -> bool:
@@ -882,6 +886,8 @@ class Simulation:
                 self._serving_on_cloud -= 1
             node.free += job.trace.gpus
             node.jobs.discard(job.index)
+            if node.kept_for is not None and not node.jobs:
+                node.kept_for = None  # its job has left: the operator lifts the taint
             node.used_gpu_percent -= job.trace.gpus * self._utilization(job)
             if not node.jobs:
                 node.used_gpu_percent = 0.0  # no float residue on an empty node
@@ -992,7 +998,12 @@ class Simulation:
             tally.busy_preemptible_gpus -= preemptible
         cloud = is_cloud(node.tier)
         placeable = None
-        if node.removed_at is None and not node.cordoned and not node.booting:
+        if (
+            node.removed_at is None
+            and not node.cordoned
+            and not node.booting
+            and node.kept_for is None
+        ):
             placeable = node.free
         if placeable != node.placeable:
             self._schedule_changes += 1
@@ -1145,6 +1156,7 @@ class Simulation:
                 busy,
                 node.used_gpu_percent,
                 node.interruption_deadline,
+                node.kept_for,
             )
             if node.view is None or node.view_key != key:
                 node.view_key = key
@@ -1157,6 +1169,7 @@ class Simulation:
                     idle_since=node.idle_since,
                     utilization_percent=node.utilization_percent if busy else 0.0,
                     interruption_deadline=node.interruption_deadline,
+                    reserved_for=node.kept_for,
                 )
             views[name] = node.view
         self._view_stale.clear()
