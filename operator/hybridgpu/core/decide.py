@@ -99,7 +99,8 @@ PREEMPTIBLE = Criticality.PREEMPTIBLE
 # keeps a tick on a 10,000-node cluster well under a second.
 PREEMPTION_SEARCH_NODES = 64
 
-# A node that is not Ready yet counts as capacity on its way for this long after it appears.
+# A node that is not Ready yet, or whose GPUs are not reported yet, counts as capacity on
+# its way for this long after it appears.
 JOINING_GRACE_SECONDS = 600.0
 _NO_PENDING_GPUS: dict[str, int] = {c.value: 0 for c in Criticality}
 """``Plan.pending_gpus`` before any pod is counted (copied per tick)."""
@@ -388,6 +389,10 @@ class _Decider:
             if not schedulable(state):
                 continue
             gpus = state.gpus if state.gpus < ledger.per_node else ledger.per_node
+            if gpus == 0 and self.now - state.created_at < JOINING_GRACE_SECONDS:
+                # Registered, its device plugin not reporting its GPUs yet: a whole node on
+                # its way (its launch no longer counts as provisioning once its Node exists).
+                gpus = ledger.per_node
             free = gpus - allocated.get(name, 0)
             if free < 0:
                 free = 0
