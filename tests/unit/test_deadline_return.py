@@ -37,7 +37,7 @@ from hybridgpu.models.snapshot import (
     NodeState,
     PoolState,
 )
-from hybridgpu.sim.engine import SimSettings, Simulation
+from hybridgpu.sim.engine import PolicyResult, SimSettings, Simulation
 from hybridgpu.sim.spot import AvailabilityTrace
 from hybridgpu.sim.traces import TraceJob
 
@@ -469,22 +469,30 @@ def test_jobs_moving_to_on_demand_close_together_make_their_deadlines(
     assert result.deadlines.missed == 0, result.to_json()
 
 
-def test_a_standard_pod_waiting_just_before_a_last_moment_node_is_ready_cannot_take_it() -> None:
-    # "late" moves to on-demand at once (180 s of slack); "svc" (standard, it outranks
-    # preemptible work in the scheduler's queue) starts to wait in the pool 27 s before the
-    # node launched for late is Ready. Before the node was kept for late (core/reserve.py),
-    # svc took it and late, on the node bought next, finished a boot late.
+def with_last_moment_job(other: TraceJob, per_node: int = 1) -> PolicyResult:
+    """hybridgpu on "late", a Job that must move to on-demand at once (180 s of slack; the
+    on-demand pool's nodes take 571 s to boot, spot has no capacity), and ``other``."""
     late = TraceJob(
         "late", 8246.0, 2 * H, 1, Criticality.PREEMPTIBLE, 300.0, deadline_seconds=8280.0
     )
-    svc = TraceJob("svc", 8790.0, H, 1, Criticality.STANDARD)
     world = SimSettings(
         provisioning_delay_seconds=571.0,
         restart_overhead_seconds=0.0,
         spot_availability=AvailabilityTrace(gap_seconds=10 * H, launchable=(False,)),
     )
-    pools = [sim_pool("od", "elastic", 1, 200, 3.0), sim_pool("spot", "spot", 1, 200, 0.9)]
-    result = Simulation("h", pools, ScalingPolicySpec(), [late, svc], world).run()
+    pools = [
+        sim_pool("od", "elastic", per_node, 200, 3.0),
+        sim_pool("spot", "spot", 1, 200, 0.9),
+    ]
+    return Simulation("h", pools, ScalingPolicySpec(), [late, other], world).run()
+
+
+def test_a_standard_pod_waiting_just_before_a_last_moment_node_is_ready_cannot_take_it() -> None:
+    # "svc" (standard, it outranks preemptible work in the scheduler's queue) starts to wait
+    # in the pool 27 s before the node launched for late is Ready. Before the node was kept
+    # for late (core/reserve.py), svc took it and late, on the node bought next, finished a
+    # boot late.
+    result = with_last_moment_job(TraceJob("svc", 8790.0, H, 1, Criticality.STANDARD))
     assert result.deadlines.missed == 0
 
 
@@ -492,17 +500,7 @@ def test_a_critical_pod_waiting_there_takes_the_node_kept_for_a_job() -> None:
     # Critical work comes first: a critical pod tolerates the reservation and outranks the
     # Job, so it gets the node at once; decide() buys the Job another, a boot later, and the
     # Job that moved at the last moment is late (docs/concepts.md, "Deadlines").
-    late = TraceJob(
-        "late", 8246.0, 2 * H, 1, Criticality.PREEMPTIBLE, 300.0, deadline_seconds=8280.0
-    )
-    urgent = TraceJob("urgent", 8790.0, H, 1, Criticality.CRITICAL)
-    world = SimSettings(
-        provisioning_delay_seconds=571.0,
-        restart_overhead_seconds=0.0,
-        spot_availability=AvailabilityTrace(gap_seconds=10 * H, launchable=(False,)),
-    )
-    pools = [sim_pool("od", "elastic", 1, 200, 3.0), sim_pool("spot", "spot", 1, 200, 0.9)]
-    result = Simulation("h", pools, ScalingPolicySpec(), [late, urgent], world).run()
+    result = with_last_moment_job(TraceJob("urgent", 8790.0, H, 1, Criticality.CRITICAL))
     # It got the node on its way (Ready 61 s after it arrived), not one bought for it.
     assert result.wait_seconds["critical"]["p95"] < 571.0 / 2, result.to_json()
     assert result.deadlines.missed == 1
@@ -513,17 +511,8 @@ def test_no_other_job_lands_on_the_node_kept_for_a_job_while_it_runs_there() -> 
     # cluster kube-scheduler would otherwise preempt late's pod for a standard pod waiting in
     # the pool. So "svc", arriving while late runs, waits for a node of its own (a boot)
     # instead of taking the kept node's free GPU.
-    late = TraceJob(
-        "late", 8246.0, 2 * H, 1, Criticality.PREEMPTIBLE, 300.0, deadline_seconds=8280.0
-    )
     svc = TraceJob("svc", 8246.0 + 1800.0, H, 1, Criticality.STANDARD)
-    world = SimSettings(
-        provisioning_delay_seconds=571.0,
-        restart_overhead_seconds=0.0,
-        spot_availability=AvailabilityTrace(gap_seconds=10 * H, launchable=(False,)),
-    )
-    pools = [sim_pool("od", "elastic", 2, 200, 3.0), sim_pool("spot", "spot", 1, 200, 0.9)]
-    result = Simulation("h", pools, ScalingPolicySpec(), [late, svc], world).run()
+    result = with_last_moment_job(svc, per_node=2)
     assert result.deadlines.missed == 0 and result.deadlines.on_demand_moves == 1
     assert result.wait_seconds["standard"]["p95"] >= 571.0, result.to_json()
     assert result.unfinished_jobs == 0
