@@ -252,6 +252,12 @@ class _Decider:
                 paid=paid_whether_used(pool.spec),
             )
         self.pool_states = [ledger.state for ledger in self.pools.values()]
+        self._powered = [
+            ledger
+            for ledger in self.pools.values()
+            if ledger.tier == CORE and powered(ledger.state.spec)
+        ]
+        """The owned pools whose nodes may be powered off and on, by name."""
         """The pools as the snapshot has them, by name (``core.placement``'s input)."""
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
@@ -264,6 +270,7 @@ class _Decider:
         cache_key = tuple[str | None, bool, int, tuple[str, ...]]
         self._order_cache: dict[cache_key, list[_PoolLedger]] = {}
         self._target_cache: dict[cache_key, _PoolLedger | None] = {}
+        self._launch_cache: dict[cache_key, list[_PoolLedger]] = {}
         self.new_node_names: set[str] = set()
         self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
@@ -277,6 +284,8 @@ class _Decider:
         self._restart_hours_of: dict[str, float] = {}
         """``_job_gpus`` and ``_restart_gpu_hours`` by Job, as found this tick."""
         self._victim_ranks: dict[str, tuple[float, int, float, str]] = {}
+        self._run_starts: dict[str, tuple[JobState, float | None]] = {}
+        """``_run_start`` by Job key, with the Job it was found for."""
         self._victims_seen: dict[str, tuple[int, dict[str, int]]] = {}
         self.pending: list[_Demand] = []
         self.pending_pods: list[GPUPod] = []
@@ -692,10 +701,21 @@ class _Decider:
         ones of its scale target's tier with its GPU model (pods of one such set are packed
         together; the packing puts each only into nodes big enough for it)."""
         owned = self._power_on_candidates(demand)
+        key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
+        cloud = self._launch_cache.get(key)
+        if cloud is None:
+            cloud = self._launch_cache[key] = self._cloud_launch_candidates(demand)
+        return owned + cloud if owned else cloud
+
+    def _cloud_launch_candidates(self, demand: _Demand) -> list[_PoolLedger]:
+        """``_launch_candidates`` less the owned pools: the same for every pod of a kind
+        during a tick (its scale target is)."""
         target = self._scale_target(demand)
-        if target is None or demand.pool is not None or not target.state.launchable:
-            return owned if target is None else [*owned, target]
-        return owned + [
+        if target is None:
+            return []
+        if demand.pool is not None or not target.state.launchable:
+            return [target]
+        return [
             p
             for p in self.pools.values()
             if p.tier == target.tier and p.state.launchable and _has_model(p, demand.models)
@@ -707,11 +727,9 @@ class _Decider:
         the pod's waitBudget. Powering on costs electricity only, far below any cloud price,
         so the packing takes these first."""
         found = []
-        for p in self.pools.values():
+        for p in self._powered:
             if (
-                p.tier != CORE
-                or not powered(p.state.spec)
-                or (demand.pool is not None and p.name != demand.pool)
+                (demand.pool is not None and p.name != demand.pool)
                 or p.per_node < demand.gpus
                 or not p.state.launchable
                 or not _has_room(p)
@@ -1332,14 +1350,20 @@ class _Decider:
         """The GPUs each movable Job holds on the node. Kept until a Job starts to move
         (``moving`` only grows during a tick; pods do not move)."""
         seen = self._victims_seen.get(node_name)
-        if seen is not None and seen[0] == len(self.moving):
-            return seen[1]
-        victims: dict[str, int] = {}
+        moving = self.moving
+        if seen is not None:
+            victims = seen[1]
+            if seen[0] != len(moving) and any(key in moving for key in victims):
+                # A Job that started to move is no victim any more; the others still are.
+                victims = {key: gpus for key, gpus in victims.items() if key not in moving}
+            self._victims_seen[node_name] = (len(moving), victims)
+            return victims
+        victims = {}
         for pod in self.pods_on.get(node_name, []):
             job = self._movable(pod.job)
             if job is not None:
                 victims[job.key] = victims.get(job.key, 0) + pod.gpus
-        self._victims_seen[node_name] = (len(self.moving), victims)
+        self._victims_seen[node_name] = (len(moving), victims)
         return victims
 
     def _victim_rank(self, job_key: str) -> tuple[float, int, float, str]:
@@ -2467,8 +2491,17 @@ class _Decider:
         """``_run_started_at``, else the Job's own start (its pods have not started on a
         node): what minRuntime, a run's checkpoints and a Job's delay count from. ``pods``:
         where to find its pods when they are not in ``pods_of_job`` (a standard Job's)."""
-        started = _first_pod_start(job, self.pods_of_job.get(job.key, []) if pods is None else pods)
-        return job.started_at if started is None else started
+        if pods is not None:
+            started = _first_pod_start(job, pods)
+            return job.started_at if started is None else started
+        # pods_of_job does not change during a tick: one answer per Job.
+        known = self._run_starts.get(job.key)
+        if known is not None and known[0] is job:
+            return known[1]
+        started = _first_pod_start(job, self.pods_of_job.get(job.key, []))
+        run_start = job.started_at if started is None else started
+        self._run_starts[job.key] = (job, run_start)
+        return run_start
 
     def _slack(self, job: JobState) -> Slack | None:
         pods = self.pods_of_job.get(job.key, [])

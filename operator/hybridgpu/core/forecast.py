@@ -36,7 +36,8 @@ class OwnedForecast:
     """What a node offers now; asked when the node is added and again after ``touch``."""
     _versions: dict[str, int] = field(default_factory=dict)
     _stale: set[str] = field(default_factory=set)
-    _heaps: dict[tuple[str, int], list[tuple[float, str, int]]] = field(default_factory=dict)
+    _heaps: dict[str, list[list[tuple[float, str, int]]]] = field(default_factory=dict)
+    """Per pool, the heap of (time, node, version) for k GPUs at index k - 1."""
 
     def add(self, name: str) -> None:
         """Describe a node (again) now."""
@@ -46,21 +47,29 @@ class OwnedForecast:
         pool, capacity, free, releases = self.describe(name)
         if free <= 0 and not releases:
             return  # nothing free, nothing coming back
+        heaps = self._heaps.get(pool)
+        if heaps is None:
+            heaps = self._heaps[pool] = []
+        while len(heaps) < capacity:
+            heaps.append([])
+        # The k-th GPU is free at the time of the entry pushed to heap k - 1: one entry
+        # object per distinct time, shared by the heaps of the sizes free from then on.
         have = free
         k = max(min(have, capacity), 0)
-        times: list[float] = [self.now] * k
+        if k:
+            entry = (self.now, name, version)
+            for heap in heaps[:k]:
+                heapq.heappush(heap, entry)
         for at, gpus in releases:
             if k >= capacity:
                 break
             have += gpus
-            while k < min(have, capacity):
-                times.append(max(at, self.now))
-                k += 1
-        for wanted, at in enumerate(times, start=1):
-            heap = self._heaps.get((pool, wanted))
-            if heap is None:
-                heap = self._heaps[(pool, wanted)] = []
-            heapq.heappush(heap, (at, name, version))
+            top = min(have, capacity)
+            if k < top:
+                entry = (max(at, self.now), name, version)
+                for heap in heaps[k:top]:
+                    heapq.heappush(heap, entry)
+                k = top
 
     def touch(self, name: str, *, gained: bool) -> None:
         """The node changed: described again at once when it ``gained`` GPUs, else when its
@@ -76,7 +85,10 @@ class OwnedForecast:
         """The node of ``pools`` that has ``gpus`` GPUs free soonest: (time, node name)."""
         best: tuple[float, str] | None = None
         for pool in pools:
-            heap = self._heaps.get((pool, gpus))
+            heaps = self._heaps.get(pool)
+            if heaps is None or not 0 < gpus <= len(heaps):
+                continue
+            heap = heaps[gpus - 1]
             while heap:
                 at, name, version = heap[0]
                 if self._versions[name] != version:
