@@ -125,8 +125,6 @@ class _Demand:
     job: str | None
     models: tuple[str, ...] = ()
     """GPU models it may run on; empty: any."""
-    order: tuple[int, int, float, str] = (0, 0, 0.0, "")
-    """Sort key: criticality rank, largest first, oldest first, name."""
     waiting_since: float | None = None
     """Since when it has waited for a place, when not ``since`` (a Job preempted now)."""
     free_order: list[_PoolLedger] | None = None
@@ -135,9 +133,15 @@ class _Demand:
     """The gang it belongs to: its pods are placed all or none (``_place_gang``)."""
 
     def __post_init__(self) -> None:
-        self.order = (CRITICALITY_RANK[self.criticality], -self.gpus, self.since, self.key)
         if self.waiting_since is None:
             self.waiting_since = self.since
+
+    @property
+    def order(self) -> tuple[int, int, float, str]:
+        """Sort key: criticality rank, largest first, oldest first, name. Made when sorting,
+        not kept: a tick holds up to 100,000 demands, and each kept tuple is one more
+        object for the garbage collector to walk."""
+        return (CRITICALITY_RANK[self.criticality], -self.gpus, self.since, self.key)
 
 
 @dataclass(slots=True)
@@ -284,8 +288,8 @@ class _Decider:
         self._restart_hours_of: dict[str, float] = {}
         """``_job_gpus`` and ``_restart_gpu_hours`` by Job, as found this tick."""
         self._victim_ranks: dict[str, tuple[float, int, float, str]] = {}
-        self._run_starts: dict[str, tuple[JobState, float | None]] = {}
-        """``_run_start`` by Job key, with the Job it was found for."""
+        self._run_starts: dict[str, float | None] = {}
+        """``_run_start`` of the snapshot's Jobs, by key."""
         self._victims_seen: dict[str, tuple[int, dict[str, int]]] = {}
         self.pending: list[_Demand] = []
         self.pending_pods: list[GPUPod] = []
@@ -311,7 +315,9 @@ class _Decider:
         no single node may still wait for this tick (``_wait_for_fragments``)."""
         self.claimed: dict[str, int] = {}
         """Owned GPUs promised this tick to pods that wait for them, by node."""
-        self._releases: dict[tuple[bool, str], list[tuple[float, int]]] = {}
+        self._releases: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
+        """Per view (firm work's, preemptible work's) and owned node, when each of its GPUs
+        held by a pod comes back, in time order (``_owned_view``)."""
         self._owned_pools: dict[tuple[str | None, int, tuple[str, ...]], list[str]] = {}
         self._owned_floor: dict[tuple[bool, str | None, int, tuple[str, ...]], float] = {}
         """The soonest time owned GPUs were found for a kind of pod (a lower bound)."""
@@ -959,8 +965,8 @@ class _Decider:
         off it)."""
         if gained:
             self._owned_floor.clear()
-            self._releases.pop((True, name), None)
-            self._releases.pop((False, name), None)
+            self._releases[True].pop(name, None)
+            self._releases[False].pop(name, None)
         for forecast in self.forecasts.values():
             forecast.touch(name, gained=gained)
 
@@ -968,9 +974,10 @@ class _Decider:
         """An owned node for the forecast: its free GPUs less those promised, and when its
         pods give theirs back: at the end of a run whose Job states its expected duration,
         and (to firm work) when a preemptible Job may be preempted."""
-        releases = self._releases.get((firm, name))
+        known = self._releases[firm]
+        releases = known.get(name)
         if releases is None:
-            releases = self._releases[(firm, name)] = []
+            releases = known[name] = []
             preempting = firm and self.policy.preemption.enabled
             for pod in self.pods_on.get(name, ()):
                 key = pod.job
@@ -985,7 +992,7 @@ class _Decider:
                     run = self._run_start(job)
                     end = min(end, (self.now if run is None else run) + self.min_runtime)
                 if end < math.inf:
-                    releases.append((end, pod.gpus))
+                    releases.extend([end] * pod.gpus)
             releases.sort()
         ledger = self.pools[self.node_pool[name]]
         return (
@@ -995,10 +1002,11 @@ class _Decider:
             releases,
         )
 
-    def _fill_future(self, demands: list[_Demand]) -> list[tuple[_Demand, str | None]]:
+    def _fill_future(self, demands: list[_Demand]) -> list[str | None]:
         """Each pod in order on the fullest node on its way that takes it, cheapest pool
-        first: how the next tick will place them, so it asks for no more."""
-        placed: list[tuple[_Demand, str | None]] = []
+        first: how the next tick will place them, so it asks for no more. Returns the node
+        each got, or None, in the order of ``demands``."""
+        placed: list[str | None] = []
         full: set[int] = set()  # kinds of pods no node on its way had room for
         for demand in demands:
             where = None
@@ -1010,20 +1018,20 @@ class _Decider:
                         break
                 else:
                     full.add(id(order))
-            placed.append((demand, where))
+            placed.append(where)
         return placed
 
     def _place_on_the_way(self, demands: list[_Demand]) -> None:
         placed = self._fill_future(demands)
-        if any(where is None for _, where in placed) and self._buy_for(
-            [d for d, where in placed if where is None]
+        if None in placed and self._buy_for(
+            [d for d, where in zip(demands, placed, strict=True) if where is None]
         ):
             # Place them all again as the next tick will, over every node on its way.
-            for demand, where in placed:
+            for demand, where in zip(demands, placed, strict=True):
                 if where is not None:
                     self._adjust(where, demand.gpus)
             placed = self._fill_future(demands)
-        for demand, where in placed:
+        for demand, where in zip(demands, placed, strict=True):
             if where is None:
                 where = self._launch_one(demand)
             if where is not None and where in self.new_node_names:
@@ -2494,13 +2502,14 @@ class _Decider:
         if pods is not None:
             started = _first_pod_start(job, pods)
             return job.started_at if started is None else started
-        # pods_of_job does not change during a tick: one answer per Job.
-        known = self._run_starts.get(job.key)
-        if known is not None and known[0] is job:
-            return known[1]
+        # pods_of_job does not change during a tick: one answer per Job of the snapshot.
+        known = self._run_starts
+        if job.key in known and self.jobs.get(job.key) is job:
+            return known[job.key]
         started = _first_pod_start(job, self.pods_of_job.get(job.key, []))
         run_start = job.started_at if started is None else started
-        self._run_starts[job.key] = (job, run_start)
+        if self.jobs.get(job.key) is job:
+            known[job.key] = run_start
         return run_start
 
     def _slack(self, job: JobState) -> Slack | None:

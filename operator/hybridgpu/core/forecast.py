@@ -22,9 +22,9 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-NodeView = tuple[str, int, int, list[tuple[float, int]]]
-"""(pool, GPUs per node, GPUs free now less those promised, [(time, GPUs) coming back] in
-time order)."""
+NodeView = tuple[str, int, int, list[float]]
+"""(pool, GPUs per node, GPUs free now less those promised, [when each GPU held comes back]
+in time order: a pod of 2 GPUs that ends at t gives t twice)."""
 
 
 @dataclass(slots=True)
@@ -52,24 +52,19 @@ class OwnedForecast:
             heaps = self._heaps[pool] = []
         while len(heaps) < capacity:
             heaps.append([])
-        # The k-th GPU is free at the time of the entry pushed to heap k - 1: one entry
-        # object per distinct time, shared by the heaps of the sizes free from then on.
-        have = free
-        k = max(min(have, capacity), 0)
-        if k:
-            entry = (self.now, name, version)
-            for heap in heaps[:k]:
-                heapq.heappush(heap, entry)
-        for at, gpus in releases:
-            if k >= capacity:
-                break
-            have += gpus
-            top = min(have, capacity)
-            if k < top:
-                entry = (max(at, self.now), name, version)
-                for heap in heaps[k:top]:
-                    heapq.heappush(heap, entry)
-                k = top
+        # Heap k - 1 gets when the node has k GPUs free: now for the free ones, then when
+        # the (k - free)-th GPU held comes back. One entry per distinct time, shared.
+        now = self.now
+        entry = (now, name, version)
+        for k in range(1, capacity + 1):
+            if k > free:
+                back = k - free - 1
+                if back >= len(releases):
+                    break
+                at = releases[back]
+                if at > entry[0]:
+                    entry = (at, name, version)
+            heapq.heappush(heaps[k - 1], entry)
 
     def touch(self, name: str, *, gained: bool) -> None:
         """The node changed: described again at once when it ``gained`` GPUs, else when its
