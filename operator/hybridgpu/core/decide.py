@@ -23,7 +23,7 @@ the same pool order, the same best fit.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
@@ -177,6 +177,38 @@ class _PoolLedger:
     """Paid for whether used or not (owned, committed: ``paid_whether_used``)."""
 
 
+class _PodsByJob:
+    """Pods by the key of their Job, in the snapshot's order. Most Jobs have one pod: those
+    keep no list of their own (a tick at 100,000 pods would make tens of thousands, each one
+    more object for the garbage collector to walk)."""
+
+    __slots__ = ("_first", "_more")
+
+    def __init__(self) -> None:
+        self._first: dict[str, GPUPod] = {}
+        self._more: dict[str, list[GPUPod]] = {}
+        """Every pod of each Job that has more than one."""
+
+    def add(self, job: str, pod: GPUPod) -> None:
+        first = self._first.get(job)
+        if first is None:
+            self._first[job] = pod
+            return
+        more = self._more.get(job)
+        if more is None:
+            self._more[job] = [first, pod]
+        else:
+            more.append(pod)
+
+    def get(self, job: str, default: Sequence[GPUPod] = ()) -> Sequence[GPUPod]:
+        """The Job's pods; ``default`` for a Job without any."""
+        more = self._more.get(job)
+        if more is not None:
+            return more
+        first = self._first.get(job)
+        return default if first is None else (first,)
+
+
 def _has_room(ledger: _PoolLedger) -> bool:
     """Whether the pool is below its maxNodes with the nodes it has and those on the way."""
     return ledger.live_nodes + ledger.provisioning < ledger.state.spec.max_nodes
@@ -279,7 +311,7 @@ class _Decider:
         self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
-        self._pods_of_job: dict[str, list[GPUPod]] | None = None
+        self._pods_of_job: _PodsByJob | None = None
         self.jobs: dict[str, JobState] = {j.key: j for j in snapshot.jobs}
         self.moving: set[str] = {j.key for j in self.jobs.values() if j.move is not None}
         self._moving_at_start = frozenset(self.moving)
@@ -423,21 +455,17 @@ class _Decider:
                 self._add_node(ledger, f"{ledger.name}/provisioning-{i}")
 
     @property
-    def pods_of_job(self) -> dict[str, list[GPUPod]]:
+    def pods_of_job(self) -> _PodsByJob:
         """The pods of each Job that may move (preemptible, or mid-move when the tick
         began), by Job key; built on first use (most ticks move nothing)."""
         found = self._pods_of_job
         if found is None:
-            found = self._pods_of_job = {}
+            found = self._pods_of_job = _PodsByJob()
             moving = self._moving_at_start
             for pod in self.snap.pods:
                 job = pod.job
                 if job is not None and (pod.criticality == PREEMPTIBLE or job in moving):
-                    on_job = found.get(job)
-                    if on_job is None:
-                        found[job] = [pod]
-                    else:
-                        on_job.append(pod)
+                    found.add(job, pod)
         return found
 
     def _find_unhealthy(self) -> None:
