@@ -306,7 +306,7 @@ class _Decider:
         cache_key = tuple[str | None, bool, int, tuple[str, ...]]
         self._order_cache: dict[cache_key, list[_PoolLedger]] = {}
         self._target_cache: dict[cache_key, _PoolLedger | None] = {}
-        self._launch_cache: dict[cache_key, list[_PoolLedger]] = {}
+        self._launch_cache: dict[cache_key, tuple[str, ...]] = {}
         self.new_node_names: set[str] = set()
         self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
@@ -730,30 +730,31 @@ class _Decider:
             candidates, key=lambda p: (p.node_price / min(p.per_node, gpus), p.per_node, p.name)
         )
 
-    def _launch_candidates(self, demand: _Demand) -> list[_PoolLedger]:
-        """The cloud pools whose shapes a pod that fits nowhere is packed into: the launchable
-        ones of its scale target's tier with its GPU model (pods of one such set are packed
-        together; the packing puts each only into nodes big enough for it)."""
+    def _launch_candidates(self, demand: _Demand) -> tuple[str, ...]:
+        """The pools, by name, whose shapes a pod that fits nowhere is packed into: owned
+        pools it may power on, then the launchable cloud pools of its scale target's tier with
+        its GPU model (pods of one such set are packed together; the packing puts each only
+        into nodes big enough for it)."""
         owned = self._power_on_candidates(demand)
         key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
         cloud = self._launch_cache.get(key)
         if cloud is None:
             cloud = self._launch_cache[key] = self._cloud_launch_candidates(demand)
-        return owned + cloud if owned else cloud
+        return tuple(p.name for p in owned) + cloud if owned else cloud
 
-    def _cloud_launch_candidates(self, demand: _Demand) -> list[_PoolLedger]:
+    def _cloud_launch_candidates(self, demand: _Demand) -> tuple[str, ...]:
         """``_launch_candidates`` less the owned pools: the same for every pod of a kind
         during a tick (its scale target is)."""
         target = self._scale_target(demand)
         if target is None:
-            return []
+            return ()
         if demand.pool is not None or not target.state.launchable:
-            return [target]
-        return [
-            p
+            return (target.name,)
+        return tuple(
+            p.name
             for p in self.pools.values()
             if p.tier == target.tier and p.state.launchable and _has_model(p, demand.models)
-        ]
+        )
 
     def _power_on_candidates(self, demand: _Demand) -> list[_PoolLedger]:
         """Owned pools with powered-off machines the pod may use, when it may wait for their
@@ -889,8 +890,9 @@ class _Decider:
             if self._preempt_for(demand):
                 return True
         if not full:
-            if any(self._take_best_fit(ledger, demand.gpus) is not None for ledger in order):
-                return True
+            for ledger in order:
+                if self._take_best_fit(ledger, demand.gpus) is not None:
+                    return True
             self._no_room.add(id(order))
         return self._wait_for_owned(demand)
 
@@ -925,14 +927,12 @@ class _Decider:
                 if ledger.tier == CORE and name not in self.future_nodes:
                     left = free - self.claimed.get(name, 0)
                     self._fragments[ledger.name] = self._fragments.get(ledger.name, 0) + left
-        pools = [
-            p.name
-            for p in self._free_order(demand)
-            if p.tier == CORE and self._fragments.get(p.name, 0) >= demand.gpus
-        ]
-        if not pools:
+        for p in self._free_order(demand):
+            if p.tier == CORE and self._fragments.get(p.name, 0) >= demand.gpus:
+                break
+        else:
             return False
-        self._fragments[pools[0]] -= demand.gpus
+        self._fragments[p.name] -= demand.gpus
         self.waits.append(by)
         self._recheck(by)
         return True
@@ -960,9 +960,10 @@ class _Decider:
             self._expected_any = any(j.expected_duration_seconds for j in self.snap.jobs)
         if not self._expected_any and not (firm and self.policy.preemption.enabled):
             return None  # nothing on owned GPUs is known to end
-        kind = (demand.pool, demand.gpus, demand.models)
-        if self._owned_floor.get((firm, *kind), -math.inf) > by:
+        floor_key = (firm, demand.pool, demand.gpus, demand.models)
+        if self._owned_floor.get(floor_key, -math.inf) > by:
             return None
+        kind = (demand.pool, demand.gpus, demand.models)
         pools = self._owned_pools.get(kind)
         if pools is None:
             pools = self._owned_pools[kind] = [
@@ -974,7 +975,7 @@ class _Decider:
                 and _has_model(p, demand.models)
             ]
         found = self._forecast(firm).earliest(pools, demand.gpus) if pools else None
-        self._owned_floor[(firm, *kind)] = math.inf if found is None else found[0]
+        self._owned_floor[floor_key] = math.inf if found is None else found[0]
         return found if found is not None and found[0] <= by else None
 
     def _forecast(self, firm: bool) -> OwnedForecast:
@@ -1075,7 +1076,7 @@ class _Decider:
         node was opened."""
         groups: dict[tuple[str, ...], dict[int, int]] = {}
         for demand in demands:
-            pools = tuple(p.name for p in self._launch_candidates(demand))
+            pools = self._launch_candidates(demand)
             if pools:
                 sizes = groups.setdefault(pools, {})
                 sizes[demand.gpus] = sizes.get(demand.gpus, 0) + 1
@@ -1389,7 +1390,7 @@ class _Decider:
         moving = self.moving
         if seen is not None:
             victims = seen[1]
-            if seen[0] != len(moving) and any(key in moving for key in victims):
+            if seen[0] != len(moving) and not moving.isdisjoint(victims):
                 # A Job that started to move is no victim any more; the others still are.
                 victims = {key: gpus for key, gpus in victims.items() if key not in moving}
             self._victims_seen[node_name] = (len(moving), victims)
