@@ -1008,18 +1008,23 @@ class _Decider:
         if releases is None:
             releases = known[name] = []
             preempting = firm and self.policy.preemption.enabled
+            jobs = self.jobs
+            moving = self.moving
+            now = self.now
             for pod in self.pods_on.get(name, ()):
                 key = pod.job
-                job = self.jobs.get(key) if key is not None else None
-                if job is None or key in self.moving:
+                if key is None or key in moving:
                     continue  # a bare pod never ends as far as we know; a moving Job left
+                job = jobs.get(key)
+                if job is None:
+                    continue
                 end = math.inf
                 if job.expected_duration_seconds is not None:
-                    started = self.now if pod.started_at is None else pod.started_at
+                    started = now if pod.started_at is None else pod.started_at
                     end = started + job.expected_duration_seconds - job.progress_seconds
                 if preempting and job.criticality == PREEMPTIBLE:
                     run = self._run_start(job)
-                    end = min(end, (self.now if run is None else run) + self.min_runtime)
+                    end = min(end, (now if run is None else run) + self.min_runtime)
                 if end < math.inf:
                     releases.extend([end] * pod.gpus)
             releases.sort()
