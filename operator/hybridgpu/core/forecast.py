@@ -54,17 +54,15 @@ class OwnedForecast:
             heaps.append([])
         # Heap k - 1 gets when the node has k GPUs free: now for the free ones, then when
         # the (k - free)-th GPU held comes back. One entry per distinct time, shared.
-        now = self.now
-        entry = (now, name, version)
-        for k in range(1, capacity + 1):
-            if k > free:
-                back = k - free - 1
-                if back >= len(releases):
-                    break
-                at = releases[back]
-                if at > entry[0]:
-                    entry = (at, name, version)
-            heapq.heappush(heaps[k - 1], entry)
+        push = heapq.heappush
+        entry = (self.now, name, version)
+        free_now = min(max(free, 0), capacity)
+        for heap in heaps[:free_now]:
+            push(heap, entry)
+        for heap, at in zip(heaps[free_now:capacity], releases[free_now - free :]):
+            if at > entry[0]:
+                entry = (at, name, version)
+            push(heap, entry)
 
     def touch(self, name: str, *, gained: bool) -> None:
         """The node changed: described again at once when it ``gained`` GPUs, else when its
