@@ -245,6 +245,18 @@ class _PreemptedRoom:
 
 
 @dataclass(slots=True)
+class _Victims:
+    """The movable Jobs on a node (``_Decider._victims_on``)."""
+
+    moving_seen: int
+    """How many Jobs were moving when ``gpus_by_job`` was last checked."""
+    gpus_by_job: dict[str, int]
+    """The GPUs each holds on the node, by Job key."""
+    gpus: int
+    """Their sum."""
+
+
+@dataclass(slots=True)
 class _Blocks:
     gpus: int = 0
     pods: int = 0
@@ -322,7 +334,7 @@ class _Decider:
         self._victim_ranks: dict[str, tuple[float, int, float, str]] = {}
         self._run_starts: dict[str, float | None] = {}
         """``_run_start`` of the snapshot's Jobs, by key."""
-        self._victims_seen: dict[str, tuple[int, dict[str, int]]] = {}
+        self._victims_seen: dict[str, _Victims] = {}
         self.pending: list[_Demand] = []
         self.pending_pods: list[GPUPod] = []
         self.requeued: list[_Demand] = []
@@ -1388,25 +1400,29 @@ class _Decider:
             self._restart_hours_of[job_key] = hours
         return hours
 
-    def _victims_on(self, node_name: str) -> dict[str, int]:
+    def _victims_on(self, node_name: str) -> _Victims:
         """The GPUs each movable Job holds on the node. Kept until a Job starts to move
         (``moving`` only grows during a tick; pods do not move)."""
         seen = self._victims_seen.get(node_name)
         moving = self.moving
-        if seen is not None:
-            victims = seen[1]
-            if seen[0] != len(moving) and not moving.isdisjoint(victims):
+        if seen is None:
+            gpus_by_job: dict[str, int] = {}
+            for pod in self.pods_on.get(node_name, []):
+                job = self._movable(pod.job)
+                if job is not None:
+                    gpus_by_job[job.key] = gpus_by_job.get(job.key, 0) + pod.gpus
+            seen = self._victims_seen[node_name] = _Victims(
+                len(moving), gpus_by_job, sum(gpus_by_job.values())
+            )
+        elif seen.moving_seen != len(moving):
+            seen.moving_seen = len(moving)
+            if not moving.isdisjoint(seen.gpus_by_job):
                 # A Job that started to move is no victim any more; the others still are.
-                victims = {key: gpus for key, gpus in victims.items() if key not in moving}
-            self._victims_seen[node_name] = (len(moving), victims)
-            return victims
-        victims = {}
-        for pod in self.pods_on.get(node_name, []):
-            job = self._movable(pod.job)
-            if job is not None:
-                victims[job.key] = victims.get(job.key, 0) + pod.gpus
-        self._victims_seen[node_name] = (len(moving), victims)
-        return victims
+                seen.gpus_by_job = {
+                    key: gpus for key, gpus in seen.gpus_by_job.items() if key not in moving
+                }
+                seen.gpus = sum(seen.gpus_by_job.values())
+        return seen
 
     def _victim_rank(self, job_key: str) -> tuple[float, int, float, str]:
         """Where a Job comes among the victims of a preemption: least work thrown away,
@@ -1466,9 +1482,10 @@ class _Decider:
         ``gpus``, cheapest to restart first (least work thrown away: GPUs times the time
         since the last checkpoint, when known; then the fewest GPUs), and the GPU-hours their
         restarts throw away; None when all of them are not enough."""
-        victims = self._victims_on(node_name)
-        if free + sum(victims.values()) < gpus:
+        found = self._victims_on(node_name)
+        if free + found.gpus < gpus:
             return None
+        victims = found.gpus_by_job
         ranked = sorted(victims, key=self._victim_rank) if len(victims) > 1 else victims
         chosen: list[JobState] = []
         got = free
