@@ -126,15 +126,12 @@ class _Demand:
     models: tuple[str, ...] = ()
     """GPU models it may run on; empty: any."""
     waiting_since: float | None = None
-    """Since when it has waited for a place, when not ``since`` (a Job preempted now)."""
+    """Since when it has waited for a place, when not ``since`` (a Job preempted now);
+    None: since ``since``."""
     free_order: list[_PoolLedger] | None = None
     """The pools whose free capacity it may use (``_free_order``), once known."""
     gang: str | None = None
     """The gang it belongs to: its pods are placed all or none (``_place_gang``)."""
-
-    def __post_init__(self) -> None:
-        if self.waiting_since is None:
-            self.waiting_since = self.since
 
     @property
     def order(self) -> tuple[int, int, float, str]:
@@ -613,16 +610,21 @@ class _Decider:
     # -------------------------------------------------------------- 2. demand
     def _collect_pending(self) -> None:
         gangs: dict[str, list[GPUPod]] = {}
+        moving = self.moving
+        pending_gpus = self.pending_gpus
+        pending = self.pending
+        now = self.now
+        grace = self.grace
         for pod in self.pending_pods:
-            if pod.job is not None and pod.job in self.moving:
+            if pod.job is not None and pod.job in moving:
                 continue
-            self.pending_gpus[pod.criticality] += pod.gpus
+            pending_gpus[pod.criticality] += pod.gpus
             if pod.gang is not None:
                 gangs.setdefault(pod.gang, []).append(pod)
                 continue
-            if self.now - pod.pending_since < self.grace:
+            if now - pod.pending_since < grace:
                 continue
-            self.pending.append(
+            pending.append(
                 _Demand(
                     pod.gpus,
                     pod.criticality,
@@ -958,8 +960,8 @@ class _Decider:
         job = self.jobs.get(demand.job) if demand.job is not None else None
         if job is not None and job.created_at is not None:
             return job.created_at + job.progress_seconds + budget
-        assert demand.waiting_since is not None
-        return demand.waiting_since + budget
+        waiting_since = demand.since if demand.waiting_since is None else demand.waiting_since
+        return waiting_since + budget
 
     def _owned_in_time(self, demand: _Demand, by: float) -> tuple[float, str] | None:
         """The owned node that has the pod's GPUs free soonest, if by ``by``: (when, node).
