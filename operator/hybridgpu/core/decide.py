@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from operator import attrgetter
 
 from hybridgpu.core.cost import (
@@ -996,7 +997,7 @@ class _Decider:
         found = self.forecasts.get(firm)
         if found is None:
             found = self.forecasts[firm] = OwnedForecast(
-                self.now, lambda name: self._owned_view(name, firm)
+                self.now, partial(self._owned_view, firm=firm)
             )
             for name in self.node_free:
                 if name not in self.future_nodes and self.pools[self.node_pool[name]].tier == CORE:

@@ -82,12 +82,14 @@ class OwnedForecast:
             if heaps is None or not 0 < gpus <= len(heaps):
                 continue
             heap = heaps[gpus - 1]
+            versions = self._versions
+            stale = self._stale
             while heap:
                 at, name, version = heap[0]
-                if self._versions[name] != version:
+                if versions[name] != version:
                     heapq.heappop(heap)  # superseded by a newer entry
                     continue
-                if name in self._stale:
+                if name in stale:
                     self.add(name)  # its entry may be too early: look again
                     continue
                 if best is None or (at, name) < best:
