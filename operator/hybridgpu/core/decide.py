@@ -357,9 +357,10 @@ class _Decider:
         no single node may still wait for this tick (``_wait_for_fragments``)."""
         self.claimed: dict[str, int] = {}
         """Owned GPUs promised this tick to pods that wait for them, by node."""
-        self._releases: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
+        self._releases: dict[bool, dict[str, tuple[float, ...]]] = {True: {}, False: {}}
         """Per view (firm work's, preemptible work's) and owned node, when each of its GPUs
-        held by a pod comes back, in time order (``_owned_view``)."""
+        held by a pod comes back, in time order (``_owned_view``): tuples of floats, which
+        the garbage collector stops walking (lists it walks at every collection)."""
         self._owned_pools: dict[tuple[str | None, int, tuple[str, ...]], list[str]] = {}
         self._owned_floor: dict[tuple[bool, str | None, int, tuple[str, ...]], float] = {}
         """The soonest time owned GPUs were found for a kind of pod (a lower bound)."""
@@ -1021,7 +1022,7 @@ class _Decider:
         known = self._releases[firm]
         releases = known.get(name)
         if releases is None:
-            releases = known[name] = []
+            ends: list[float] = []
             preempting = firm and self.policy.preemption.enabled
             jobs = self.jobs
             moving = self.moving
@@ -1041,8 +1042,9 @@ class _Decider:
                     run = self._run_start(job)
                     end = min(end, (now if run is None else run) + self.min_runtime)
                 if end < math.inf:
-                    releases.extend([end] * pod.gpus)
-            releases.sort()
+                    ends.extend([end] * pod.gpus)
+            ends.sort()
+            releases = known[name] = tuple(ends)
         ledger = self.pools[self.node_pool[name]]
         return (
             ledger.name,

@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-NodeView = tuple[str, int, int, list[float]]
+NodeView = tuple[str, int, int, tuple[float, ...]]
 """(pool, GPUs per node, GPUs free now less those promised, [when each GPU held comes back]
 in time order: a pod of 2 GPUs that ends at t gives t twice)."""
 
