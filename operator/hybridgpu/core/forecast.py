@@ -59,7 +59,8 @@ class OwnedForecast:
         free_now = min(max(free, 0), capacity)
         for heap in heaps[:free_now]:
             push(heap, entry)
-        for heap, at in zip(heaps[free_now:capacity], releases[free_now - free :]):
+        # Fewer GPUs may come back than the node lacks: the larger sizes get no entry.
+        for heap, at in zip(heaps[free_now:capacity], releases[free_now - free :], strict=False):
             if at > entry[0]:
                 entry = (at, name, version)
             push(heap, entry)
