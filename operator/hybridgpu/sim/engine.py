@@ -565,6 +565,25 @@ class Simulation:
             self.series[f"gpus_{tier.value}"] = []
             self.series[f"cost_{tier.value}"] = []
         self.series["demand_gpus"] = []
+        self._sampled_tiers = [
+            (
+                self.series[f"gpus_{tier.value}"],
+                self.series[f"cost_{tier.value}"],
+                [
+                    (
+                        p.name,
+                        self._tally[p.name],
+                        p.spec.gpu.per_node,
+                        p.spec if p.name in self._powered else None,
+                    )
+                    for p in pools
+                    if p.spec.tier == tier
+                ],
+            )
+            for tier in Tier
+        ]
+        """What ``_sample`` reads per tier: its two series, and its pools (in the order of
+        ``_tally``) with their spec when powered; a price change moves none of it."""
 
     def _priced(self, pool: PoolState) -> PoolState:
         """A pool with a price series as the operator sees it: priced by the provider
@@ -785,10 +804,10 @@ class Simulation:
         grows with the jobs it places and the classes, not with the queue's length."""
         if not self.pending or self._fruitless_at == self._schedule_changes:
             return
+        self._fruitless_at = self._schedule_changes  # unless a job starts below
         room = self._room()
         if room < self._smallest_job_gpus:
             return  # a queue in front of full nodes costs nothing per event
-        self._fruitless_at = self._schedule_changes  # unless a job starts below
         heads = [(queue[0], klass) for klass, queue in self._classes.items() if klass[2] <= room]
         heapq.heapify(heads)
         while heads:
@@ -1202,6 +1221,8 @@ class Simulation:
         queue is sorted by criticality rank, then that moment (``_queued_since``)."""
         first = math.inf
         queue = self._queue
+        if not queue:
+            return first  # most steps: every job runs
         for rank in self._ranks:
             at = queue.bisect_left((rank, -math.inf, -1))
             if at < len(queue) and queue[at][0] == rank:
@@ -1213,6 +1234,8 @@ class Simulation:
         none). Pending since earlier than a second before the grace period reaches back ran
         out already, whatever the rounding."""
         out = math.inf
+        if not self._queue:
+            return out
         for rank in self._ranks:
             start = (rank, self.now - self.grace - 1.0, -1)
             for key_rank, since, _ in self._queue.irange(start):
@@ -1509,9 +1532,13 @@ class Simulation:
                 continue
             price = node_price[name]
             gpu_price = price / per_node
-            terms["provisioning"] += tally.booting * price * dt
-            terms["idle_nodes"] += tally.empty * price * dt
-            terms["half_empty_nodes"] += tally.busy_free_gpus * gpu_price * dt
+            # A zero term would leave its sum as it is: most pools add one or two terms.
+            if tally.booting:
+                terms["provisioning"] += tally.booting * price * dt
+            if tally.empty:
+                terms["idle_nodes"] += tally.empty * price * dt
+            if tally.busy_free_gpus:
+                terms["half_empty_nodes"] += tally.busy_free_gpus * gpu_price * dt
             if tally.busy_used_gpus:
                 # Preemptible work on on-demand while the spot pools of its model had no
                 # capacity: what it paid above the spot price is spot unavailability's.
@@ -1523,9 +1550,11 @@ class Simulation:
         for gpu_price, gpus, pre, premium in sorted(busy, reverse=True):
             overlap = min(free_core, gpus)
             free_core -= overlap
-            terms["work_while_owned_gpus_free"] += overlap * gpu_price * dt
+            if overlap:
+                terms["work_while_owned_gpus_free"] += overlap * gpu_price * dt
             unavailable = min(pre, gpus - overlap) * premium * dt
-            terms["spot_unavailable"] += unavailable
+            if unavailable:
+                terms["spot_unavailable"] += unavailable
             terms["cloud_work"] += (gpus - overlap) * gpu_price * dt - unavailable
 
     def _spot_gpu_price_while_unavailable(self) -> dict[str, float]:
@@ -1559,19 +1588,19 @@ class Simulation:
 
     # ----------------------------------------------------------------- time
     def _sample(self) -> None:
-        for tier in Tier:
+        node_price = self._node_price
+        for gpus_series, cost_series, pools in self._sampled_tiers:
             gpus = 0
             cost = 0.0
-            for name, tally in self._tally.items():
-                pool = self.pools[name]
-                if pool.spec.tier == tier and name in self._powered:
-                    gpus += tally.nodes * pool.spec.gpu.per_node
-                    cost += pool_hour_dollars(pool.spec, tally.nodes)
-                elif pool.spec.tier == tier and tally.nodes:
-                    gpus += tally.nodes * pool.spec.gpu.per_node
-                    cost += tally.nodes * self._node_price[name]
-            self.series[f"gpus_{tier.value}"].append(gpus)
-            self.series[f"cost_{tier.value}"].append(cost)
+            for name, tally, per_node, powered_spec in pools:
+                if powered_spec is not None:
+                    gpus += tally.nodes * per_node
+                    cost += pool_hour_dollars(powered_spec, tally.nodes)
+                elif tally.nodes:
+                    gpus += tally.nodes * per_node
+                    cost += tally.nodes * node_price[name]
+            gpus_series.append(gpus)
+            cost_series.append(cost)
         self.series["t"].append(self.now / 3600)
         self.series["demand_gpus"].append(self._demand_gpus)
 
