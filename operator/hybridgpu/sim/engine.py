@@ -792,7 +792,7 @@ class Simulation:
 
     def _room(self) -> int:
         """The most free GPUs on any node pods can land on."""
-        return max((placeable.most_free for placeable in self._placeable.values()), default=0)
+        return max([placeable.most_free for placeable in self._placeable.values()], default=0)
 
     def _schedule(self) -> None:
         """Place pending pods, most critical and oldest first, each on the fullest node of

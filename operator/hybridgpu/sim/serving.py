@@ -41,6 +41,11 @@ class ServingBook:
     completed: int = 0
     given_up: int = 0
     """Surges whose replica ended (its instance was deleted) before the surge was Ready."""
+    views: dict[str, tuple[tuple[int, int, RebalanceIntent | None], ServingState]] = field(
+        default_factory=dict
+    )
+    """Per workload, the operator's last view of it and the (replicas, ready, rebalance) it
+    was built from (``serving_states``)."""
 
 
 def workload_of(job: _Job) -> str | None:
@@ -60,16 +65,19 @@ def serving_states(sim: Simulation) -> tuple[ServingState, ...]:
             intents[job.trace.service] = RebalanceIntent(
                 node=surge.cloud_node, pods=pods, step="surge", since=surge.since
             )
-    return tuple(
-        ServingState(
-            NAMESPACE,
-            service,
-            replicas=count,
-            ready=running,
-            rebalance=intents.get(service),
-        )
-        for service, (count, running) in sorted(sim._replicas.items())
-    )
+    views = sim.serving.views
+    states = []
+    for service, (count, running) in sorted(sim._replicas.items()):
+        built_from = (count, running, intents.get(service))
+        seen = views.get(service)
+        if seen is None or seen[0] != built_from:
+            # Most workloads are as they were at the last snapshot: their view is reused.
+            state = ServingState(
+                NAMESPACE, service, replicas=count, ready=running, rebalance=built_from[2]
+            )
+            seen = views[service] = (built_from, state)
+        states.append(seen[1])
+    return tuple(states)
 
 
 def surge_pods(sim: Simulation) -> list[GPUPod]:
