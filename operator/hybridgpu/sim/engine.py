@@ -545,6 +545,8 @@ class Simulation:
         self.by_trace_name: dict[str, _Job] = {}
         """Serving replicas by name (a rebalance names the pods it moves)."""
         self._has_serving = any(j.service is not None for j in self.trace)
+        self._has_jobs = any(j.service is None for j in self.trace)
+        """Whether any trace job is a Job, not a serving replica."""
         self._by_key = {f"sim/{j.name}": i for i, j in enumerate(self.trace)}
         """The jobs by the name the operator knows them by (``_live_by_name``)."""
         self._unique_names = len(self._by_key) == len(self.trace)
@@ -1110,12 +1112,13 @@ class Simulation:
                     live.pop(index, None)
             self._changed_jobs.clear()
             views = list(map(live.__getitem__, live))  # by index (a SortedDict's order)
-            self._job_views = (
-                tuple(map(itemgetter(0), views)),
-                tuple(v[1] for v in views if v[0].serving is None)  # replicas are no Jobs
-                if self._has_serving
-                else tuple(map(itemgetter(1), views)),
-            )
+            if not self._has_serving:
+                jobs = tuple(map(itemgetter(1), views))
+            elif self._has_jobs:
+                jobs = tuple(v[1] for v in views if v[0].serving is None)  # replicas are no Jobs
+            else:
+                jobs = ()  # a serving trace (DLRM): every job is a replica
+            self._job_views = (tuple(map(itemgetter(0), views)), jobs)
         pods, jobs = self._job_views
         serving: tuple[ServingState, ...] = ()
         if self._has_serving:
