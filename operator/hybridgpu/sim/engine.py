@@ -455,17 +455,15 @@ class Simulation:
         self._eligible_cache: dict[_ClassKey, list[str]] = {}
         self._views: dict[int, tuple[int, GPUPod, JobState]] = {}
         self._tally = {p.name: _Tally() for p in pools}
-        self._accounted_pools = [
-            (
-                p.name,
-                self._tally[p.name],
-                is_cloud(p.spec.tier),
-                p.spec.gpu.per_node,
-                p.spec.gpu.model,
-            )
+        self._accounted_cloud_pools = [
+            (p.name, self._tally[p.name], p.spec.gpu.per_node, p.spec.gpu.model)
             for p in pools
+            if is_cloud(p.spec.tier)
         ]
-        """What ``_account`` reads of each pool that a price change does not move."""
+        """What ``_account`` reads of each cloud pool that a price change does not move."""
+        self._accounted_owned_tallies = [
+            self._tally[p.name] for p in pools if not is_cloud(p.spec.tier)
+        ]
         self._spot_launched: dict[str, deque[_Node]] = {}
         """Per spot pool, its nodes by launch, until they are two WINDOW_AGE_SECONDS old."""
         self._spot_seen: dict[str, list[int]] = {}
@@ -473,6 +471,9 @@ class Simulation:
         self._placeable: dict[str, FreeGPUs[str]] = {p.name: FreeGPUs() for p in pools}
         """Per pool, the nodes pods can land on (ready, not cordoned) by free GPUs: the
         scheduler's best fit is decide()'s (``core.placement``)."""
+        self._most_free = {p.name: 0 for p in pools}
+        """Per pool, its ``_placeable``'s most_free, set where that changes (``_room`` reads
+        it after every start)."""
         self._node_price = {
             p.name: node_hour_dollars(p.spec, p.spot_price_per_node_hour) for p in pools
         }
@@ -794,7 +795,7 @@ class Simulation:
 
     def _room(self) -> int:
         """The most free GPUs on any node pods can land on."""
-        return max([placeable.most_free for placeable in self._placeable.values()], default=0)
+        return max(self._most_free.values(), default=0)
 
     def _schedule(self) -> None:
         """Place pending pods, most critical and oldest first, each on the fullest node of
@@ -1028,10 +1029,12 @@ class Simulation:
             placeable = node.free
         if placeable != node.placeable:
             self._schedule_changes += 1
+            pool_placeable = self._placeable[node.pool]
             if placeable is None:
-                self._placeable[node.pool].discard(node.name)
+                pool_placeable.discard(node.name)
             else:
-                self._placeable[node.pool].put(node.name, placeable)
+                pool_placeable.put(node.name, placeable)
+            self._most_free[node.pool] = pool_placeable.most_free
             node.placeable = placeable
         moves = self._node_moves(node)
         if moves != node.moves:
@@ -1136,12 +1139,13 @@ class Simulation:
 
     def _pool_view(self, p: PoolState, provisioning: dict[str, int]) -> PoolState:
         """The pool as the operator sees it now; the same object while nothing in it moved."""
-        fields = (
-            provisioning.get(p.name, 0),
-            p.spot_price_per_node_hour,
-            self._launchable(p.name),
-            tuple(self._survival_fields(p.name).items()),
-        )
+        name = p.name
+        if name in self.spot_offsets or name in self._spot_launched or name in self._spot_seen:
+            launchable = self._launchable(name)
+            survival = tuple(self._survival_fields(name).items())
+        else:
+            launchable, survival = True, ()  # what those two give a pool without spot nodes
+        fields = (provisioning.get(name, 0), p.spot_price_per_node_hour, launchable, survival)
         seen = self._pool_views.get(p.name)
         if seen is not None and seen[0] == fields and seen[1].spec is p.spec:
             return seen[1]
@@ -1523,15 +1527,11 @@ class Simulation:
         if dt <= 0:
             return
         terms = self.cost_terms
-        free_core = 0
         busy: list[tuple[float, int, int, float]] = []
         spot_gpu_price = self._spot_gpu_price_while_unavailable()
         node_price = self._node_price
-        for name, tally, cloud, per_node, model in self._accounted_pools:
+        for name, tally, per_node, model in self._accounted_cloud_pools:
             if not tally.nodes:
-                continue
-            if not cloud:
-                free_core += tally.busy_free_gpus
                 continue
             price = node_price[name]
             gpu_price = price / per_node
@@ -1549,7 +1549,10 @@ class Simulation:
                 premium = max(gpu_price - spot, 0.0) if spot is not None else 0.0
                 pre = tally.busy_preemptible_gpus if premium else 0
                 busy.append((gpu_price, tally.busy_used_gpus, pre, premium))
+        if not busy:
+            return
         # Owned GPUs that sat free while cloud GPUs worked: the dearest cloud work first.
+        free_core = sum(t.busy_free_gpus for t in self._accounted_owned_tallies if t.nodes)
         for gpu_price, gpus, pre, premium in sorted(busy, reverse=True):
             overlap = min(free_core, gpus)
             free_core -= overlap
