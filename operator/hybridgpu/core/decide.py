@@ -298,13 +298,13 @@ class _Decider:
                 paid=paid_whether_used(pool.spec),
             )
         self.pool_states = [ledger.state for ledger in self.pools.values()]
+        """The pools as the snapshot has them, by name (``core.placement``'s input)."""
         self._powered = [
             ledger
             for ledger in self.pools.values()
             if ledger.tier == CORE and powered(ledger.state.spec)
         ]
-        """The owned pools whose nodes may be powered off and on, by name."""
-        """The pools as the snapshot has them, by name (``core.placement``'s input)."""
+        """The owned pools whose nodes may be powered off and on, in the pools' order."""
         self.node_free: dict[str, int] = {}
         self.node_pool: dict[str, str] = {}
         self.reserved: set[str] = set()
