@@ -1140,12 +1140,12 @@ class Simulation:
     def _pool_view(self, p: PoolState, provisioning: dict[str, int]) -> PoolState:
         """The pool as the operator sees it now; the same object while nothing in it moved."""
         name = p.name
-        if name in self.spot_offsets or name in self._spot_launched or name in self._spot_seen:
-            launchable = self._launchable(name)
-            survival = tuple(self._survival_fields(name).items())
-        else:
-            launchable, survival = True, ()  # what those two give a pool without spot nodes
-        fields = (provisioning.get(name, 0), p.spot_price_per_node_hour, launchable, survival)
+        fields = (
+            provisioning.get(name, 0),
+            p.spot_price_per_node_hour,
+            self._launchable(name),
+            tuple(self._survival_fields(name).items()),
+        )
         seen = self._pool_views.get(p.name)
         if seen is not None and seen[0] == fields and seen[1].spec is p.spec:
             return seen[1]
