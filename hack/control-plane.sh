@@ -146,16 +146,9 @@ pid_of() { cat "$RUN_DIR/$1.pid" 2>/dev/null || true; }
 alive() { local pid; pid=$(pid_of "$1"); [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; }
 
 free_ports() {
-  # Ask the kernel for n distinct free ports on 127.0.0.1 (held open together so they differ).
-  python3 - "$1" <<'PYPORTS'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PYPORTS
+  # n distinct free ports on 127.0.0.1, drawn from below the ephemeral range so that no
+  # client connection can take one before its server binds it (tests/support/ports.py).
+  python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/support/ports.py" "$1"
 }
 
 gen_pki() {

@@ -46,15 +46,9 @@ pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
 operator_pid() { cat "$OPERATOR_PID_FILE" 2>/dev/null || true; }
 
 free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
+  # n distinct free ports on 127.0.0.1, drawn from below the ephemeral range so that no
+  # client connection can take one before its server binds it (tests/support/ports.py).
+  python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/support/ports.py" "$1"
 }
 
 wait_for() {

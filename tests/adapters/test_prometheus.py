@@ -17,7 +17,7 @@ from hybridgpu.metrics.prometheus import (
     PrometheusClient,
 )
 from hybridgpu.models.policy import PrometheusSpec
-from support.moto import free_port
+from support.ports import free_port
 from support.prometheus import (
     HISTORY_METRIC,
     HISTORY_POINTS,

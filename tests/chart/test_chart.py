@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -49,6 +48,7 @@ from support.chart import (
 )
 from support.children import DIE_WITH_PARENT
 from support.controlplane import CRDS_DIR, REPO_ROOT, KubeTest, wait_until
+from support.ports import free_port
 from support.prometheus import promtool_binary
 
 pytestmark = pytest.mark.chart
@@ -951,12 +951,6 @@ def test_dashboard_promql_parses(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------- the real operator
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def service_account_kubeconfig(kube: KubeTest, sa: str, path: Path) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from kubernetes.client.rest import ApiException
 from hybridgpu.cloud.kwok import PROVIDER_PREFIX, kwok_node
 from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT, KubeTest, gpu_job, wait_until
+from support.ports import free_port
 
 GROUP, VERSION = "hybridgpu.io", "v1alpha1"
 STARTUP_SECONDS = 180.0
@@ -45,12 +45,6 @@ SPOT_TOLERATION = {
     "value": "true",
     "effect": "NoSchedule",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Cluster, Operators, free_port, wait_for
+from conftest import Cluster, Operators, wait_for
 from support.controlplane import gpu_job
+from support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 

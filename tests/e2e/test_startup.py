@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GROUP, VERSION, Cluster, Operators, free_port, wait_for
+from conftest import GROUP, VERSION, Cluster, Operators, wait_for
 from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT, audit_lists, utc_stamp
+from support.ports import free_port
 from support.shared import in_ci
 
 pytestmark = pytest.mark.e2e

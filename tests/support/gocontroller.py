@@ -12,7 +12,6 @@ import datetime
 import ipaddress
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT, ControlPlane
+from support.ports import free_port
 
 
 def hack_paths(script: str, command: str = "build") -> dict[str, Path]:
@@ -76,13 +76,6 @@ def controller_process(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serving_cert(cert_dir: Path) -> bytes:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from support.children import DIE_WITH_PARENT
 from support.controlplane import REPO_ROOT, KubeTest, wait_until
-from support.gocontroller import free_port, serving_cert
+from support.gocontroller import serving_cert
+from support.ports import free_port
 
 KUEUE_SCRIPT = REPO_ROOT / "hack" / "kueue.sh"
 

@@ -33,7 +33,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 
 from support.children import DIE_WITH_PARENT
-from support.moto import free_port
+from support.ports import free_port
 
 HISTORY_METRIC = "hybridgpu_test_gpus_in_use"
 HISTORY_STEP_SECONDS = 300

@@ -23,13 +23,13 @@ from pathlib import Path
 from support.controlplane import ControlPlane, install_crds
 from support.gocontroller import (
     controller_process,
-    free_port,
     hack_paths,
     registered_webhooks,
     serving_cert,
     webhook_configurations,
 )
 from support.jobset import reinstall_workload_crds_later
+from support.ports import free_port
 
 RUNTIME = "torch-distributed"
 """The ClusterTrainingRuntime the tests' TrainJobs use (upstream's manifest)."""
