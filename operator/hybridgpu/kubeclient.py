@@ -6,10 +6,18 @@ audit log."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from kubernetes import client, config
 
 from hybridgpu import USER_AGENT
+
+CONNECT_SECONDS = 5.0
+READ_SECONDS = 90.0
+"""The longest wait for the apiserver's next bytes on a call that sets no timeout of its own
+(watches set theirs). The apiserver ends a request at 60 s (``--request-timeout``) with a 504,
+so a read that waits longer waits on a connection that is gone; without a bound the call,
+and the tick that made it, would wait forever (the client's default)."""
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -25,4 +33,19 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         except config.ConfigException:
             api = config.new_client_from_config()
     api.user_agent = USER_AGENT
+    _bound_every_call(api)
     return api
+
+
+def _bound_every_call(api: client.ApiClient) -> None:
+    """Give every request of ``api`` that names no ``_request_timeout`` (connect, read) of
+    CONNECT_SECONDS and READ_SECONDS."""
+    rest = api.rest_client
+    unbounded = rest.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("_request_timeout"):
+            kwargs["_request_timeout"] = (CONNECT_SECONDS, READ_SECONDS)
+        return unbounded(method, url, *args, **kwargs)
+
+    rest.request = request

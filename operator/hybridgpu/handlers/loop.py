@@ -9,8 +9,10 @@ import calendar
 import cProfile
 import gc
 import logging
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +53,8 @@ from hybridgpu.models.snapshot import BudgetState, ClusterSnapshot, MetricsHealt
 log = logging.getLogger(__name__)
 
 DEFAULT_POLICY = "default"
+SLOW_TICK_SECONDS = 60.0
+"""A tick still running after this long logs where it is (again every as long after)."""
 
 
 def month_hours(now: float) -> tuple[str, float]:
@@ -247,6 +251,7 @@ class Reconciler:
         with self.lock:  # one tick at a time per process: policies share nodes
             started = time.monotonic()
             self.tick_started_at = started
+            watchdog = self._watch_tick(policy_name, threading.get_ident(), started)
             try:
                 if self.profile is not None:
                     result = self.profile.runcall(self._tick, policy_name)
@@ -254,6 +259,7 @@ class Reconciler:
                     result = self._tick(policy_name)
             finally:
                 self.tick_started_at = None
+                watchdog.set()
                 if self.profile is not None and self.options.profile_ticks:
                     self.profile.dump_stats(self.options.profile_ticks)
             result.seconds = time.monotonic() - started
@@ -264,6 +270,27 @@ class Reconciler:
             if result.leader:
                 self._freeze_heap()
             return result
+
+    def _watch_tick(self, policy: str, thread: int, started: float) -> threading.Event:
+        """Log the stack of a tick that runs longer than SLOW_TICK_SECONDS, every
+        SLOW_TICK_SECONDS until it ends (set the returned event), so that a tick blocked on a
+        call that never returns says which call; the liveness probe restarts the process
+        after STUCK_TICK_SECONDS."""
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(SLOW_TICK_SECONDS):
+                frame = sys._current_frames().get(thread)
+                stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+                log.warning(
+                    "the tick of %s has run for %.0fs; it is at:\n%s",
+                    policy,
+                    time.monotonic() - started,
+                    stack,
+                )
+
+        threading.Thread(target=watch, name=f"tick-watchdog-{policy}", daemon=True).start()
+        return done
 
     def _freeze_heap(self) -> None:
         """``options.freeze_heap``: once per sync of the Nodes' and pods' watch caches, after
