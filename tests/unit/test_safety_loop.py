@@ -71,10 +71,16 @@ def fake_of(reconciler: Reconciler, cluster: FakeCluster, pool: str) -> FakeProv
 
 
 def join(
-    cluster: FakeCluster, fake: FakeProvider, pool: str, clock: Clock, *, age: float = 0.0
+    cluster: FakeCluster,
+    fake: FakeProvider,
+    pool: str,
+    clock: Clock,
+    *,
+    age: float = 0.0,
+    gpus: int = 8,
 ) -> list[str]:
-    """Give every listed live instance of ``pool`` that has no Node yet a Ready Node, created
-    ``age`` seconds ago."""
+    """Give every listed live instance of ``pool`` that has no Node yet a Ready Node with
+    ``gpus``, created ``age`` seconds ago."""
     spec = GPUPoolSpec.model_validate(cluster.pools[pool]["spec"])
     have = {(n.get("spec") or {}).get("providerID") for n in cluster.nodes.values()}
     joined = []
@@ -82,7 +88,13 @@ def join(
         if instance.provider_id not in have and instance.state not in ("terminating", "terminated"):
             name = f"{pool}-{instance.instance_id}"
             cluster.add_node(
-                gpu_node(name, pool, provider_id=instance.provider_id, created=clock.now - age)
+                gpu_node(
+                    name,
+                    pool,
+                    gpus=gpus,
+                    provider_id=instance.provider_id,
+                    created=clock.now - age,
+                )
             )
             joined.append(name)
     return joined
@@ -225,6 +237,37 @@ def test_an_instance_that_never_registers_is_replaced_after_the_deadline() -> No
     unhealthy = condition(cluster, "elastic", "NodesUnhealthy")
     assert unhealthy["status"] == "True" and unhealthy["reason"] == "RegistrationTimeout"
     assert first.instance_id in unhealthy["message"]
+
+
+# --- an instance whose Node joins but never reports its GPUs ------------------------------
+def test_a_node_whose_gpus_are_never_reported_is_replaced_and_said_so() -> None:
+    """The device plugin never came up on it: paid for, serving nothing. Before, decide()
+    stopped counting it after the joining grace and bought another, keeping both (until
+    idleFor released it, here 2 h)."""
+    clock = Clock()
+    cluster = FakeCluster()
+    cluster.add_policy("default", {})
+    cluster.add_pool("elastic", {**elastic_pool(), "scaleDown": {"idleFor": "2h"}})
+    cluster.add_pod(gpu_pod("train", job="train", unschedulable_since=START - 120))
+    reconciler = operator(cluster, clock)
+    fake = fake_of(reconciler, cluster, "elastic")
+    spec = GPUPoolSpec.model_validate(cluster.pools["elastic"]["spec"])
+
+    reconciler.tick("default")
+    (broken,) = join(cluster, fake, "elastic", clock, gpus=0)
+    said: list[str] = []
+    for _ in range(16 * 2):  # 16 minutes without GPUs
+        clock.now += 30
+        reconciler.tick("default")
+        unhealthy = condition(cluster, "elastic", "NodesUnhealthy")
+        if unhealthy["reason"] == "NoGPUs":
+            said.append(unhealthy["message"])
+        join(cluster, fake, "elastic", clock)  # a replacement joins with its GPUs
+
+    live = [i.instance_id for i in fake.instances("elastic", spec)]
+    assert len(live) == 1, live  # the broken node's instance is terminated
+    assert f"elastic-{live[0]}" != broken
+    assert said and broken in said[0]
 
 
 # --- bug 9: a provider that cannot be built -----------------------------------------------

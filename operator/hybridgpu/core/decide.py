@@ -108,8 +108,13 @@ _NO_PENDING_GPUS: dict[str, int] = {c.value: 0 for c in Criticality}
 
 # A cloud node NotReady this long is replaced (drain, terminate, the scale-up follows).
 NOT_READY_GRACE_SECONDS = 900.0
-# More than this share of a pool NotReady at once looks like a partition, not broken
-# machines: none of them is replaced (Karpenter's node repair stops at 20%).
+# A Ready cloud node that still reports no GPUs this long after it appeared (its device
+# plugin never came up, a driver failed to load) is replaced the same way.
+NO_GPUS_GRACE_SECONDS = 900.0
+# More than this share of a pool NotReady (or without GPUs) at once looks like a partition
+# (or a device plugin missing from the pool's nodes), not broken machines: none of them is
+# replaced, since their replacements would fare no better (Karpenter's node repair stops at
+# 20%).
 NOT_READY_MAX_SHARE = 0.5
 CORDONED_FOR_XID = "xid-errors"
 
@@ -481,13 +486,23 @@ class _Decider:
 
     def _find_unhealthy(self) -> None:
         """Cloud nodes that are paid for and cannot serve: NotReady past the grace period,
-        or cordoned for GPU errors. A person's cordon is left alone."""
-        not_ready: dict[str, list[NodeState]] = {}
-        in_pool: dict[str, int] = {}
+        Ready without GPUs past theirs, or cordoned for GPU errors. A person's cordon is left
+        alone."""
+        # Suspects by (what they show, what it looks like when most of a pool shows it), pool.
+        suspects: dict[tuple[str, str], dict[str, dict[str, str]]] = {
+            ("are NotReady", "a partition"): {},
+            ("report no GPUs", "a device plugin missing from the pool's nodes"): {},
+        }
+        not_ready, no_gpus = suspects.values()
         budget = self.policy.disruption.max_nodes_per_tick
+        now = self.now
         for node in self.nodes.values():
-            if node.ready and not node.cordoned:
-                continue  # neither cordoned for GPU errors nor NotReady
+            if (
+                node.ready
+                and not node.cordoned
+                and (node.gpus or now - node.created_at < NO_GPUS_GRACE_SECONDS)
+            ):
+                continue  # not cordoned for GPU errors, not NotReady, GPUs reported
             ledger = self.pools[node.pool]
             if (
                 not is_cloud(ledger.tier)
@@ -504,26 +519,32 @@ class _Decider:
             elif (
                 not node.ready
                 and node.not_ready_since is not None
-                and self.now - node.not_ready_since >= NOT_READY_GRACE_SECONDS
+                and now - node.not_ready_since >= NOT_READY_GRACE_SECONDS
             ):
-                not_ready.setdefault(node.pool, []).append(node)
-        if not_ready:
+                not_ready.setdefault(node.pool, {})[node.name] = (
+                    f"NotReady for {(now - node.not_ready_since) / 60:.0f} min"
+                )
+            elif node.ready and not node.cordoned:
+                no_gpus.setdefault(node.pool, {})[node.name] = (
+                    f"reports no GPUs {(now - node.created_at) / 60:.0f} min after it appeared"
+                )
+        in_pool: dict[str, int] = {}
+        if not_ready or no_gpus:
             for node in self.nodes.values():
                 in_pool[node.pool] = in_pool.get(node.pool, 0) + 1
-        for pool, broken in sorted(not_ready.items()):
-            if len(broken) > 1 and len(broken) > NOT_READY_MAX_SHARE * in_pool[pool]:
-                self.notes.append(
-                    f"{len(broken)} of {in_pool[pool]} nodes of {pool} are NotReady: looks like "
-                    "a partition, none is replaced"
-                )
-                continue
-            for node in broken:
-                assert node.not_ready_since is not None
-                self.unhealthy[node.name] = (
-                    f"{self.pools[pool].tier} node {node.name} NotReady for "
-                    f"{(self.now - node.not_ready_since) / 60:.0f} min: drain, terminate and "
-                    "replace it"
-                )
+        for (what, looks_like), by_pool in suspects.items():
+            for pool, broken in sorted(by_pool.items()):
+                if len(broken) > 1 and len(broken) > NOT_READY_MAX_SHARE * in_pool[pool]:
+                    self.notes.append(
+                        f"{len(broken)} of {in_pool[pool]} nodes of {pool} {what}: looks like "
+                        f"{looks_like}, none is replaced"
+                    )
+                    continue
+                for name, shows in broken.items():
+                    self.unhealthy[name] = (
+                        f"{self.pools[pool].tier} node {name} {shows}: drain, terminate and "
+                        "replace it"
+                    )
         for name in sorted(self.unhealthy)[budget:]:
             del self.unhealthy[name]  # the disruption budget holds for repairs too
         for name in self.unhealthy:

@@ -11,6 +11,7 @@ from hybridgpu.core.cost import (
     powered,
     projected_month_dollars,
 )
+from hybridgpu.core.decide import JOINING_GRACE_SECONDS
 from hybridgpu.kube.convert import rfc3339
 from hybridgpu.models.actions import Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.base import Condition
@@ -102,7 +103,7 @@ def pool_status(
             provider_error or "the provider answers",
             generation,
         ),
-        nodes_unhealthy(nodes, unregistered, generation),
+        nodes_unhealthy(nodes, unregistered, generation, plan.decided_at),
     ]
     scaled = any(isinstance(a, ScaleUp | ReleaseNode) and a.pool == name for a in plan.actions)
     status = GPUPoolStatus(
@@ -143,11 +144,20 @@ def gpus_allocated_by_node(snapshot: ClusterSnapshot) -> dict[str, int]:
 
 
 def nodes_unhealthy(
-    nodes: Sequence[NodeState], unregistered: Sequence[str], generation: int | None
+    nodes: Sequence[NodeState],
+    unregistered: Sequence[str],
+    generation: int | None,
+    now: float,
 ) -> Condition:
     """NodesUnhealthy: capacity paid for that does not serve work (instances that never
-    registered, NotReady nodes, nodes cordoned for GPU errors or by a person)."""
+    registered, NotReady nodes, Ready nodes that report no GPUs past the joining grace,
+    nodes cordoned for GPU errors or by a person)."""
     not_ready = sorted(n.name for n in nodes if not n.ready)
+    no_gpus = sorted(
+        n.name
+        for n in nodes
+        if n.ready and n.gpus == 0 and now - n.created_at >= JOINING_GRACE_SECONDS
+    )
     gpu_errors = sorted(
         n.name for n in nodes if n.xid_errors > 0 or n.cordoned_by == CORDONED_FOR_XID
     )
@@ -162,6 +172,7 @@ def nodes_unhealthy(
     found = [
         ("RegistrationTimeout", list(unregistered)),
         ("NotReady", [f"{n} is NotReady" for n in not_ready]),
+        ("NoGPUs", [f"{n} reports no GPUs (its device plugin?)" for n in no_gpus]),
         ("GPUErrors", [f"{n} reports GPU XID errors" for n in gpu_errors]),
         ("CordonedByUser", [f"{n} was cordoned by someone else: left alone" for n in by_person]),
     ]
