@@ -92,3 +92,10 @@ def test_a_call_that_names_its_timeout_keeps_it(
     with pytest.raises(urllib3.exceptions.HTTPError):
         client.CoreV1Api(api).list_node(_request_timeout=(1, 0.3))
     api.close()
+
+
+def test_the_connection_pool_holds_every_watch_stream_and_then_some(tmp_path: Path) -> None:
+    api = kubeclient.api_client(kubeconfig(tmp_path, 1))
+    assert api.rest_client.pool_manager.connection_pool_kw["maxsize"] == kubeclient.CONNECTIONS
+    assert kubeclient.CONNECTIONS >= 24
+    api.close()
