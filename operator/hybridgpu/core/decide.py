@@ -147,6 +147,26 @@ class _Demand:
         return (CRITICALITY_RANK[self.criticality], -self.gpus, self.since, self.key)
 
 
+_by_key = attrgetter("key")
+_by_since = attrgetter("since")
+_by_gpus = attrgetter("gpus")
+_RANKS = range(max(CRITICALITY_RANK.values()) + 1)
+
+
+def _in_order(demands: Iterable[_Demand]) -> list[_Demand]:
+    """``demands`` sorted by ``_Demand.order``, in stable passes from its last field to its
+    first: thousands of pods of one size and age would otherwise be told apart by comparing
+    tuples field by field down to their names (7 ms against 3 ms for the 4,645 pending pods
+    of the 1,000-node bench cluster)."""
+    order = sorted(demands, key=_by_key)
+    order.sort(key=_by_since)
+    order.sort(key=_by_gpus, reverse=True)
+    by_rank: list[list[_Demand]] = [[] for _ in _RANKS]
+    for demand in order:
+        by_rank[CRITICALITY_RANK[demand.criticality]].append(demand)
+    return [demand for same_rank in by_rank for demand in same_rank]
+
+
 @dataclass(slots=True)
 class _PoolLedger:
     state: PoolState
@@ -185,14 +205,22 @@ class _PodsByJob:
     keep no list of their own (a tick at 100,000 pods would make tens of thousands, each one
     more object for the garbage collector to walk)."""
 
-    __slots__ = ("_first", "_more")
+    __slots__ = ("_first", "_more", "first_start")
 
     def __init__(self) -> None:
         self._first: dict[str, GPUPod] = {}
         self._more: dict[str, list[GPUPod]] = {}
         """Every pod of each Job that has more than one."""
+        self.first_start: dict[str, float] = {}
+        """Per Job, the first start of its pods that are on a node (``_first_pod_start``),
+        found as the pods are added: asked for thousands of Jobs per tick."""
 
     def add(self, job: str, pod: GPUPod) -> None:
+        started = pod.started_at
+        if started is not None and pod.node is not None:
+            known = self.first_start.get(job)
+            if known is None or started < known:
+                self.first_start[job] = started
         first = self._first.get(job)
         if first is None:
             self._first[job] = pod
@@ -335,8 +363,6 @@ class _Decider:
         self._restart_hours_of: dict[str, float] = {}
         """``_job_gpus`` and ``_restart_gpu_hours`` by Job, as found this tick."""
         self._victim_ranks: dict[str, tuple[float, int, float, str]] = {}
-        self._run_starts: dict[str, float | None] = {}
-        """``_run_start`` of the snapshot's Jobs, by key."""
         self._victims_seen: dict[str, _Victims] = {}
         self.pending: list[_Demand] = []
         self.pending_pods: list[GPUPod] = []
@@ -817,12 +843,12 @@ class _Decider:
     def _place_demand(self) -> None:
         # Criticality first; within it the largest pods first (first-fit decreasing packs
         # well, and places the same pods the same way on the next tick), then the oldest.
-        order = sorted(self.pending, key=attrgetter("order"))
+        order = _in_order(self.pending)
         self._place_all([d for d in order if d.criticality != PREEMPTIBLE])
         # Jobs preempted above joined the preemptible queue; older work first.
         preemptible = self._unpin_to_owned([d for d in order if d.criticality == PREEMPTIBLE])
         preemptible.extend(self.requeued_by_preemption)
-        self._place_all(sorted(preemptible, key=attrgetter("order")))
+        self._place_all(_in_order(preemptible))
         if self.waits:
             self.notes.append(
                 f"{len(self.waits)} pod(s) wait for owned GPUs that free up within their "
@@ -1043,29 +1069,7 @@ class _Decider:
         known = self._releases[firm]
         releases = known.get(name)
         if releases is None:
-            ends: list[float] = []
-            preempting = firm and self.policy.preemption.enabled
-            jobs = self.jobs
-            moving = self.moving
-            now = self.now
-            for pod in self.pods_on.get(name, ()):
-                key = pod.job
-                if key is None or key in moving:
-                    continue  # a bare pod never ends as far as we know; a moving Job left
-                job = jobs.get(key)
-                if job is None:
-                    continue
-                end = math.inf
-                if job.expected_duration_seconds is not None:
-                    started = now if pod.started_at is None else pod.started_at
-                    end = started + job.expected_duration_seconds - job.progress_seconds
-                if preempting and job.criticality == PREEMPTIBLE:
-                    run = self._run_start(job)
-                    end = min(end, (now if run is None else run) + self.min_runtime)
-                if end < math.inf:
-                    ends.extend([end] * pod.gpus)
-            ends.sort()
-            releases = known[name] = tuple(ends)
+            releases = known[name] = self._release_times(name, firm)
         ledger = self.pools[self.node_pool[name]]
         return (
             ledger.name,
@@ -1073,6 +1077,43 @@ class _Decider:
             self.node_free[name] - self.claimed.get(name, 0),
             releases,
         )
+
+    def _release_times(self, name: str, firm: bool) -> tuple[float, ...]:
+        """``_owned_view``'s times, one per GPU, in time order: every pod of every owned
+        node is looked at here, for each view, so the loop reads no more than it needs."""
+        ends: list[float] = []
+        preempting = firm and self.policy.preemption.enabled
+        first_start = self.pods_of_job.first_start if preempting else {}
+        min_runtime = self.min_runtime
+        jobs = self.jobs
+        moving = self.moving
+        now = self.now
+        inf = math.inf
+        for pod in self.pods_on.get(name, ()):
+            key = pod.job
+            if key is None or key in moving:
+                continue  # a bare pod never ends as far as we know; a moving Job left
+            job = jobs.get(key)
+            if job is None:
+                continue
+            expected = job.expected_duration_seconds
+            end = inf
+            if expected is not None:
+                started = pod.started_at
+                end = (now if started is None else started) + expected - job.progress_seconds
+            if preempting and job.criticality == PREEMPTIBLE:
+                run = first_start.get(key, job.started_at)  # _run_start
+                movable_at = (now if run is None else run) + min_runtime
+                if movable_at < end:
+                    end = movable_at
+            if end < inf:
+                gpus = pod.gpus
+                if gpus == 1:
+                    ends.append(end)
+                else:
+                    ends.extend([end] * gpus)
+        ends.sort()
+        return tuple(ends)
 
     def _fill_future(self, demands: list[_Demand]) -> list[str | None]:
         """Each pod in order on the fullest node on its way that takes it, cheapest pool
@@ -1103,9 +1144,10 @@ class _Decider:
                 if where is not None:
                     self._adjust(where, demand.gpus)
             placed = self._fill_future(demands)
+        blocked: dict[int, tuple[_PoolLedger | str, str]] = {}
         for demand, where in zip(demands, placed, strict=True):
             if where is None:
-                where = self._launch_one(demand)
+                where = self._launch_one(demand, blocked)
             if where is not None and where in self.new_node_names:
                 ledger = self.pools[self.node_pool[where]]
                 reasons = ledger.scale_reasons
@@ -1137,21 +1179,36 @@ class _Decider:
             pack(sizes, [Shape(p.name, p.per_node, p.launch_price) for p in ledgers], open_node)
         return opened > 0
 
-    def _launch_one(self, demand: _Demand) -> str | None:
+    def _launch_one(
+        self, demand: _Demand, blocked: dict[int, tuple[_PoolLedger | str, str]]
+    ) -> str | None:
         """A pod the packing left out (a limit stopped it, or the next tick would place it
-        elsewhere): room on its own cheapest pool, a new node there, or the reason why not."""
+        elsewhere): room on its own cheapest pool, a new node there, or the reason why not.
+        ``blocked``: the kinds of pods (``_free_order``'s list) blocked so far in this pass,
+        with where and why: blocked again at once (thousands are, when a limit is reached).
+        A stopped pool stays stopped and its nodes on their way only fill up meanwhile;
+        owned pools to power on are asked per pod (its wait budget), so then it is not kept."""
+        kind = id(self._free_order(demand))
+        known = blocked.get(kind)
+        if known is not None:
+            self._block(known[0], known[1], demand)
+            return None
         for owned in self._power_on_candidates(demand):
             if self._open_node(owned) is None:
                 return self._take_best_fit(owned, demand.gpus, future=True)
         target = self._scale_target(demand)
         if target is None:
             self._block(demand.pool or "-", "no_pool", demand)
+            if not self._powered:
+                blocked[kind] = (demand.pool or "-", "no_pool")
             return None
         where = self._take_best_fit(target, demand.gpus, future=True)
         if where is None:
             cause = self._open_node(target)
             if cause is not None:
                 self._block(target, cause, demand)
+                if not self._powered:
+                    blocked[kind] = (target, cause)
                 return None
             where = self._take_best_fit(target, demand.gpus, future=True)
         return where
@@ -1433,10 +1490,15 @@ class _Decider:
         moving = self.moving
         if seen is None:
             gpus_by_job: dict[str, int] = {}
-            for pod in self.pods_on.get(node_name, []):
-                job = self._movable(pod.job)
+            movable = self._movable_cache
+            for pod in self.pods_on.get(node_name, ()):
+                key = pod.job
+                if key is None or key in moving:
+                    continue
+                # _movable inlined: every pod of every core node with preemptible work.
+                job = movable[key] if key in movable else self._movable(key)
                 if job is not None:
-                    gpus_by_job[job.key] = gpus_by_job.get(job.key, 0) + pod.gpus
+                    gpus_by_job[key] = gpus_by_job.get(key, 0) + pod.gpus
             seen = self._victims_seen[node_name] = _Victims(
                 len(moving), gpus_by_job, sum(gpus_by_job.values())
             )
@@ -1474,14 +1536,22 @@ class _Decider:
             return False
         best: tuple[float, str, list[JobState]] | None = None
         feasible = 0
+        gpus = demand.gpus
+        node_free = self.node_free
+        seen_victims = self._victims_seen
         for ledger in self._free_order(demand):
             if ledger.tier != CORE:
                 continue
             for node_name in self._preemption_candidates(ledger.name):
-                free = self.node_free.get(node_name)
+                free = node_free.get(node_name)
                 if free is None:
                     continue
-                found = self._cheapest_victims(node_name, free, demand.gpus)
+                # Most nodes hold too few movable GPUs: said without a call once known (a
+                # count kept from before a Job started to move is only ever too high).
+                seen = seen_victims.get(node_name)
+                if seen is not None and free + seen.gpus < gpus:
+                    continue
+                found = self._cheapest_victims(node_name, free, gpus)
                 if found is None:
                     continue
                 cost, chosen = found
@@ -2570,7 +2640,7 @@ class _Decider:
         start (a Kubernetes Job's status.startTime is set when it is resumed, before its
         pods have a node: an on-demand node may take minutes to boot); None when none of
         its pods has started on a node."""
-        return _first_pod_start(job, self.pods_of_job.get(job.key, []))
+        return self.pods_of_job.first_start.get(job.key)
 
     def _run_start(self, job: JobState, pods: Iterable[GPUPod] | None = None) -> float | None:
         """``_run_started_at``, else the Job's own start (its pods have not started on a
@@ -2579,15 +2649,8 @@ class _Decider:
         if pods is not None:
             started = _first_pod_start(job, pods)
             return job.started_at if started is None else started
-        # pods_of_job does not change during a tick: one answer per Job of the snapshot.
-        known = self._run_starts
-        if job.key in known and self.jobs.get(job.key) is job:
-            return known[job.key]
-        started = _first_pod_start(job, self.pods_of_job.get(job.key, []))
-        run_start = job.started_at if started is None else started
-        if self.jobs.get(job.key) is job:
-            known[job.key] = run_start
-        return run_start
+        started = self.pods_of_job.first_start.get(job.key)
+        return job.started_at if started is None else started
 
     def _slack(self, job: JobState) -> Slack | None:
         pods = self.pods_of_job.get(job.key, [])
