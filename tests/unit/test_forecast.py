@@ -3,6 +3,8 @@ held GPUs come back (one time per GPU: a pod of 2 GPUs that ends at t gives t tw
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from hybridgpu.core.forecast import NodeView, OwnedForecast
@@ -68,3 +70,44 @@ def test_a_node_that_lost_gpus_is_described_again_when_it_comes_up() -> None:
     views["n1"] = ("core", 8, 2, (1100.0,))  # the promise is given back
     owned.touch("n1", gained=True)
     assert owned.earliest(["core"], 2) == (NOW, "n1")
+
+
+def _soonest(views: dict[str, NodeView], pools: list[str], gpus: int) -> tuple[float, str] | None:
+    """What ``earliest`` must answer, found by looking at every node."""
+    found = []
+    for name, (pool, capacity, free, releases) in views.items():
+        if pool not in pools or not 0 < gpus <= capacity:
+            continue
+        if gpus <= free:
+            found.append((NOW, name))
+        elif gpus - free - 1 < len(releases):
+            found.append((max(NOW, releases[gpus - free - 1]), name))
+    return min(found, default=None)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_answer_is_the_soonest_node_while_nodes_lose_and_gain_gpus(seed: int) -> None:
+    """Heaps are built per size when first asked and nodes entered again lazily: whatever
+    the order of promises, gains and questions, the answer is that of looking at all nodes."""
+    rng = random.Random(seed)
+    views: dict[str, NodeView] = {}
+    for i in range(8):
+        capacity = rng.choice((4, 8))
+        held = sorted(NOW + rng.choice((-50.0, 0.0, 100.0, 200.0)) for _ in range(capacity))
+        free = rng.randint(0, capacity)
+        views[f"n{i}"] = (rng.choice(("a", "b")), capacity, free, tuple(held[free:]))
+    owned = forecast(views)
+    for _ in range(300):
+        name = rng.choice(sorted(views))
+        pool, capacity, free, releases = views[name]
+        step = rng.random()
+        if step < 0.35:  # GPUs promised to a waiting pod, or taken: only ever later
+            views[name] = (pool, capacity, free - rng.randint(1, 2), releases)
+            owned.touch(name, gained=False)
+        elif step < 0.5:  # a Job moved off it
+            views[name] = (pool, capacity, min(free + rng.randint(1, 3), capacity), releases)
+            owned.touch(name, gained=True)
+        else:
+            pools = rng.choice((["a"], ["b"], ["a", "b"]))
+            gpus = rng.randint(1, 9)
+            assert owned.earliest(pools, gpus) == _soonest(views, pools, gpus)

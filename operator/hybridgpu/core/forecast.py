@@ -9,11 +9,12 @@ Work whose end nobody knows holds its GPUs for good as far as the forecast goes,
 without annotations only waits for preemptible Jobs about to become movable.
 
 ``earliest`` answers "which owned node of these pools has k GPUs free soonest, and when".
-Per node the forecast keeps the earliest time each k = 1..capacity GPUs are free, and per
-(pool, k) a heap of those times. A node that lost GPUs (a pod placed, GPUs promised) is
-described again only when its old entry reaches the top of a heap; a node that gained some
-(Jobs moved off it) at once, so a query never misses a sooner node. A query costs O(log
-nodes) amortized.
+Per (pool, k) the forecast keeps a heap of when each node has k GPUs free, built when pods of
+k GPUs first ask (a tick asks for a few sizes, not every size up to a node's GPUs). A node
+that lost GPUs (a pod placed, GPUs promised) is described again only when one of its old
+entries reaches the top of a heap, and its entry is made again in that heap alone; a node
+that gained some (Jobs moved off it) is described and entered in every heap at once, so a
+query never misses a sooner node. A query costs O(log nodes) amortized.
 """
 
 from __future__ import annotations
@@ -33,68 +34,109 @@ class OwnedForecast:
 
     now: float
     describe: Callable[[str], NodeView]
-    """What a node offers now; asked when the node is added and again after ``touch``."""
+    """What a node offers now; asked when the node is added, after ``touch`` when it gained
+    GPUs, and when an entry of a node that lost some is looked at."""
     _versions: dict[str, int] = field(default_factory=dict)
-    _stale: set[str] = field(default_factory=set)
-    _heaps: dict[str, list[list[tuple[float, str, int]]]] = field(default_factory=dict)
-    """Per pool, the heap of (time, node, version) for k GPUs at index k - 1."""
+    """Per node, bumped at each change: entries of an older version may be too early."""
+    _views: dict[str, tuple[int, NodeView]] = field(default_factory=dict)
+    """Per node, the version it was last described at and what it said then."""
+    _nodes: dict[str, list[str]] = field(default_factory=dict)
+    """Per pool, its nodes in the order they were added."""
+    _heaps: dict[tuple[str, int], list[tuple[float, str, int]]] = field(default_factory=dict)
+    """Per (pool, k) asked for so far, the heap of (time, node, version) for k GPUs."""
+    _entered: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    """Per heap, the version of each node's newest entry (older ones are dropped unseen)."""
 
     def add(self, name: str) -> None:
-        """Describe a node (again) now."""
-        self._stale.discard(name)
+        """Describe a node (again) now, and enter it in every heap."""
         version = self._versions.get(name, -1) + 1
         self._versions[name] = version
-        pool, capacity, free, releases = self.describe(name)
-        if free <= 0 and not releases:
-            return  # nothing free, nothing coming back
-        heaps = self._heaps.get(pool)
-        if heaps is None:
-            heaps = self._heaps[pool] = []
-        while len(heaps) < capacity:
-            heaps.append([])
-        # Heap k - 1 gets when the node has k GPUs free: now for the free ones, then when
-        # the (k - free)-th GPU held comes back. One entry per distinct time, shared. (One
-        # loop over the sizes measured faster than a loop per kind of entry.)
-        entry = (self.now, name, version)
-        for k in range(1, capacity + 1):
-            if k > free:
-                back = k - free - 1
-                if back >= len(releases):
-                    break  # fewer GPUs come back than the node lacks for this size
-                at = releases[back]
-                if at > entry[0]:
-                    entry = (at, name, version)
-            heapq.heappush(heaps[k - 1], entry)
+        view = self.describe(name)
+        pool = view[0]
+        if name not in self._views:
+            self._nodes.setdefault(pool, []).append(name)
+        self._views[name] = (version, view)
+        for (of_pool, gpus), heap in self._heaps.items():
+            if of_pool == pool:
+                self._entered[of_pool, gpus][name] = version
+                at = self._time(view, gpus)
+                if at is not None:
+                    heapq.heappush(heap, (at, name, version))
 
     def touch(self, name: str, *, gained: bool) -> None:
-        """The node changed: described again at once when it ``gained`` GPUs, else when its
-        entry is next looked at (it can only have become later)."""
+        """The node changed: described again at once when it ``gained`` GPUs, else when one
+        of its entries is next looked at (it can only have become later)."""
         if name not in self._versions:
             return
         if gained:
             self.add(name)
         else:
-            self._stale.add(name)
+            self._versions[name] += 1
 
     def earliest(self, pools: Iterable[str], gpus: int) -> tuple[float, str] | None:
         """The node of ``pools`` that has ``gpus`` GPUs free soonest: (time, node name)."""
+        if gpus <= 0:
+            return None
         best: tuple[float, str] | None = None
+        versions = self._versions
         for pool in pools:
-            heaps = self._heaps.get(pool)
-            if heaps is None or not 0 < gpus <= len(heaps):
-                continue
-            heap = heaps[gpus - 1]
-            versions = self._versions
-            stale = self._stale
+            heap = self._heaps.get((pool, gpus))
+            if heap is None:
+                if pool not in self._nodes:
+                    continue
+                heap = self._heap(pool, gpus)
+            entered = self._entered[pool, gpus]
             while heap:
                 at, name, version = heap[0]
-                if versions[name] != version:
-                    heapq.heappop(heap)  # superseded by a newer entry
-                    continue
-                if name in stale:
-                    self.add(name)  # its entry may be too early: look again
-                    continue
-                if best is None or (at, name) < best:
-                    best = (at, name)
-                break
+                current = versions[name]
+                if version == current:
+                    if best is None or (at, name) < best:
+                        best = (at, name)
+                    break
+                heapq.heappop(heap)
+                if entered[name] == current:
+                    continue  # superseded by a newer entry further down
+                # The node changed since: its entry may be too early, look again.
+                entered[name] = current
+                at_now = self._time(self._view(name, current), gpus)
+                if at_now is not None:
+                    heapq.heappush(heap, (at_now, name, current))
         return best
+
+    def _heap(self, pool: str, gpus: int) -> list[tuple[float, str, int]]:
+        """The heap of the pool's nodes for ``gpus`` GPUs, from what each last said (a node
+        that lost GPUs since is looked at again when its entry comes up)."""
+        entries = []
+        entered: dict[str, int] = {}
+        for name in self._nodes[pool]:
+            version, view = self._views[name]
+            entered[name] = version
+            at = self._time(view, gpus)
+            if at is not None:
+                entries.append((at, name, version))
+        heapq.heapify(entries)
+        self._heaps[pool, gpus] = entries
+        self._entered[pool, gpus] = entered
+        return entries
+
+    def _view(self, name: str, version: int) -> NodeView:
+        known = self._views[name]
+        if known[0] == version:
+            return known[1]
+        view = self.describe(name)
+        self._views[name] = (version, view)
+        return view
+
+    def _time(self, view: NodeView, gpus: int) -> float | None:
+        """When the node has ``gpus`` GPUs free: now for its free ones, then when the
+        (gpus - free)-th GPU held comes back; None if it never has that many."""
+        _, capacity, free, releases = view
+        if gpus > capacity:
+            return None
+        if gpus <= free:
+            return self.now
+        back = gpus - free - 1
+        if back >= len(releases):
+            return None  # fewer GPUs come back than the node lacks for this size
+        at = releases[back]
+        return at if at > self.now else self.now
