@@ -46,6 +46,8 @@ CORDONED_FOR_REBALANCE = "rebalance"
 BACKOFF_SECONDS = 3600.0
 """A workload whose last rebalance was rolled back or aborted is not tried again for this
 long (a surge replica that cannot get Ready would otherwise surge every surgeTimeout)."""
+KUEUE = "Kueue manages it (label kueue.x-k8s.io/queue-name): its placement is Kueue's"
+"""Why a replica Kueue admitted is not rebalanced."""
 
 
 def rebalance_serving(d: _Decider) -> None:
@@ -65,18 +67,7 @@ def rebalance_serving(d: _Decider) -> None:
     # Owned and committed GPUs: paid whether used or not, the targets; never a source (moving
     # off them saves nothing).
     paid = {name for name, ledger in d.pools.items() if paid_whether_used(ledger.state.spec)}
-    candidates: list[tuple[float, str, list[GPUPod]]] = []
-    pool_of, node_pool, nodes = d.pools.get, d.node_pool.get, d.nodes.get
-    reserved, unhealthy, schedulable = d.reserved, d.unhealthy, d._schedulable
-    for node_name, pods in d.pods_on.items():
-        ledger = pool_of(node_pool(node_name, ""))
-        if ledger is None or ledger.name in paid or node_name in reserved:
-            continue
-        node = nodes(node_name)
-        if node is None or not schedulable(node) or node_name in unhealthy:
-            continue
-        if _movable(pods, serving, paid, skipped, d.now):
-            candidates.append((-ledger.node_price, node_name, pods))
+    candidates = _candidates(d, serving, paid, skipped)
     for key, why in sorted(skipped.items()):
         d.notes.append(
             f"Deployment {key} has a replica on a cloud node and is not rebalanced: {why}"
@@ -90,14 +81,13 @@ def rebalance_serving(d: _Decider) -> None:
     spare: int | None = None
     headroom = 0
     kept = 0
-    for _, node_name, pods in sorted(candidates):
+    for _, node_name, pods, largest, gpus in sorted(candidates):
         if room <= 0:
             break
         if most_free is None:
             most_free = max((ledger.buckets.most_free for ledger in d._paid_pools()), default=0)
-        if max(p.gpus for p in pods) > most_free:
+        if largest > most_free:
             continue
-        gpus = sum(p.gpus for p in pods)
         if spec.headroom_percent:
             if spare is None:
                 free, total = paid_gpus(d)
@@ -188,31 +178,59 @@ def _note_stateful(d: _Decider) -> None:
         )
 
 
-def _movable(
-    pods: list[GPUPod],
-    serving: dict[str, ServingState],
-    paid: set[str],
-    skipped: dict[str, str],
-    now: float,
-) -> bool:
-    """Whether every GPU pod of a cloud node is a Ready replica that may surge to owned or
-    committed GPUs now (one surge per workload at a time)."""
-    for pod in pods:
-        workload = serving.get(pod.serving) if pod.serving is not None else None
-        if workload is None or pod.terminating or pod.started_at is None:
-            return False
-        if workload.rebalance is not None:
-            return False
-        why = _why_not(workload, pod, paid, now)
-        if why is not None:
-            skipped[workload.key] = why
-            return False
-    return True
+def _candidates(
+    d: _Decider, serving: dict[str, ServingState], paid: set[str], skipped: dict[str, str]
+) -> list[tuple[float, str, list[GPUPod], int, int]]:
+    """The on-demand and spot nodes a rebalance may empty now, as (minus the node's price per
+    hour, its name, its GPU pods, the GPUs of the largest, all their GPUs): open nodes
+    (``_schedulable``), neither reserved this tick nor unhealthy, whose every GPU pod is a
+    Ready replica that may surge to owned or committed GPUs now (one surge per workload at a
+    time). A workload that may not surge gets in ``skipped`` why, from the first pod that
+    stops a node (in ``d.pods_on``'s order, the last node's word kept).
+
+    Called every tick on hundreds of cloud nodes (the DLRM trace): the open nodes are
+    ``d.unpaid_open`` and the workload's own reasons are found once per workload."""
+    open_nodes = set(d.unpaid_open)
+    reserved, unhealthy, now = d.reserved, d.unhealthy, d.now
+    pools, node_pool = d.pools, d.node_pool
+    # Per workload: why it may not surge whatever the pod (None: it may).
+    why_of: dict[str, str | None] = {}
+    candidates: list[tuple[float, str, list[GPUPod], int, int]] = []
+    for node_name, pods in d.pods_on.items():
+        if node_name not in open_nodes or node_name in reserved or node_name in unhealthy:
+            continue
+        largest = pods[0].gpus
+        gpus = 0
+        for pod in pods:
+            key = pod.serving
+            workload = serving.get(key) if key is not None else None
+            if workload is None or pod.terminating or pod.started_at is None:
+                break
+            if workload.rebalance is not None:
+                break
+            if pod.queued:
+                why: str | None = KUEUE
+            else:
+                if key in why_of:
+                    why = why_of[key]
+                else:
+                    why = why_of[key] = _why_not(workload, now)
+                if why is None and pod.pool is not None and pod.pool not in paid:
+                    why = f"its pods are pinned to pool {pod.pool}"
+            if why is not None:
+                skipped[workload.key] = why
+                break
+            gpus += pod.gpus
+            if pod.gpus > largest:
+                largest = pod.gpus
+        else:
+            ledger = pools[node_pool[node_name]]
+            candidates.append((-ledger.node_price, node_name, pods, largest, gpus))
+    return candidates
 
 
-def _why_not(workload: ServingState, pod: GPUPod, paid: set[str], now: float) -> str | None:
-    if pod.queued:
-        return "Kueue manages it (label kueue.x-k8s.io/queue-name): its placement is Kueue's"
+def _why_not(workload: ServingState, now: float) -> str | None:
+    """Why no replica of ``workload`` may surge now, whatever the pod (None: they may)."""
     if workload.autoscaled:
         return "a HorizontalPodAutoscaler scales it (a surge would fight the autoscaler)"
     if not workload.stable or workload.ready < workload.replicas:
@@ -220,6 +238,4 @@ def _why_not(workload: ServingState, pod: GPUPod, paid: set[str], now: float) ->
     if workload.given_up_at is not None and now - workload.given_up_at < BACKOFF_SECONDS:
         left = (workload.given_up_at + BACKOFF_SECONDS - now) / 60
         return f"its last rebalance was given up; tried again in {left:.0f} min"
-    if pod.pool is not None and pod.pool not in paid:
-        return f"its pods are pinned to pool {pod.pool}"
     return None
