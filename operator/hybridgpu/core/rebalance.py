@@ -74,28 +74,42 @@ def rebalance_serving(d: _Decider) -> None:
         )
     min_savings = d.policy.consolidation.min_savings_per_hour
     timeout = parse_duration_seconds(spec.surge_timeout)
+    if not candidates:
+        return
     # The most free GPUs on a paid node: a node whose largest pod needs more is skipped
-    # (``_take_owned`` would take nothing); looked at again once GPUs were taken.
-    most_free: int | None = None
-    # Free paid GPUs beyond the headroom kept for arrivals (computed at the first candidate).
+    # (``_take_owned`` would take nothing); looked at again once GPUs were taken (taking
+    # only lowers it).
+    most_free_now = _most_free(d)
+    most_free: int | None = most_free_now
+    # Free paid GPUs beyond the headroom kept for arrivals (taking only lowers them).
     spare: int | None = None
     headroom = 0
+    if spec.headroom_percent:
+        free, total = paid_gpus(d)
+        headroom = int(total * spec.headroom_percent / 100)
+        spare = free - headroom
     kept = 0
-    for _, node_name, pods, largest, gpus in sorted(candidates):
+    if not any(
+        largest <= most_free_now and (spare is None or gpus <= spare)
+        for _, _, largest, gpus in candidates
+    ):
+        # Nothing can be taken (most ticks of a large serving fleet): the loop below would
+        # only count the nodes the headroom keeps, in any order.
+        if spare is not None:
+            kept = sum(1 for _, _, largest, _ in candidates if largest <= most_free_now)
+        candidates = []
+    pools, node_pool = d.pools, d.node_pool
+    by_price = sorted((-pools[node_pool[c[0]]].node_price, *c) for c in candidates)
+    for _, node_name, pods, largest, gpus in by_price:
         if room <= 0:
             break
         if most_free is None:
-            most_free = max((ledger.buckets.most_free for ledger in d._paid_pools()), default=0)
+            most_free = _most_free(d)
         if largest > most_free:
             continue
-        if spec.headroom_percent:
-            if spare is None:
-                free, total = paid_gpus(d)
-                headroom = int(total * spec.headroom_percent / 100)
-                spare = free - headroom
-            if gpus > spare:
-                kept += 1
-                continue
+        if spare is not None and gpus > spare:
+            kept += 1
+            continue
         taken = d._take_owned(pods)
         if taken is None:
             continue
@@ -146,6 +160,11 @@ def rebalance_serving(d: _Decider) -> None:
         )
 
 
+def _most_free(d: _Decider) -> int:
+    """The most GPUs free now on one node paid for whether used or not."""
+    return max((ledger.buckets.most_free for ledger in d._paid_pools()), default=0)
+
+
 def paid_gpus(d: _Decider) -> tuple[int, int]:
     """GPUs free now on the existing nodes of pools paid for whether used or not (less those
     promised to pods that wait for them), and all the GPUs of those nodes."""
@@ -180,30 +199,32 @@ def _note_stateful(d: _Decider) -> None:
 
 def _candidates(
     d: _Decider, serving: dict[str, ServingState], paid: set[str], skipped: dict[str, str]
-) -> list[tuple[float, str, list[GPUPod], int, int]]:
-    """The on-demand and spot nodes a rebalance may empty now, as (minus the node's price per
-    hour, its name, its GPU pods, the GPUs of the largest, all their GPUs): open nodes
+) -> list[tuple[str, list[GPUPod], int, int]]:
+    """The on-demand and spot nodes a rebalance may empty now, as (name, GPU pods, the GPUs
+    of the largest, all their GPUs): open nodes
     (``_schedulable``), neither reserved this tick nor unhealthy, whose every GPU pod is a
     Ready replica that may surge to owned or committed GPUs now (one surge per workload at a
     time). A workload that may not surge gets in ``skipped`` why, from the first pod that
     stops a node (in ``d.pods_on``'s order, the last node's word kept).
 
     Called every tick on hundreds of cloud nodes (the DLRM trace): the open nodes are
-    ``d.unpaid_open`` and the workload's own reasons are found once per workload."""
-    open_nodes = set(d.unpaid_open)
-    reserved, unhealthy, now = d.reserved, d.unhealthy, d.now
-    pools, node_pool = d.pools, d.node_pool
+    ``d.unpaid_open`` less the reserved and unhealthy ones, and the workload's own reasons
+    are found once per workload."""
+    open_nodes = set(d.unpaid_open).difference(d.reserved, d.unhealthy)
+    now = d.now
     # Per workload: why it may not surge whatever the pod (None: it may).
     why_of: dict[str, str | None] = {}
-    candidates: list[tuple[float, str, list[GPUPod], int, int]] = []
+    candidates: list[tuple[str, list[GPUPod], int, int]] = []
     for node_name, pods in d.pods_on.items():
-        if node_name not in open_nodes or node_name in reserved or node_name in unhealthy:
+        if node_name not in open_nodes:
             continue
         largest = pods[0].gpus
         gpus = 0
         for pod in pods:
             key = pod.serving
-            workload = serving.get(key) if key is not None else None
+            if key is None:
+                break
+            workload = serving.get(key)
             if workload is None or pod.terminating or pod.started_at is None:
                 break
             if workload.rebalance is not None:
@@ -224,8 +245,7 @@ def _candidates(
             if pod.gpus > largest:
                 largest = pod.gpus
         else:
-            ledger = pools[node_pool[node_name]]
-            candidates.append((-ledger.node_price, node_name, pods, largest, gpus))
+            candidates.append((node_name, pods, largest, gpus))
     return candidates
 
 
