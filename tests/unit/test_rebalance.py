@@ -397,3 +397,41 @@ def test_a_rebalance_never_takes_the_headroom(
     # Without a headroom at least as many GPUs move (the dearest node first either way).
     unkept = rebalances(snap, rebalance={"headroomPercent": 0, "maxPerTick": max_per_tick})
     assert sum(m.gpus for m in unkept) >= sum(m.gpus for m in moves) or percent == 0
+
+
+@pytest.mark.parametrize(
+    ("headroom_percent", "moved", "kept"),
+    [(25, 2, 0), (31.25, 1, 1), (75, 0, 2)],
+)
+def test_the_note_counts_each_cloud_node_the_headroom_keeps(
+    headroom_percent: float, moved: int, kept: int
+) -> None:
+    # As above: 12 owned GPUs free, two 4-GPU replicas alone on e1 and e2. Keeping 12 (75%)
+    # no node can move (both counted without a move tried); keeping 5, e2 is counted after
+    # e1 moved.
+    snap = snapshot(
+        STANDARD_POOLS,
+        [
+            node("core-1", "core"),
+            node("core-2", "core"),
+            node("e1", "elastic"),
+            node("e2", "elastic"),
+        ],
+        [
+            running("fill", "core-1", 4),
+            replica("a-1", "e1", workload="a"),
+            replica("b-1", "e2", workload="b"),
+        ],
+    )
+    snap = with_serving(snap, deployment("a", replicas=1), deployment("b", replicas=1))
+    plan = decide(snap, policy(rebalance={"headroomPercent": headroom_percent}), NOW)
+    assert len([a for a in plan.actions if isinstance(a, RebalanceReplica)]) == moved
+    notes = [n for n in plan.notes if "kept free for new arrivals" in n]
+    if kept:
+        assert notes == [
+            f"{kept} cloud node(s) of serving replicas not rebalanced: the owned and committed "
+            f"GPUs free beyond the {int(16 * headroom_percent / 100)} kept free for new "
+            f"arrivals (rebalance.headroomPercent {headroom_percent:g}%) do not hold them"
+        ]
+    else:
+        assert notes == []
