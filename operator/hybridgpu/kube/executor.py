@@ -26,7 +26,14 @@ from hybridgpu.kube.convert import (
     pool_selector,
 )
 from hybridgpu.kube.errors import KubeError, NotFound
-from hybridgpu.kube.moves import STEP_SUSPEND, Move, next_step, read_move, repin_template
+from hybridgpu.kube.moves import (
+    STEP_SUSPEND,
+    SUSPENSION_WAIT_SECONDS,
+    Move,
+    next_step,
+    read_move,
+    repin_template,
+)
 from hybridgpu.kube.names import (
     CORDONED_BY_ANNOTATION,
     GROUP,
@@ -695,6 +702,7 @@ class PlanExecutor:
             suspended=kind.suspended(job),
             pods_left=len(pods),
             has_start_time=kind.clears_start_time and bool(status.get("startTime")),
+            suspension_recorded=self._suspension_recorded(kind, job, move),
         )
         if step == "suspend":
             self.cluster.patch_workload(kind, namespace, name, kind.suspend_patch(True))
@@ -713,6 +721,19 @@ class PlanExecutor:
         self.cluster.patch_workload(kind, namespace, name, finish_patch(kind))
         log.info("moved %s %s/%s to %s", kind.kind, namespace, name, move.to_pool or "its queue")
         return True
+
+    def _suspension_recorded(self, kind: WorkloadKind, job: dict[str, Any], move: Move) -> bool:
+        """Whether the controller has recorded the suspension (``kind.suspension_condition``
+        True), or the move has waited SUSPENSION_WAIT_SECONDS for it."""
+        if kind.suspension_condition is None:
+            return True
+        conditions = (job.get("status") or {}).get("conditions") or []
+        if any(
+            c.get("type") == kind.suspension_condition and c.get("status") == "True"
+            for c in conditions
+        ):
+            return True
+        return self.clock() - move.since >= SUSPENSION_WAIT_SECONDS
 
     def _repin_child_jobs(
         self, kind: WorkloadKind, job: dict[str, Any], move: Move, pools: Mapping[str, GPUPoolSpec]

@@ -123,17 +123,31 @@ def repin_template(
     return selector, kept
 
 
-def next_step(move: Move, *, suspended: bool, pods_left: int, has_start_time: bool) -> str:
+SUSPENSION_WAIT_SECONDS = 60.0
+"""How long a move waits, after it began, for the controller to record the suspension
+(``WorkloadKind.suspension_condition``) once the pods are gone; a controller that never
+records it (another version) does not hold the move longer."""
+
+
+def next_step(
+    move: Move,
+    *,
+    suspended: bool,
+    pods_left: int,
+    has_start_time: bool,
+    suspension_recorded: bool = True,
+) -> str:
     """What to do now for a Job in the middle of ``move``.
 
     Returns one of ``suspend`` (make sure it is suspended and wait), ``wait`` (pods still
-    ending), ``clear_start_time``, ``repin``, ``resume``.
+    ending, or the controller has not recorded the suspension yet), ``clear_start_time``,
+    ``repin``, ``resume``.
     """
     if move.step == STEP_REPINNED:
         return "resume"
     if not suspended:
         return "suspend"
-    if pods_left > 0:
+    if pods_left > 0 or not suspension_recorded:
         return "wait"
     if has_start_time:
         return "clear_start_time"

@@ -83,6 +83,13 @@ class WorkloadKind(Protocol):
     JobSet that runs its pods and that the JobSet controller merges, not replaces, the
     templates into on resume (JobSet and TrainJob, whose JobSet has its name); None for kinds
     whose controller rebuilds the pods from the templates."""
+    suspension_condition: str | None
+    """The status condition its controller sets True once it has suspended the workload, which
+    a move waits for before it changes the templates and resumes (``SUSPENSION_WAIT_SECONDS``
+    at most); None for kinds whose move does not wait for one. The training operator writes
+    the condition after deleting the pods; a move that resumed before the write landed made
+    the write conflict, and the controller then never saw the workload suspended: no
+    ``Suspended``/``Resumed`` record, ``Running`` left True, its start time not reset."""
 
     def suspended(self, obj: Obj) -> bool:
         """Whether the workload is suspended now."""

@@ -43,6 +43,8 @@ def _label(pod: Obj, key: str) -> str | None:
 class _SuspendInSpec:
     """Kinds suspended by ``spec.suspend`` (all but PyTorchJob, which uses ``runPolicy``)."""
 
+    suspension_condition: str | None = None
+
     def suspended(self, obj: Obj) -> bool:
         return bool((obj.get("spec") or {}).get("suspend"))
 
@@ -191,6 +193,7 @@ class PyTorchJob:
     gang_by_default = True
     clears_start_time = False
     child_jobs_selector: str | None = None
+    suspension_condition: str | None = "Suspended"
 
     def suspended(self, obj: Obj) -> bool:
         return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
