@@ -130,6 +130,15 @@ def test_a_move_suspends_waits_for_the_pods_repoints_every_template_and_resumes(
         timeout_seconds=30,
         what=f"the pod of {kind.kind} {name} gone",
     )
+    if kind.suspension_condition is not None:
+        # The move waits for the controller to record the suspension; play its status write.
+        assert (
+            executor.advance_moves([cluster.get_workload(kind, kube.namespace, name)], pools()) == 1
+        )
+        condition = {"type": kind.suspension_condition, "status": "True", "reason": "Suspended"}
+        kube.custom.patch_namespaced_custom_object_status(
+            group, version, kube.namespace, plural, name, {"status": {"conditions": [condition]}}
+        )
     assert executor.advance_moves([cluster.get_workload(kind, kube.namespace, name)], pools()) == 0
 
     moved = cluster.get_workload(kind, kube.namespace, name)
