@@ -335,9 +335,9 @@ def test_a_headroom_of_owned_gpus_is_left_free_for_new_arrivals() -> None:
     assert len(rebalances(snap)) == 1
 
 
-def test_the_headroom_counts_gpus_free_on_every_owned_node_and_each_move_spends_them() -> None:
-    # Two 4-GPU replicas on two elastic nodes; 16 owned GPUs, 12 free (4 on core-1, 8 on
-    # core-2). Keeping 4 (25%) leaves 8 spare: both move; keeping 5 (the 31.25% of 16) one.
+def two_replicas_beside_12_free_owned_gpus() -> ClusterSnapshot:
+    """Two 4-GPU replicas alone on elastic nodes e1 and e2 (Deployments a and b); 16 owned
+    GPUs, 12 free (4 on core-1, 8 on core-2)."""
     snap = snapshot(
         STANDARD_POOLS,
         [
@@ -352,7 +352,13 @@ def test_the_headroom_counts_gpus_free_on_every_owned_node_and_each_move_spends_
             replica("b-1", "e2", workload="b"),
         ],
     )
-    snap = with_serving(snap, deployment("a", replicas=1), deployment("b", replicas=1))
+    return with_serving(snap, deployment("a", replicas=1), deployment("b", replicas=1))
+
+
+def test_the_headroom_counts_gpus_free_on_every_owned_node_and_each_move_spends_them() -> None:
+    # Two 4-GPU replicas on two elastic nodes; 16 owned GPUs, 12 free (4 on core-1, 8 on
+    # core-2). Keeping 4 (25%) leaves 8 spare: both move; keeping 5 (the 31.25% of 16) one.
+    snap = two_replicas_beside_12_free_owned_gpus()
     assert len(rebalances(snap, rebalance={"headroomPercent": 25})) == 2
     assert len(rebalances(snap, rebalance={"headroomPercent": 31.25})) == 1
     assert rebalances(snap, rebalance={"headroomPercent": 75}) == []
@@ -409,21 +415,7 @@ def test_the_note_counts_each_cloud_node_the_headroom_keeps(
     # As above: 12 owned GPUs free, two 4-GPU replicas alone on e1 and e2. Keeping 12 (75%)
     # no node can move (both counted without a move tried); keeping 5, e2 is counted after
     # e1 moved.
-    snap = snapshot(
-        STANDARD_POOLS,
-        [
-            node("core-1", "core"),
-            node("core-2", "core"),
-            node("e1", "elastic"),
-            node("e2", "elastic"),
-        ],
-        [
-            running("fill", "core-1", 4),
-            replica("a-1", "e1", workload="a"),
-            replica("b-1", "e2", workload="b"),
-        ],
-    )
-    snap = with_serving(snap, deployment("a", replicas=1), deployment("b", replicas=1))
+    snap = two_replicas_beside_12_free_owned_gpus()
     plan = decide(snap, policy(rebalance={"headroomPercent": headroom_percent}), NOW)
     assert len([a for a in plan.actions if isinstance(a, RebalanceReplica)]) == moved
     notes = [n for n in plan.notes if "kept free for new arrivals" in n]
