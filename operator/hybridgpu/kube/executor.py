@@ -69,6 +69,7 @@ from hybridgpu.kube.workloads.kinds import (
     TRAINJOB_CRD,
     TRAINJOB_OVERRIDE_FIELDS,
     TrainJob,
+    conditions_true,
     trainer_tolerations,
     trainjob_override_field,
 )
@@ -725,15 +726,12 @@ class PlanExecutor:
     def _suspension_recorded(self, kind: WorkloadKind, job: dict[str, Any], move: Move) -> bool:
         """Whether the controller has recorded the suspension (``kind.suspension_condition``
         True), or the move has waited SUSPENSION_WAIT_SECONDS for it."""
-        if kind.suspension_condition is None:
-            return True
-        conditions = (job.get("status") or {}).get("conditions") or []
-        if any(
-            c.get("type") == kind.suspension_condition and c.get("status") == "True"
-            for c in conditions
-        ):
-            return True
-        return self.clock() - move.since >= SUSPENSION_WAIT_SECONDS
+        condition = kind.suspension_condition
+        return (
+            condition is None
+            or conditions_true(job, (condition,))
+            or self.clock() - move.since >= SUSPENSION_WAIT_SECONDS
+        )
 
     def _repin_child_jobs(
         self, kind: WorkloadKind, job: dict[str, Any], move: Move, pools: Mapping[str, GPUPoolSpec]

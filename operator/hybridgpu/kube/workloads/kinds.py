@@ -28,7 +28,8 @@ from hybridgpu.kube.names import JOB_NAME_LABEL
 from hybridgpu.kube.workloads.base import PodTemplate, int_field
 
 
-def _conditions_true(obj: Obj, types: tuple[str, ...]) -> bool:
+def conditions_true(obj: Obj, types: tuple[str, ...]) -> bool:
+    """Whether the object's status has a condition of one of ``types`` with status True."""
     return any(
         c.get("type") in types and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
@@ -96,7 +97,7 @@ class JobSet(_SuspendInSpec):
     child_jobs_selector: str | None = JOBSET_NAME_LABEL + "={name}"
 
     def finished(self, obj: Obj) -> bool:
-        return _conditions_true(obj, ("Completed", "Failed"))
+        return conditions_true(obj, ("Completed", "Failed"))
 
     def templates(self, obj: Obj) -> list[PodTemplate]:
         out = []
@@ -202,7 +203,7 @@ class PyTorchJob:
         return {"spec": {"runPolicy": {"suspend": suspend}}}
 
     def finished(self, obj: Obj) -> bool:
-        return _conditions_true(obj, ("Succeeded", "Failed"))
+        return conditions_true(obj, ("Succeeded", "Failed"))
 
     def templates(self, obj: Obj) -> list[PodTemplate]:
         specs = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
@@ -408,7 +409,7 @@ class TrainJob(_SuspendInSpec):
         return TrainJob(field)
 
     def finished(self, obj: Obj) -> bool:
-        return _conditions_true(obj, ("Complete", "Failed"))
+        return conditions_true(obj, ("Complete", "Failed"))
 
     def templates(self, obj: Obj) -> list[PodTemplate]:
         """One template: the trainer's nodes, with the scheduling fields of its override."""
