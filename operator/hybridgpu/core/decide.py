@@ -514,12 +514,9 @@ class _Decider:
         """Cloud nodes that are paid for and cannot serve: NotReady past the grace period,
         Ready without GPUs past theirs, or cordoned for GPU errors. A person's cordon is left
         alone."""
-        # Suspects by (what they show, what it looks like when most of a pool shows it), pool.
-        suspects: dict[tuple[str, str], dict[str, dict[str, str]]] = {
-            ("are NotReady", "a partition"): {},
-            ("report no GPUs", "a device plugin missing from the pool's nodes"): {},
-        }
-        not_ready, no_gpus = suspects.values()
+        # Suspect nodes by pool, then name: what each shows.
+        not_ready: dict[str, dict[str, str]] = {}
+        no_gpus: dict[str, dict[str, str]] = {}
         budget = self.policy.disruption.max_nodes_per_tick
         now = self.now
         for node in self.nodes.values():
@@ -558,7 +555,10 @@ class _Decider:
         if not_ready or no_gpus:
             for node in self.nodes.values():
                 in_pool[node.pool] = in_pool.get(node.pool, 0) + 1
-        for (what, looks_like), by_pool in suspects.items():
+        for by_pool, what, looks_like in (
+            (not_ready, "are NotReady", "a partition"),
+            (no_gpus, "report no GPUs", "a device plugin missing from the pool's nodes"),
+        ):
             for pool, broken in sorted(by_pool.items()):
                 if len(broken) > 1 and len(broken) > NOT_READY_MAX_SHARE * in_pool[pool]:
                     self.notes.append(
