@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+from collections.abc import Iterator
 from typing import cast
 
 import pytest
@@ -21,26 +21,60 @@ from hybridgpu.metrics.exported import ExportedMetrics
 pytestmark = pytest.mark.unit
 
 
-def until(condition: object, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not callable(condition) or not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+class Reports(logging.Handler):
+    """The watchdog's reports as they are logged; a test waits on them, never on a clock."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+        self._logged = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("the tick of "):
+            with self._logged:
+                self.messages.append(message)
+                self._logged.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[str]:
+        with self._logged:
+            reported = self._logged.wait_for(lambda: len(self.messages) >= count, timeout)
+        assert reported, f"{len(self.messages)} of {count} reports after {timeout:.0f}s"
+        return list(self.messages)
 
 
-def watchdogs() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("tick-watchdog-")]
+@pytest.fixture
+def reports() -> Iterator[Reports]:
+    handler = Reports()
+    logger = logging.getLogger(loop.__name__)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
 
 
-def test_a_hung_tick_logs_where_it_hangs_until_it_ends(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(loop, "SLOW_TICK_SECONDS", 0.05)
-    made = Reconciler(
+def reconciler() -> Reconciler:
+    return Reconciler(
         cast(KubeCluster, FakeCluster()),
         OperatorOptions(identity="test"),
         metrics=ExportedMetrics(),
     )
+
+
+def join_watchdogs() -> None:
+    """Wait for every tick's watchdog thread to end (it ends with its tick)."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("tick-watchdog-"):
+            thread.join(10)
+            assert not thread.is_alive(), f"{thread.name} outlived its tick"
+
+
+def test_a_hung_tick_logs_where_it_hangs_until_it_ends(
+    monkeypatch: pytest.MonkeyPatch, reports: Reports
+) -> None:
+    monkeypatch.setattr(loop, "SLOW_TICK_SECONDS", 0.05)
+    made = reconciler()
     release = threading.Event()
 
     def a_call_that_does_not_return() -> None:
@@ -51,33 +85,22 @@ def test_a_hung_tick_logs_where_it_hangs_until_it_ends(
         return TickResult(policy=policy_name, leader=False)
 
     monkeypatch.setattr(made, "_tick", tick)
-    caplog.set_level(logging.WARNING, logger=loop.__name__)
     ticking = threading.Thread(target=made.tick, args=("gpu",))
     ticking.start()
     try:
-
-        def stacks() -> list[str]:
-            return [r.getMessage() for r in caplog.records if "the tick of gpu" in r.getMessage()]
-
-        until(lambda: len(stacks()) >= 2, "two reports of the hung tick")
-        assert "a_call_that_does_not_return" in stacks()[0]
-        assert "release.wait(30)" in stacks()[0]
+        stacks = reports.wait_for(2)  # reported again while it still hangs
+        assert stacks[0].startswith("the tick of gpu has run for")
+        assert "a_call_that_does_not_return" in stacks[0]
+        assert "release.wait(30)" in stacks[0]
     finally:
         release.set()
         ticking.join(10)
-    until(lambda: not watchdogs(), "the watchdog to stop with its tick")
+    join_watchdogs()
 
 
-def test_a_quick_tick_logs_nothing(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    made = Reconciler(
-        cast(KubeCluster, FakeCluster()),
-        OperatorOptions(identity="test"),
-        metrics=ExportedMetrics(),
-    )
+def test_a_quick_tick_logs_nothing(monkeypatch: pytest.MonkeyPatch, reports: Reports) -> None:
+    made = reconciler()
     monkeypatch.setattr(made, "_tick", lambda name: TickResult(policy=name, leader=False))
-    caplog.set_level(logging.WARNING, logger=loop.__name__)
     made.tick("gpu")
-    until(lambda: not watchdogs(), "the watchdog to stop with its tick")
-    assert not [r for r in caplog.records if "the tick of" in r.getMessage()]
+    join_watchdogs()  # the watchdog ended with the tick, having said nothing
+    assert reports.messages == []
