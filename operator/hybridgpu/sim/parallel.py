@@ -1,0 +1,160 @@
+"""Independent simulations run side by side in worker processes, with their progress.
+
+Each task is one policy's run over the same trace: it shares nothing with the others (its own
+``Simulation``, its own random generator seeded from ``SimSettings.seed``), so running them in
+processes gives the results of running them one after the other.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import traceback
+from collections.abc import Callable, Mapping
+from multiprocessing import connection
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TypeVar
+
+T = TypeVar("T")
+Progress = Callable[[float], None]
+Task = Callable[[Progress | None], T]
+"""One run: called with a progress callback (the fraction of the trace simulated, 0..1) or
+None, returns its result (picklable, to come back from a worker process)."""
+
+PROGRESS_STEP = 0.001
+"""A worker reports progress when it moved this much (a bar of 1000 steps): a DLRM run
+samples thousands of times."""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked here (not on Windows)."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def run_all(
+    tasks: Mapping[str, Task[T]],
+    *,
+    workers: int = 1,
+    progress: Callable[[str, float], None] | None = None,
+) -> dict[str, T]:
+    """Every task's result by name, in the order of ``tasks``.
+
+    ``workers`` 1 runs them one after the other in this process; more runs up to that many at
+    once, each in a worker process of its own, started in the order of ``tasks`` (put the
+    longest first, so the others fill the remaining workers beside it). Where processes
+    cannot be forked, they run one after the other. ``progress(name, fraction)`` is called in
+    this process, with a fraction below 1 while a run goes on and once with 1.0 when it has
+    finished. An exception of a task is raised here, the others stopped.
+    """
+    workers = min(workers, len(tasks))
+    if workers > 1 and can_fork():
+        return _in_processes(tasks, workers, progress)
+    results: dict[str, T] = {}
+    for name, task in tasks.items():
+        step = (lambda f, n=name: progress(n, min(f, 1 - PROGRESS_STEP))) if progress else None
+        results[name] = task(step)
+        if progress is not None:
+            progress(name, 1.0)
+    return results
+
+
+def _in_processes(
+    tasks: Mapping[str, Task[T]], workers: int, progress: Callable[[str, float], None] | None
+) -> dict[str, T]:
+    # fork, not spawn: a child starts as a copy of this process, with the trace, the pools and
+    # the task's closure already in memory (copy-on-write), where spawn would import hybridgpu
+    # again and pickle the jobs to every worker; and it keeps this process's hash seed, so
+    # anything ordered by a set of strings comes out as it does here. (A child runs only the
+    # simulator's code, which takes no lock another thread here could hold at the fork.)
+    context = multiprocessing.get_context("fork")
+    waiting = list(tasks)
+    running: dict[Connection, tuple[str, BaseProcess]] = {}
+    results: dict[str, T] = {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                name = waiting.pop(0)
+                reader, writer = context.Pipe(duplex=False)
+                worker: BaseProcess = context.Process(
+                    target=_work,
+                    args=(tasks[name], writer, os.getpid(), progress is not None),
+                    name=f"hybridgpu simulate {name}",
+                    daemon=True,  # terminated at this process's exit, whatever happens
+                )
+                worker.start()
+                writer.close()  # the worker's end: the reader sees EOF once the worker ends
+                running[reader] = (name, worker)
+            for ready in connection.wait(list(running)):
+                assert isinstance(ready, Connection)
+                name, worker = running[ready]
+                try:
+                    kind, value = ready.recv()
+                except EOFError:
+                    del running[ready]
+                    ready.close()
+                    worker.join()
+                    if name not in results:
+                        raise RuntimeError(
+                            f"the process simulating {name} ended without a result "
+                            f"(exit code {worker.exitcode}; killed, out of memory?)"
+                        ) from None
+                    continue
+                if kind == "progress":
+                    if progress is not None:
+                        progress(name, value)
+                elif kind == "done":
+                    results[name] = value
+                    if progress is not None:
+                        progress(name, 1.0)
+                else:
+                    error, where = value
+                    error.add_note(f"raised in the process simulating {name}:\n{where}")
+                    raise error
+    finally:
+        # An error, or Ctrl-C (which the workers ignore): stop the runs still going.
+        for _, worker in running.values():
+            worker.terminate()
+        for reader, (_, worker) in running.items():
+            worker.join()
+            reader.close()
+    return {name: results[name] for name in tasks}
+
+
+def _work(task: Task[T], results: Connection, parent: int, report_progress: bool) -> None:
+    """A worker process: run the task, send its progress and then its result (or error)."""
+    # Ctrl-C in a terminal reaches the whole process group: the parent stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sent = -1.0
+
+    def step(fraction: float) -> None:
+        nonlocal sent
+        if os.getppid() != parent:
+            os._exit(1)  # the parent was killed: nobody waits for this run
+        if report_progress and fraction - sent >= PROGRESS_STEP:
+            sent = fraction
+            results.send(("progress", min(fraction, 1 - PROGRESS_STEP)))
+
+    try:
+        results.send(("done", task(step)))
+    except Exception as error:
+        results.send(("error", (_picklable(error), traceback.format_exc())))
+    results.close()
+
+
+def _picklable(error: Exception) -> Exception:
+    """The error itself when it survives pickling (a UserError does), else its words."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error

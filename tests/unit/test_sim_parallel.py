@@ -1,0 +1,171 @@
+"""Policies simulated in worker processes give the results of simulating them one after the
+other; progress, errors and Ctrl-C cross the processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.support.sim import BUNDLED_CLUSTER
+
+from hybridgpu.errors import UserError
+from hybridgpu.sim import parallel
+from hybridgpu.sim.compare import POLICIES, compare
+from hybridgpu.sim.config import load_cluster
+from hybridgpu.sim.engine import SimSettings
+from hybridgpu.sim.parallel import run_all
+from hybridgpu.sim.spot import load_availability_trace, load_correlated_trace
+from hybridgpu.sim.traces import synthetic
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _series(path: Path, data: list[int], gap: float) -> Path:
+    path.write_text(json.dumps({"metadata": {"gap_seconds": gap}, "data": data}))
+    return path
+
+
+def _bundled(_: Path) -> SimSettings:
+    """`hybridgpu simulate`'s own physics: spot interruptions drawn at random, seed 7."""
+    return SimSettings(spot_hazard_per_hour=0.05, seed=7)
+
+
+def _correlated(tmp_path: Path) -> SimSettings:
+    """Spot pools that lose shares of their nodes at once (the nodes drawn at random) and
+    cannot launch part of the time."""
+    drops = _series(tmp_path / "drops.json", [0, 1, 1, 3, 0, 0, 2, 2, 0, 4] * 6, gap=1200)
+    closed = _series(tmp_path / "closed.json", [0] * 20 + [1] * 4 + [0] * 12, gap=1800)
+    return SimSettings(
+        spot_correlated=load_correlated_trace(drops),
+        spot_availability=load_availability_trace(closed),
+        seed=11,
+    )
+
+
+@pytest.mark.parametrize("physics", [_bundled, _correlated])
+def test_two_workers_give_the_results_of_one(
+    tmp_path: Path, physics: Callable[[Path], SimSettings]
+) -> None:
+    config = load_cluster(BUNDLED_CLUSTER)
+    jobs = synthetic(seed=7, hours=72)
+    settings = physics(tmp_path)
+    sequential = compare(config.pools, config.policy.spec, jobs, settings, workers=1)
+    assert parallel.can_fork()  # else workers=2 would run in this process too
+    side_by_side = compare(config.pools, config.policy.spec, jobs, settings, workers=2)
+    assert list(side_by_side) == list(POLICIES)  # every policy, in the same order
+    for name, result in sequential.items():
+        assert side_by_side[name] == result, name  # every field, the series included
+    assert sequential["hybridgpu"].spot_interruptions > 0  # the random draws were exercised
+
+
+def _pid(step: Callable[[float], None] | None) -> int:
+    assert step is not None
+    step(0.5)
+    return os.getpid()
+
+
+def test_runs_go_to_worker_processes_and_report_progress_here() -> None:
+    seen: list[tuple[str, float]] = []
+    pids = run_all(
+        {"a": _pid, "b": _pid, "c": _pid},
+        workers=2,
+        progress=lambda name, fraction: seen.append((name, fraction)),
+    )
+    assert list(pids) == ["a", "b", "c"]
+    assert os.getpid() not in pids.values() and len(set(pids.values())) == 3
+    for name in pids:
+        assert [f for n, f in seen if n == name] == [0.5, 1.0]  # 1.0 once, when it is done
+
+
+def _fails(step: Callable[[float], None] | None) -> int:
+    raise UserError("reactive: the trace is wrong")
+
+
+def test_an_error_in_a_worker_is_raised_here_as_it_is() -> None:
+    with pytest.raises(UserError) as raised:
+        run_all({"a": _pid, "b": _fails}, workers=2)
+    assert str(raised.value) == "reactive: the trace is wrong"  # what the CLI prints
+
+
+def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the parent stops its workers and exits 130,
+    with no traceback and no process left behind."""
+    script = tmp_path / "forever.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            from hybridgpu.sim.parallel import run_all
+
+            def forever(step):
+                os.write(1, f"{os.getpid()}\\n".encode())  # one write: lines do not interleave
+                while True:
+                    step(0.5)
+
+            try:
+                run_all({"a": forever, "b": forever, "c": forever}, workers=2)
+            except KeyboardInterrupt:
+                sys.exit(130)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    workers = [int(proc.stdout.readline()) for _ in range(2)]  # both running
+    ends = [os.pidfd_open(pid) for pid in workers]
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert "Traceback" not in proc.stderr.read()
+    for end in ends:
+        assert select.select([end], [], [], 0)[0] == [end]  # the worker has ended
+        os.close(end)
+
+
+def test_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
+    script = tmp_path / "forever.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os
+            from hybridgpu.sim.parallel import run_all
+
+            def forever(step):
+                os.write(1, f"{os.getpid()}\\n".encode())  # one write: lines do not interleave
+                while True:
+                    step(0.5)
+
+            run_all({"a": forever, "b": forever}, workers=2)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
+    )
+    assert proc.stdout is not None
+    workers = [int(proc.stdout.readline()) for _ in range(2)]
+    ends = [os.pidfd_open(pid) for pid in workers]
+    proc.kill()
+    proc.wait(timeout=60)
+    for end in ends:
+        assert select.select([end], [], [], 60)[0] == [end]  # waits for the worker to end
+        os.close(end)
