@@ -528,10 +528,14 @@ def test_long_runs_print_progress_lines_when_stderr_is_not_a_terminal(capsys) ->
     assert capsys.readouterr().err == ""  # a short run stays silent
     chatty = _ProgressLines(quiet_seconds=0, every_seconds=0)
     chatty("hybridgpu", 0.25)
+    chatty("hybridgpu", 1.0)  # finished: no line, and no longer named
     chatty("on_demand", 0.5)
+    chatty("reactive", 0.125)  # --workers: runs side by side are named together
     lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3
     assert lines[0].startswith("hybridgpu simulate: hybridgpu 25% of the trace simulated")
-    assert lines[1].startswith("hybridgpu simulate: on_demand 50%")
+    assert lines[1].startswith("hybridgpu simulate: on_demand 50% of the trace simulated")
+    assert lines[2].startswith("hybridgpu simulate: on_demand 50%, reactive 12% of the trace")
 
 
 def test_bad_input_is_reported_before_the_heavy_imports(files: dict[str, Path]) -> None:

@@ -1,5 +1,5 @@
-"""Policies simulated in worker processes give the results of simulating them one after the
-other; progress, errors and Ctrl-C cross the processes."""
+"""`hybridgpu simulate --workers N`: policies simulated in worker processes give the results
+of simulating them one after the other; progress, errors and Ctrl-C cross the processes."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from tests.support.sim import BUNDLED_CLUSTER
 
+from hybridgpu.cli import main
 from hybridgpu.errors import UserError
 from hybridgpu.sim import parallel
 from hybridgpu.sim.compare import POLICIES, compare
 from hybridgpu.sim.config import load_cluster
-from hybridgpu.sim.engine import SimSettings
+from hybridgpu.sim.engine import SimSettings, Simulation
 from hybridgpu.sim.parallel import run_all
 from hybridgpu.sim.spot import load_availability_trace, load_correlated_trace
 from hybridgpu.sim.traces import synthetic
@@ -68,6 +69,16 @@ def test_two_workers_give_the_results_of_one(
     assert sequential["hybridgpu"].spot_interruptions > 0  # the random draws were exercised
 
 
+def test_the_cli_prints_the_same_json_with_any_workers(tmp_path: Path, capsys) -> None:
+    drops = _series(tmp_path / "drops.json", [0, 1, 1, 3, 0, 0, 2, 2, 0, 4], gap=1200)
+    argv = ["simulate", "--no-png", "--json", "--hours", "12", "--spot-correlated", str(drops)]
+    outputs = []
+    for workers in ("1", "3"):
+        assert main([*argv, "--workers", workers]) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1]
+
+
 def _pid(step: Callable[[float], None] | None) -> int:
     assert step is not None
     step(0.5)
@@ -95,6 +106,20 @@ def test_an_error_in_a_worker_is_raised_here_as_it_is() -> None:
     with pytest.raises(UserError) as raised:
         run_all({"a": _pid, "b": _fails}, workers=2)
     assert str(raised.value) == "reactive: the trace is wrong"  # what the CLI prints
+
+
+def test_a_user_error_in_a_worker_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+    run = Simulation.run
+
+    def failing(self: Simulation) -> object:
+        if self.name == "reactive":
+            raise UserError("reactive: cannot simulate this")
+        return run(self)
+
+    monkeypatch.setattr(Simulation, "run", failing)  # the forked workers inherit it
+    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == "hybridgpu: error: reactive: cannot simulate this\n"
 
 
 def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
@@ -169,3 +194,22 @@ def test_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
     for end in ends:
         assert select.select([end], [], [], 60)[0] == [end]  # waits for the worker to end
         os.close(end)
+
+
+def test_the_progress_bar_has_a_row_per_run_going() -> None:
+    from hybridgpu.sim.cli import _ProgressBar
+
+    bar = _ProgressBar()
+    try:
+        bar("hybridgpu", 0.5)
+        bar("hybridgpu", 1.0)
+        bar("autoscaler_spot", 0.25)  # one after the other: the same row, reset
+        assert bar.shown == ["autoscaler_spot"]
+        bar("reactive", 0.5)  # side by side: a second row
+        assert bar.shown == ["autoscaler_spot", "reactive"]
+        bar("autoscaler_spot", 1.0)
+        bar("on_demand", 0.125)  # takes the finished run's row
+        assert bar.shown == ["on_demand", "reactive"]
+        assert [b.n for b in bar.bars] == [125, 500]
+    finally:
+        bar.close()

@@ -147,10 +147,29 @@ def add_parsers(sub: Any) -> None:
         "(booting, idle and half-empty nodes, work in the cloud while owned GPUs were free, "
         "lost work, billing minimum); the terms sum to the gap",
     )
+    parser.add_argument(
+        "--workers",
+        type=_workers,
+        default=None,
+        help="policies simulated at once, each in a process of its own (default: the CPUs "
+        "this process may use, at most one per policy; 1: one after the other, in this "
+        "process); the results are the same",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--png", default=None, help=f"chart path (default {DEFAULT_PNG})")
     parser.add_argument("--no-png", action="store_true", help="do not write the chart")
     parser.set_defaults(func=run)
+
+
+def _workers(text: str) -> int:
+    """argparse type: a whole number of worker processes, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -338,9 +357,17 @@ def run(args: argparse.Namespace) -> int:
         progress = _ProgressLines()  # logs and CI: a line now and then on long runs
     elif not args.json:
         progress = _ProgressBar()
+    from hybridgpu.sim.parallel import usable_cpus
+
     try:
         results = compare(
-            config.pools, config.policy.spec, jobs, settings, slo=slo, progress=progress
+            config.pools,
+            config.policy.spec,
+            jobs,
+            settings,
+            slo=slo,
+            progress=progress,
+            workers=usable_cpus() if args.workers is None else args.workers,
         )
     finally:
         if progress is not None:
@@ -386,20 +413,28 @@ def run(args: argparse.Namespace) -> int:
 
 class _ProgressLines:
     """Progress as plain lines on stderr (not a terminal): silent for the first
-    ``quiet_seconds``, then one line every ``every_seconds`` of wall time."""
+    ``quiet_seconds``, then one line every ``every_seconds`` of wall time, naming each policy
+    still being simulated (several with --workers)."""
 
     def __init__(self, *, quiet_seconds: float = 10.0, every_seconds: float = 30.0) -> None:
         self.started = time.monotonic()
         self.next_line = self.started + quiet_seconds
         self.every_seconds = every_seconds
+        self.going: dict[str, float] = {}
+        """The fraction simulated of each run not yet finished (1.0: finished)."""
 
     def __call__(self, name: str, fraction: float) -> None:
+        if fraction >= 1.0:
+            self.going.pop(name, None)
+            return
+        self.going[name] = fraction
         now = time.monotonic()
         if now < self.next_line:
             return
         self.next_line = now + self.every_seconds
+        runs = ", ".join(f"{n} {f:.0%}" for n, f in self.going.items())
         print(
-            f"hybridgpu simulate: {name} {fraction:.0%} of the trace simulated "
+            f"hybridgpu simulate: {runs} of the trace simulated "
             f"({now - self.started:,.0f} s elapsed)",
             file=sys.stderr,
             flush=True,
@@ -410,26 +445,44 @@ class _ProgressLines:
 
 
 class _ProgressBar:
-    """One tqdm bar on stderr, reset for each simulated policy."""
+    """tqdm bars on stderr, one per policy being simulated (one at a time with --workers 1):
+    a finished policy's bar is reset for the next."""
 
     def __init__(self) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(
-            total=1000,
-            file=sys.stderr,
-            leave=False,
-            bar_format="{desc} {bar} {percentage:3.0f}%",
-        )
-        self.name = ""
+        self.tqdm = tqdm
+        self.bars: list[Any] = []
+        self.shown: list[str] = []
+        """The policy each bar shows."""
+        self.finished: set[str] = set()
 
     def __call__(self, name: str, fraction: float) -> None:
-        if name != self.name:
-            self.name = name
-            self.bar.set_description(f"simulating {name:<10}")
-            self.bar.reset(total=1000)
-        self.bar.n = int(fraction * 1000)
-        self.bar.refresh()
+        if name in self.shown:
+            bar = self.bars[self.shown.index(name)]
+        else:
+            row = next((i for i, n in enumerate(self.shown) if n in self.finished), None)
+            if row is None:
+                row = len(self.bars)
+                self.bars.append(
+                    self.tqdm(
+                        total=1000,
+                        file=sys.stderr,
+                        leave=False,
+                        position=row,
+                        bar_format="{desc} {bar} {percentage:3.0f}%",
+                    )
+                )
+                self.shown.append(name)
+            self.shown[row] = name
+            bar = self.bars[row]
+            bar.set_description(f"simulating {name:<10}")
+            bar.reset(total=1000)
+        if fraction >= 1.0:
+            self.finished.add(name)
+        bar.n = int(fraction * 1000)
+        bar.refresh()
 
     def close(self) -> None:
-        self.bar.close()
+        for bar in reversed(self.bars):
+            bar.close()
