@@ -17,7 +17,14 @@ plan --config examples/plan.yaml` on the same synthetic jobs written as a CSV tr
 
 Prints one JSON object: wall and CPU seconds (the simulation or plan, not the loading; on a
 shared machine the CPU seconds are what an idle one would take), per policy the same, its
-ticks and the ticks that ran decide(), and the process's peak RSS.
+ticks and the ticks that ran decide(), and the process's peak RSS. With ``--workers N`` the
+policies run N at once in worker processes, as `hybridgpu simulate --workers N` runs them:
+``cpu_seconds`` is then this process's, ``workers_cpu_seconds`` the workers' (ended child
+processes, ``RUSAGE_CHILDREN``), ``total_cpu_seconds`` both; each policy's figures are
+measured in the worker that ran it; ``peak_rss_largest_worker_mib`` is the largest worker's
+peak RSS (which counts again the pages it shares with this process).
+
+    .venv/bin/python bench/simulate_scale.py dlrm --workers 2
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +60,7 @@ from hybridgpu.sim.compare import (  # noqa: E402
 from hybridgpu.sim.compare import trace_window_seconds as window_seconds  # noqa: E402
 from hybridgpu.sim.config import load_cluster  # noqa: E402
 from hybridgpu.sim.engine import SimSettings  # noqa: E402
+from hybridgpu.sim.parallel import run_all  # noqa: E402
 from hybridgpu.sim.traces import TraceJob, load_trace, synthetic  # noqa: E402
 
 DLRM = ROOT.parent / "shared" / "traces" / "alibaba-dlrm" / "disaggregated_DLRM_trace.csv"
@@ -61,8 +71,8 @@ SYNTHETIC_DAYS = 30.0
 JOBS_PER_COPY = 3900
 
 
-def _peak_rss_mib() -> int:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+def _peak_rss_mib(who: int = resource.RUSAGE_SELF) -> int:
+    return round(resource.getrusage(who).ru_maxrss / 1024)
 
 
 def _synthetic_jobs(jobs: int) -> tuple[list[TraceJob], int]:
@@ -79,35 +89,68 @@ def _synthetic_jobs(jobs: int) -> tuple[list[TraceJob], int]:
     return out[:jobs], copies
 
 
+def _children_cpu_seconds() -> float:
+    """User + sys CPU seconds of this process's ended (and waited-for) child processes."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
+
+
+def _measured_run(
+    name: str,
+    pools: Any,
+    policy: Any,
+    jobs: list[TraceJob],
+    settings: SimSettings,
+    progress: Callable[[float], None] | None,
+) -> dict[str, Any]:
+    """One policy's run and its figures, measured in the process that runs it."""
+    began = time.perf_counter()
+    began_cpu = time.process_time()
+    sim = simulation(name, pools, policy, jobs, settings, progress)
+    result = sim.run()
+    return {
+        "wall_seconds": round(time.perf_counter() - began, 1),
+        "cpu_seconds": round(time.process_time() - began_cpu, 1),
+        "ticks": result.ticks,
+        "decide_calls": sim.decisions,
+        "cloud_cost_dollars": round(result.cloud_cost_dollars, 2),
+        "unfinished_jobs": result.unfinished_jobs,
+    }
+
+
 def _simulate(
-    pools: Any, policy: Any, jobs: list[TraceJob], only: list[str] | None = None
+    pools: Any,
+    policy: Any,
+    jobs: list[TraceJob],
+    only: list[str] | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Every policy of `hybridgpu simulate` (its default physics: hazard 0.05, seed 7), or
-    those of ``only`` (``fluid_bound`` among them for the bound)."""
+    those of ``only`` (``fluid_bound`` among them for the bound), ``workers`` at once as
+    `hybridgpu simulate --workers` runs them (the bound in this process)."""
     settings = SimSettings(spot_hazard_per_hour=0.05, seed=7)
-    out: dict[str, Any] = {"jobs": len(jobs), "policies": {}}
+    tasks = {
+        name: partial(_measured_run, name, run_pools, run_policy, jobs, settings)
+        for name, (run_pools, run_policy) in policy_runs(pools, policy).items()
+        if only is None or name in only
+    }
     start = time.perf_counter()
     cpu = time.process_time()
-    for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
-        if only is not None and name not in only:
-            continue
-        began = time.perf_counter()
-        began_cpu = time.process_time()
-        sim = simulation(name, run_pools, run_policy, jobs, settings)
-        result = sim.run()
-        out["policies"][name] = {
-            "wall_seconds": round(time.perf_counter() - began, 1),
-            "cpu_seconds": round(time.process_time() - began_cpu, 1),
-            "ticks": result.ticks,
-            "decide_calls": sim.decisions,
-            "cloud_cost_dollars": round(result.cloud_cost_dollars, 2),
-            "unfinished_jobs": result.unfinished_jobs,
-        }
+    children_cpu = _children_cpu_seconds()
+    policies = run_all(tasks, workers=workers)
     if only is None or BOUND in only:
         fluid_bound(pools, jobs, window_seconds(jobs), WaitSLO())
-    out["wall_seconds"] = round(time.perf_counter() - start, 1)
-    out["cpu_seconds"] = round(time.process_time() - cpu, 1)
-    return out
+    cpu = time.process_time() - cpu
+    children_cpu = _children_cpu_seconds() - children_cpu
+    return {
+        "jobs": len(jobs),
+        "policies": policies,
+        "workers": workers,
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "cpu_seconds": round(cpu, 1),
+        "workers_cpu_seconds": round(children_cpu, 1),
+        "total_cpu_seconds": round(cpu + children_cpu, 1),
+    }
 
 
 def main() -> int:
@@ -127,7 +170,16 @@ def main() -> int:
         choices=POLICIES,
         help="dlrm and synthetic: run only this policy (repeatable; default: all of them)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="dlrm and synthetic: policies simulated at once in worker processes, as "
+        "`hybridgpu simulate --workers` (default 1: one after the other, in this process)",
+    )
     args = parser.parse_args()
+    if args.workers < 1 or (args.what == "plan" and args.workers != 1):
+        parser.error("--workers: a whole number >= 1, for dlrm and synthetic")
     if args.what == "dlrm":
         if not DLRM.exists():
             print(json.dumps({"skipped": f"{DLRM} not found"}))
@@ -141,7 +193,7 @@ def main() -> int:
                 for j in jobs
                 if j.arrival_seconds < end
             ]
-        out = _simulate(config.pools, config.policy.spec, jobs, args.policy)
+        out = _simulate(config.pools, config.policy.spec, jobs, args.policy, args.workers)
     elif args.what == "synthetic":
         jobs, copies = _synthetic_jobs(args.jobs)
         config = load_cluster(BUNDLED)
@@ -157,10 +209,15 @@ def main() -> int:
             )
             for p in config.pools
         ]
-        out = {"copies": copies, **_simulate(pools, config.policy.spec, jobs, args.policy)}
+        simulated = _simulate(pools, config.policy.spec, jobs, args.policy, args.workers)
+        out = {"copies": copies, **simulated}
     else:
         out = _plan(args.jobs, args.search)
     out["peak_rss_mib"] = _peak_rss_mib()
+    if args.what != "plan":
+        # The largest worker's peak, the pages it shares with this process (the trace, forked
+        # copy-on-write) counted again: the two peaks overstate the memory used together.
+        out["peak_rss_largest_worker_mib"] = _peak_rss_mib(resource.RUSAGE_CHILDREN)
     print(json.dumps(out, indent=2))
     return 0
 
