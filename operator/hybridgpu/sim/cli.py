@@ -421,7 +421,7 @@ class _ProgressLines:
         self.next_line = self.started + quiet_seconds
         self.every_seconds = every_seconds
         self.going: dict[str, float] = {}
-        """The fraction simulated of each run not yet finished (1.0: finished)."""
+        """The fraction simulated of each run going (a finished one, at 1.0, is dropped)."""
 
     def __call__(self, name: str, fraction: float) -> None:
         if fraction >= 1.0:
@@ -474,7 +474,8 @@ class _ProgressBar:
                     )
                 )
                 self.shown.append(name)
-            self.shown[row] = name
+            else:
+                self.shown[row] = name
             bar = self.bars[row]
             bar.set_description(f"simulating {name:<10}")
             bar.reset(total=1000)
