@@ -78,7 +78,7 @@ from hybridgpu.models.actions import (
 )
 from hybridgpu.models.base import parse_duration_seconds
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.pool import Tier, serves_models
+from hybridgpu.models.pool import GPUPoolSpec, Tier, serves_models
 from hybridgpu.models.snapshot import (
     CRITICALITY_RANK,
     ClusterSnapshot,
@@ -165,6 +165,56 @@ def _in_order(demands: Iterable[_Demand]) -> list[_Demand]:
     for demand in order:
         by_rank[CRITICALITY_RANK[demand.criticality]].append(demand)
     return [demand for same_rank in by_rank for demand in same_rank]
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolTerms:
+    """What a pool's spec (and its spot price) make of it for decide(): the same every tick
+    while the spec is the same object (``_pool_terms``)."""
+
+    spec: GPUPoolSpec
+    """Held so that its ``id`` is not another spec's while the terms are cached."""
+    tier: str
+    per_node: int
+    node_price: float
+    gpu_price: float
+    idle_for_seconds: float
+    launch_price: float
+    boot_seconds: float
+    paid: bool
+
+
+_TERMS: dict[tuple[int, float | None], _PoolTerms] = {}
+_TERMS_KEPT = 256
+
+
+def _pool_terms(spec: GPUPoolSpec, spot_price: float | None) -> _PoolTerms:
+    """The pool's prices and parsed durations. decide() runs every tick, the simulator tens
+    of thousands of times, on the same spec objects: they are worked out once per spec and
+    price (a bounded memo: pure, as the specs are immutable)."""
+    key = (id(spec), spot_price)
+    found = _TERMS.get(key)
+    if found is not None and found.spec is spec:
+        return found
+    price = node_hour_dollars(spec, spot_price)
+    power = spec.power if powered(spec) else None
+    terms = _PoolTerms(
+        spec=spec,
+        tier=str(spec.tier),
+        per_node=spec.gpu.per_node,
+        node_price=price,
+        gpu_price=marginal_gpu_hour_dollars(spec, spot_price),
+        idle_for_seconds=parse_duration_seconds(
+            spec.scale_down.idle_for if power is None else power.idle_for
+        ),
+        launch_price=price if power is None else power_node_hour_dollars(spec),
+        boot_seconds=0.0 if power is None else parse_duration_seconds(power.boot_time),
+        paid=paid_whether_used(spec),
+    )
+    if len(_TERMS) >= _TERMS_KEPT:
+        _TERMS.clear()  # the operator parses new spec objects every tick
+    _TERMS[key] = terms
+    return terms
 
 
 @dataclass(slots=True)
@@ -308,27 +358,24 @@ class _Decider:
         self.blocked: dict[tuple[str, str], _Blocks] = {}
 
         self.pools: dict[str, _PoolLedger] = {}
-        for pool in sorted(snapshot.pools, key=lambda p: p.name):
-            price = node_hour_dollars(pool.spec, pool.spot_price_per_node_hour)
-            power = pool.spec.power if powered(pool.spec) else None
+        for pool in sorted(snapshot.pools, key=_name):
+            terms = _pool_terms(pool.spec, pool.spot_price_per_node_hour)
             self.pools[pool.name] = _PoolLedger(
                 state=pool,
                 name=pool.name,
-                tier=str(pool.spec.tier),
-                per_node=pool.spec.gpu.per_node,
-                node_price=price,
-                gpu_price=marginal_gpu_hour_dollars(pool.spec, pool.spot_price_per_node_hour),
+                tier=terms.tier,
+                per_node=terms.per_node,
+                node_price=terms.node_price,
+                gpu_price=terms.gpu_price,
                 live_nodes=0,
                 billed_nodes=0,
                 provisioning=pool.provisioning_nodes,
                 buckets=FreeGPUs(),
                 future=FreeGPUs(),
-                idle_for_seconds=parse_duration_seconds(
-                    pool.spec.scale_down.idle_for if power is None else power.idle_for
-                ),
-                launch_price=price if power is None else power_node_hour_dollars(pool.spec),
-                boot_seconds=0.0 if power is None else parse_duration_seconds(power.boot_time),
-                paid=paid_whether_used(pool.spec),
+                idle_for_seconds=terms.idle_for_seconds,
+                launch_price=terms.launch_price,
+                boot_seconds=terms.boot_seconds,
+                paid=terms.paid,
             )
         self.pool_states = [ledger.state for ledger in self.pools.values()]
         """The pools as the snapshot has them, by name (``core.placement``'s input)."""
@@ -450,8 +497,12 @@ class _Decider:
         node_pool = self.node_pool
         node_free = self.node_free
         unpaid_open = self.unpaid_open
-        schedulable = self._schedulable
+        kept_nodes = self.kept_nodes
+        now = self.now
+        suspects: list[NodeState] = []  # NotReady, cordoned or without GPUs: for _find_unhealthy
         free_by_pool: dict[str, list[tuple[str, int]]] = {name: [] for name in pools}
+        # One pass over thousands of nodes every tick: ``_schedulable``, ``leaving`` and
+        # ``billed`` are spelt out here rather than called.
         for state in sorted(self.snap.nodes, key=_name):
             ledger = pools.get(state.pool)
             if ledger is None:
@@ -465,20 +516,35 @@ class _Decider:
                 deadline = None
             nodes[name] = state
             node_pool[name] = state.pool
+            ready = state.ready
+            cordoned = state.cordoned
+            gpus = state.gpus
+            if not ready or cordoned or not gpus:
+                suspects.append(state)
             if state.reserved_for is not None:
-                self.kept_nodes.append(name)
-            if state.billed:
-                ledger.billed_nodes += 1
-            if state.leaving:
-                # Deleting, or its instance terminated while the cloud still lists it: no
-                # capacity, not counted toward maxNodes, never released or terminated again.
+                kept_nodes.append(name)
+            if state.instance_terminated:
+                # Its instance terminated while the cloud still lists it: not billed, and
+                # (as one deleting) no capacity, not counted toward maxNodes, never released
+                # or terminated again.
                 continue
-            if deadline is None and not state.releasing:
+            ledger.billed_nodes += 1
+            if state.deleting:
+                continue
+            releasing = state.releasing
+            if deadline is None and not releasing:
                 ledger.live_nodes += 1
-            if not schedulable(state):
-                continue
-            gpus = state.gpus if state.gpus < ledger.per_node else ledger.per_node
-            if gpus == 0 and self.now - state.created_at < JOINING_GRACE_SECONDS:
+            if (
+                cordoned
+                or releasing
+                or deadline is not None
+                or state.xid_errors > 0
+                or not (ready or now - state.created_at < JOINING_GRACE_SECONDS)
+            ):
+                continue  # no pod lands on it (``_schedulable``)
+            if gpus > ledger.per_node:
+                gpus = ledger.per_node
+            elif gpus == 0 and now - state.created_at < JOINING_GRACE_SECONDS:
                 # Registered, its device plugin not reporting its GPUs yet: a whole node on
                 # its way (its launch no longer counts as provisioning once its Node exists).
                 gpus = ledger.per_node
@@ -491,7 +557,7 @@ class _Decider:
                 unpaid_open.append(name)
         for name, free_nodes in free_by_pool.items():
             self.pools[name].buckets = FreeGPUs(free_nodes)
-        self._find_unhealthy()
+        self._find_unhealthy(suspects)
         for ledger in self.pools.values():
             for i in range(ledger.provisioning):
                 self._add_node(ledger, f"{ledger.name}/provisioning-{i}")
@@ -510,16 +576,16 @@ class _Decider:
                     found.add(job, pod)
         return found
 
-    def _find_unhealthy(self) -> None:
+    def _find_unhealthy(self, suspects: Iterable[NodeState]) -> None:
         """Cloud nodes that are paid for and cannot serve: NotReady past the grace period,
         Ready without GPUs past theirs, or cordoned for GPU errors. A person's cordon is left
-        alone."""
+        alone. ``suspects``: the nodes NotReady, cordoned or without GPUs, by name."""
         # Suspect nodes by pool, then name: what each shows.
         not_ready: dict[str, dict[str, str]] = {}
         no_gpus: dict[str, dict[str, str]] = {}
         budget = self.policy.disruption.max_nodes_per_tick
         now = self.now
-        for node in self.nodes.values():
+        for node in suspects:
             if (
                 node.ready
                 and not node.cordoned
