@@ -36,28 +36,28 @@ K = TypeVar("K", str, int)
 
 
 class FreeGPUs(Generic[K]):
-    """Nodes by their free GPUs, for best-fit placement: O(log n) per change and per fit."""
+    """Nodes by their free GPUs, for best-fit placement: O(log n) per change and per fit.
+
+    The sorted index is built on the first question that needs the order (``best_fit``,
+    ``with_free``, ``by_free``, ``most_free``) and kept up to date from then on: decide()
+    makes several per pool and tick, and most of them are never asked (a SortedList of a
+    few dozen nodes costs more to build than the rest of a small tick's ledger)."""
 
     __slots__ = ("_by_free", "_free", "total")
 
     def __init__(self, nodes: Iterable[tuple[K, int]] = ()) -> None:
         """``nodes``: (node, free GPUs) pairs."""
-        self._free: dict[K, int]
-        self._by_free: SortedList[tuple[int, K]] | None
-        if not nodes:  # an empty sequence: decide() makes several per pool and tick
-            self._free = {}
-            self._by_free = None
-            self.total = 0
-            return
-        self._free = dict(nodes)
-        # Built on the first node: decide() makes several empty ones per pool and tick.
-        self._by_free = (
-            SortedList(zip(self._free.values(), self._free.keys(), strict=True))
-            if self._free
-            else None
-        )
+        self._free: dict[K, int] = dict(nodes)
+        self._by_free: SortedList[tuple[int, K]] | None = None
         self.total = sum(self._free.values())
         """Free GPUs on all the nodes."""
+
+    def _index(self) -> SortedList[tuple[int, K]]:
+        by_free = self._by_free
+        if by_free is None:
+            free = self._free
+            by_free = self._by_free = SortedList(zip(free.values(), free.keys(), strict=True))
+        return by_free
 
     def __len__(self) -> int:
         return len(self._free)
@@ -71,28 +71,29 @@ class FreeGPUs(Generic[K]):
 
     def put(self, node: K, free: int) -> None:
         """Add the node, or set its free GPUs."""
-        by_free = self._by_free
-        if by_free is None:
-            by_free = self._by_free = SortedList()
         old = self._free.get(node)
+        by_free = self._by_free
         if old is not None:
-            by_free.remove((old, node))
+            if by_free is not None:
+                by_free.remove((old, node))
             self.total -= old
         self._free[node] = free
-        by_free.add((free, node))
+        if by_free is not None:
+            by_free.add((free, node))
         self.total += free
 
     def discard(self, node: K) -> None:
         old = self._free.pop(node, None)
-        if old is not None and self._by_free is not None:
-            self._by_free.remove((old, node))
+        if old is not None:
+            if self._by_free is not None:
+                self._by_free.remove((old, node))
             self.total -= old
 
     def best_fit(self, gpus: int) -> K | None:
         """The fullest node with at least ``gpus`` free (the lowest among equals), or None."""
-        by_free = self._by_free
-        if not by_free:
+        if not self._free:
             return None
+        by_free = self._index()
         at = by_free.bisect_left((gpus,))
         return by_free[at][1] if at < len(by_free) else None
 
@@ -105,24 +106,25 @@ class FreeGPUs(Generic[K]):
 
     def with_free(self, free: int) -> list[K]:
         """The nodes with exactly ``free`` GPUs free, in order."""
-        by_free = self._by_free
-        if not by_free:
+        if not self._free:
             return []
+        by_free = self._index()
         lo = by_free.bisect_left((free,))
         hi = by_free.bisect_left((free + 1,))
         return [node for _, node in by_free[lo:hi]]
 
     def by_free(self) -> Sequence[tuple[int, K]]:
         """(free GPUs, node) of every node, the fewest free first (a read-only view)."""
-        if self._by_free is None:
+        if not self._free:
             return ()
-        return cast("Sequence[tuple[int, K]]", self._by_free)
+        return cast("Sequence[tuple[int, K]]", self._index())
 
     @property
     def most_free(self) -> int:
         """The most free GPUs on any node (0 without nodes)."""
-        by_free = self._by_free
-        return by_free[-1][0] if by_free else 0
+        if not self._free:
+            return 0
+        return self._index()[-1][0]
 
 
 def placement_tiers(criticality: str, *, on_demand_for_preemptible: bool) -> frozenset[str]:
