@@ -91,9 +91,13 @@ class FreeGPUs(Generic[K]):
 
     def best_fit(self, gpus: int) -> K | None:
         """The fullest node with at least ``gpus`` free (the lowest among equals), or None."""
-        if not self._free:
-            return None
-        by_free = self._index()
+        by_free = self._by_free
+        if by_free is None:
+            # Most questions decide() asks find no room (the scheduler took what fitted):
+            # answered from the free counts, without building the index.
+            if not self._free or max(self._free.values()) < gpus:
+                return None
+            by_free = self._index()
         at = by_free.bisect_left((gpus,))
         return by_free[at][1] if at < len(by_free) else None
 
@@ -122,9 +126,10 @@ class FreeGPUs(Generic[K]):
     @property
     def most_free(self) -> int:
         """The most free GPUs on any node (0 without nodes)."""
-        if not self._free:
-            return 0
-        return self._index()[-1][0]
+        by_free = self._by_free
+        if by_free is None:
+            return max(self._free.values(), default=0)
+        return by_free[-1][0] if by_free else 0
 
 
 def placement_tiers(criticality: str, *, on_demand_for_preemptible: bool) -> frozenset[str]:
