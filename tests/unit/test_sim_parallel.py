@@ -3,6 +3,7 @@ of simulating them one after the other; progress, errors and Ctrl-C cross the pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -122,28 +123,26 @@ def test_a_user_error_in_a_worker_is_one_line_and_exit_2(monkeypatch, capsys) ->
     assert err == "hybridgpu: error: reactive: cannot simulate this\n"
 
 
-def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
-    """Ctrl-C reaches the whole process group: the parent stops its workers and exits 130,
-    with no traceback and no process left behind."""
+_FOREVER = """
+import os, sys
+from hybridgpu.sim.parallel import run_all
+
+def forever(step):
+    os.write(1, f"{os.getpid()}\\n".encode())  # one write: lines do not interleave
+    while True:
+        step(0.5)
+
+"""
+"""A parent whose workers run until stopped, each printing its pid once it runs."""
+
+
+@contextlib.contextmanager
+def _forever(tmp_path: Path, tail: str) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """Start ``_FOREVER`` + ``tail`` in a session of its own; yield it and its two running
+    workers' pids. Whatever the test does, the whole session is killed at the end: workers
+    that spin forever must not outlive a failed test."""
     script = tmp_path / "forever.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import os, sys
-            from hybridgpu.sim.parallel import run_all
-
-            def forever(step):
-                os.write(1, f"{os.getpid()}\\n".encode())  # one write: lines do not interleave
-                while True:
-                    step(0.5)
-
-            try:
-                run_all({"a": forever, "b": forever, "c": forever}, workers=2)
-            except KeyboardInterrupt:
-                sys.exit(130)
-            """
-        )
-    )
+    script.write_text(_FOREVER + textwrap.dedent(tail))
     proc = subprocess.Popen(
         [sys.executable, str(script)],
         stdout=subprocess.PIPE,
@@ -152,48 +151,45 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
         start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
     )
-    assert proc.stdout is not None and proc.stderr is not None
-    workers = [int(proc.stdout.readline()) for _ in range(2)]  # both running
-    ends = [os.pidfd_open(pid) for pid in workers]
-    os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
-    assert "Traceback" not in proc.stderr.read()
-    for end in ends:
-        assert select.select([end], [], [], 0)[0] == [end]  # the worker has ended
-        os.close(end)
+    try:
+        assert proc.stdout is not None
+        yield proc, [int(proc.stdout.readline()) for _ in range(2)]  # both running
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the parent stops its workers and exits 130,
+    with no traceback and no process left behind."""
+    tail = """
+        try:
+            run_all({"a": forever, "b": forever, "c": forever}, workers=2)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        """
+    with _forever(tmp_path, tail) as (proc, workers):
+        ends = [os.pidfd_open(pid) for pid in workers]
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+        for end in ends:
+            assert select.select([end], [], [], 0)[0] == [end]  # the worker has ended
+            os.close(end)
 
 
 def test_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
-    script = tmp_path / "forever.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import os
-            from hybridgpu.sim.parallel import run_all
-
-            def forever(step):
-                os.write(1, f"{os.getpid()}\\n".encode())  # one write: lines do not interleave
-                while True:
-                    step(0.5)
-
-            run_all({"a": forever, "b": forever}, workers=2)
-            """
-        )
-    )
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
-    )
-    assert proc.stdout is not None
-    workers = [int(proc.stdout.readline()) for _ in range(2)]
-    ends = [os.pidfd_open(pid) for pid in workers]
-    proc.kill()
-    proc.wait(timeout=60)
-    for end in ends:
-        assert select.select([end], [], [], 60)[0] == [end]  # waits for the worker to end
-        os.close(end)
+    tail = """
+        run_all({"a": forever, "b": forever}, workers=2)
+        """
+    with _forever(tmp_path, tail) as (proc, workers):
+        ends = [os.pidfd_open(pid) for pid in workers]
+        proc.kill()  # the parent alone: its workers stay in the session
+        proc.wait(timeout=60)
+        for end in ends:
+            assert select.select([end], [], [], 60)[0] == [end]  # waits for the worker to end
+            os.close(end)
 
 
 def test_the_progress_bar_has_a_row_per_run_going() -> None:
