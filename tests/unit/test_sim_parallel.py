@@ -209,3 +209,17 @@ def test_the_progress_bar_has_a_row_per_run_going() -> None:
         assert [b.n for b in bar.bars] == [125, 500]
     finally:
         bar.close()
+
+
+def test_the_progress_bar_starts_no_thread_the_workers_would_be_forked_beside() -> None:
+    import threading
+
+    from hybridgpu.sim.cli import _ProgressBar
+
+    bar = _ProgressBar()
+    try:
+        bar("hybridgpu", 0.5)
+        # tqdm's monitor, once started by any bar of this process, would still run.
+        assert not [t for t in threading.enumerate() if type(t).__name__ == "TMonitor"]
+    finally:
+        bar.close()

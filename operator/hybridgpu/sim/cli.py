@@ -451,6 +451,9 @@ class _ProgressBar:
     def __init__(self) -> None:
         from tqdm import tqdm
 
+        # No monitor thread: the workers of --workers are forked from this process while
+        # the bars run, and a fork copies no thread but may copy a lock one holds.
+        tqdm.monitor_interval = 0
         self.tqdm = tqdm
         self.bars: list[Any] = []
         self.shown: list[str] = []
