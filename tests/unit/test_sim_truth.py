@@ -312,3 +312,20 @@ def test_long_runs_are_charted_in_days() -> None:
 
     assert time_axis(80) == ("hours", 1.0)
     assert time_axis(3576) == ("days", 24.0)
+
+
+@pytest.mark.parametrize("criticality", [Criticality.CRITICAL, Criticality.STANDARD])
+def test_a_node_idle_release_cannot_drain_does_not_wake_decide_every_tick(criticality) -> None:
+    """A firm job at 5% GPU utilization for 6 hours on an on-demand node: the node reads
+    idle past its idleFor the whole time, but idle release drains only preemptible Jobs, so
+    decide() is called only while the node is launched and boots, not at every heartbeat;
+    run on every skipped tick too (``check_quiet``), it plans nothing there."""
+    pools = [_pool("od-8g", "elastic", 8, 4, 24.0)]
+    policy = load_cluster(_BUNDLED).policy.spec
+    jobs = [TraceJob("low", 0, 6 * 3600, 8, criticality, utilization_percent=5.0)]
+    checked = Simulation("on_demand", pools, policy, jobs, SimSettings(), check_quiet=True)
+    assert checked.run().unfinished_jobs == 0  # raises when a skipped tick would have acted
+    sim = Simulation("on_demand", pools, policy, jobs, SimSettings())
+    sim.run()
+    assert sim.ticks > 30  # a heartbeat every 10 minutes while the node is up
+    assert sim.decisions < 10

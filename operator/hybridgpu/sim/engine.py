@@ -514,6 +514,12 @@ class Simulation:
         }
         self._live_annotated: set[int] = set()
         """Of those, the ones running or pending."""
+        self._drainable = [
+            j.criticality == Criticality.PREEMPTIBLE and j.service is None for j in self.trace
+        ]
+        """Per job, whether decide()'s idle release may drain a node it runs on: only a
+        preemptible Job's pods move (``_Decider._drainable``), never other work or a serving
+        replica (no Job)."""
         self._ranks = sorted(set(CRITICALITY_RANK.values()))
         self.heartbeat = max(self.interval, HEARTBEAT_SECONDS)
         # Owned pools only and no preemption: the operator has nothing it could do.
@@ -1323,10 +1329,11 @@ class Simulation:
 
     def _quiet(self) -> bool:
         """Whether decide() has nothing to do now: no pending pod past its grace period, no
-        interruption notice, no cloud node idle for its idleFor, nothing consolidation, return
-        to core, a serving rebalance, a deadline or idle reclaim could move. Then it plans
-        nothing and asks for no recheck (``check_quiet`` proves it in tests), so the tick is
-        skipped and costs no snapshot."""
+        interruption notice, no cloud node idle for its idleFor that idle release may take
+        (empty, or running only preemptible Jobs), nothing consolidation, return to core, a
+        serving rebalance, a deadline or idle reclaim could move. Then it plans nothing and
+        asks for no recheck (``check_quiet`` proves it in tests), so the tick is skipped and
+        costs no snapshot."""
         if self._noticed:
             return False
         if self._consolidates:
@@ -1351,10 +1358,13 @@ class Simulation:
                 return False
         if self._pending_since_first() + self.grace <= self.now:
             return False
+        drainable = self._drainable
         for node in self._idle_cloud.values():
             assert node.idle_since is not None
-            if node.idle_since + self.idle_for[node.pool] <= self.now:
-                return False
+            if node.idle_since + self.idle_for[node.pool] <= self.now and all(
+                drainable[i] for i in node.jobs
+            ):
+                return False  # idle release may take it (a busy node only if drainable)
         return not any(self._power_off_due(node) for node in self._idle_owned.values())
 
     def _rule_may_fire(self, job: _Job) -> bool:
