@@ -16,13 +16,14 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
-from operator import itemgetter
+from typing import Generic, TypeVar
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
 from hybridgpu.core.cost import (
     always_on_nodes,
@@ -78,6 +79,7 @@ from hybridgpu.sim.prices import PriceSteps, SpotPrices
 from hybridgpu.sim.spot import AvailabilityTrace, CorrelatedTrace, pool_offset
 from hybridgpu.sim.traces import SpotTrace, TraceJob
 
+V = TypeVar("V")
 INTERRUPTION_NOTICE_SECONDS = 120.0
 # Where cloud dollars went (`simulate --explain`). Lost work is counted while it runs (in
 # the other terms) and again here when it is lost, so "cloud_work" subtracts it.
@@ -101,6 +103,38 @@ BUSY_UTILIZATION_PERCENT = 90.0
 # A pending job's class for the scheduler: its pinned pool, whether it is preemptible, its
 # GPUs and GPU models (``Simulation._class_key``).
 _ClassKey = tuple[str | None, bool, int, tuple[str, ...]]
+
+
+class IndexedViews(Generic[V]):
+    """Values by a job's index, read back in index order as a tuple.
+
+    A snapshot lists the live jobs' views by index, and between two snapshots only a few of
+    thousands change: they are kept in two aligned lists, updated in place, so the tuple is
+    a copy of a list instead of a walk over a sorted map."""
+
+    def __init__(self) -> None:
+        self._indexes: list[int] = []
+        self._values: list[V] = []
+
+    def put(self, index: int, value: V) -> None:
+        """Set the value of ``index`` (added in its place when new)."""
+        at = bisect_left(self._indexes, index)
+        if at < len(self._indexes) and self._indexes[at] == index:
+            self._values[at] = value
+        else:
+            self._indexes.insert(at, index)
+            self._values.insert(at, value)
+
+    def discard(self, index: int) -> None:
+        """Remove ``index`` and its value, if there."""
+        at = bisect_left(self._indexes, index)
+        if at < len(self._indexes) and self._indexes[at] == index:
+            del self._indexes[at]
+            del self._values[at]
+
+    def values(self) -> tuple[V, ...]:
+        """The values in the order of their indexes."""
+        return tuple(self._values)
 
 
 @dataclass(frozen=True)
@@ -489,8 +523,10 @@ class Simulation:
         """GPUs of the jobs running or pending."""
         self._changed_jobs: set[int] = set()
         """Jobs whose view changed (arrived, started, stopped, moved) since the snapshot."""
-        self._live_views: SortedDict[int, tuple[GPUPod, JobState]] = SortedDict()
-        """The views of the running and pending jobs, by index (the snapshot's order)."""
+        self._live_pods: IndexedViews[GPUPod] = IndexedViews()
+        """The pods of the running and pending jobs, by index (the snapshot's order)."""
+        self._live_jobs: IndexedViews[JobState] = IndexedViews()
+        """The same jobs as Jobs, less the serving replicas (which are no Jobs)."""
         self._job_views: tuple[tuple[GPUPod, ...], tuple[JobState, ...]] = ((), ())
         self._nodes_seen: tuple[dict[str, int], tuple[NodeState, ...]] | None = None
         """``_node_views`` since no node changed."""
@@ -552,8 +588,6 @@ class Simulation:
         self.by_trace_name: dict[str, _Job] = {}
         """Serving replicas by name (a rebalance names the pods it moves)."""
         self._has_serving = any(j.service is not None for j in self.trace)
-        self._has_jobs = any(j.service is None for j in self.trace)
-        """Whether any trace job is a Job, not a serving replica."""
         self._by_key = {f"sim/{j.name}": i for i, j in enumerate(self.trace)}
         """The jobs by the name the operator knows them by (``_live_by_name``)."""
         self._unique_names = len(self._by_key) == len(self.trace)
@@ -1113,21 +1147,19 @@ class Simulation:
             self._nodes_seen = self._node_views()
         provisioning, nodes = self._nodes_seen
         if self._changed_jobs:
-            live = self._live_views
+            live_pods = self._live_pods
+            live_jobs = self._live_jobs
             for index in self._changed_jobs:
                 if index in self.running or index in self.pending:
-                    live[index] = self._job_view(self.jobs[index])
+                    pod, state = self._job_view(self.jobs[index])
+                    live_pods.put(index, pod)
+                    if pod.serving is None:  # a serving replica is no Job
+                        live_jobs.put(index, state)
                 else:
-                    live.pop(index, None)
+                    live_pods.discard(index)
+                    live_jobs.discard(index)
             self._changed_jobs.clear()
-            views = list(map(live.__getitem__, live))  # by index (a SortedDict's order)
-            if not self._has_serving:
-                jobs = tuple(map(itemgetter(1), views))
-            elif self._has_jobs:
-                jobs = tuple(v[1] for v in views if v[0].serving is None)  # replicas are no Jobs
-            else:
-                jobs = ()  # a serving trace (DLRM): every job is a replica
-            self._job_views = (tuple(map(itemgetter(0), views)), jobs)
+            self._job_views = (live_pods.values(), live_jobs.values())
         pods, jobs = self._job_views
         serving: tuple[ServingState, ...] = ()
         if self._has_serving:
