@@ -469,7 +469,8 @@ class Simulation:
         """Cloud nodes consolidation or return to core may empty (``_node_moves``): nodes of
         on-demand pools and of spot pools that run only preemptible work, and nodes whose
         every job may return to owned GPUs; of those, nodes of standard work alone (which may
-        return by preempting preemptible work on owned nodes)."""
+        return by preempting preemptible work on owned nodes). Kept only when
+        ``_consolidates``."""
         self._consolidates = policy.consolidation.enabled and policy.preemption.max_per_tick > 0
         """Whether decide() consolidates or returns work to core at all."""
         self._free_core: dict[str, _Node] = {}
@@ -1076,11 +1077,12 @@ class Simulation:
                 pool_placeable.put(node.name, placeable)
             self._most_free[node.pool] = pool_placeable.most_free
             node.placeable = placeable
-        moves = self._node_moves(node)
-        if moves != node.moves:
-            for i in range(4):
-                self._moves[i] += moves[i] - node.moves[i]
-            node.moves = moves
+        if self._consolidates:  # else _quiet never reads the tallies
+            moves = self._node_moves(node)
+            if moves != node.moves:
+                for i in range(4):
+                    self._moves[i] += moves[i] - node.moves[i]
+                node.moves = moves
         if not cloud and node.removed_at is None and not node.cordoned and node.free == node.gpus:
             self._free_core[node.name] = node
         else:
