@@ -27,8 +27,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.sim import BUNDLED_CLUSTER, sim_cluster
+from tests.support.sim import BUNDLED_CLUSTER, sim_cluster, sim_pool
 
+from hybridgpu.core.decide import decide
+from hybridgpu.models.actions import Plan, ScaleUp
 from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.sim.compare import BOUND, WaitSLO, fluid_bound, policy_runs, simulation
 from hybridgpu.sim.compare import trace_window_seconds as _window
@@ -227,3 +229,84 @@ def test_a_tick_skipped_as_quiet_is_one_where_decide_does_nothing(jobs, hazard, 
         sim = simulation(name, run_pools, run_policy, jobs, physics, check_quiet=True)
         sim.run()  # raises when a quiet tick would have acted
         assert sim.decisions <= sim.ticks
+
+
+class _OnTheWayWatch(Simulation):
+    """A simulation that checks, at every tick with pods pending past their grace period,
+    ``_pending_on_the_way`` against decide() itself: True exactly when decide() neither buys
+    a node for a pending pod nor says why it cannot (a limit)."""
+
+    compared = 0
+    fitted = 0
+
+    def _tick(self) -> Plan:
+        due = self._pending_since_first() + self.grace <= self.now
+        if self._pending_only_buys and due and not self._noticed:
+            fits = self._pending_on_the_way()
+            plan = decide(self._snapshot(), self.policy, self.now)
+            buys = any(isinstance(a, ScaleUp) for a in plan.actions) or bool(plan.blocked)
+            assert fits == (not buys), (self.name, self.now, fits, plan.actions, plan.blocked)
+            _OnTheWayWatch.compared += 1
+            _OnTheWayWatch.fitted += fits
+        return super()._tick()
+
+
+burst_jobs = st.lists(
+    st.tuples(
+        st.floats(0, 3600, allow_nan=False),
+        st.floats(300, 3 * 3600, allow_nan=False),
+        st.integers(1, 8),
+        st.sampled_from(list(Criticality)),
+    ),
+    min_size=2,
+    max_size=24,
+).map(lambda rows: [TraceJob(f"j{n}", *row) for n, row in enumerate(rows)])
+
+
+def _check_on_the_way(
+    jobs: list[TraceJob], boot: float, grace: str, per_node: tuple[int, ...]
+) -> None:
+    """Every baseline with cloud pools on ``jobs``, ``_pending_on_the_way`` compared with
+    decide() at every tick where pods pend past their grace period (``_OnTheWayWatch``)."""
+    pools: list[PoolState] = [sim_pool("core", "core", 8, 1, 120_000)]
+    for size in per_node:
+        # The smaller nodes dearer per GPU: pods try the bigger pools first.
+        pools.append(sim_pool(f"od-{size}g", "elastic", size, 6, (3.0 + 0.1 * (8 - size)) * size))
+        pools.append(sim_pool(f"spot-{size}g", "spot", size, 6, (0.9 + 0.1 * (8 - size)) * size))
+    bundled = load_cluster(BUNDLED_CLUSTER).policy.spec
+    policy = bundled.model_copy(update={"pending_grace_period": grace})
+    physics = SimSettings(provisioning_delay_seconds=boot, spot_hazard_per_hour=0.2, seed=3)
+    for name, (run_pools, run_policy) in policy_runs(pools, policy).items():
+        if name in ("hybridgpu", "owned_only"):
+            continue
+        sim = _OnTheWayWatch(
+            name, run_pools, run_policy, jobs, physics, reads_annotations=False, check_quiet=True
+        )
+        sim.run()  # raises when a skipped tick would have acted
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    jobs=burst_jobs,
+    boot=st.sampled_from([120.0, 600.0, 1500.0]),
+    grace=st.sampled_from(["5s", "45s"]),
+    per_node=st.sampled_from([(2, 8), (4, 8), (3, 5, 8)]),
+)
+def test_pods_fit_on_the_way_exactly_when_decide_buys_nothing_for_them(
+    jobs, boot, grace, per_node
+) -> None:
+    """Bursts of pods of every size from 1 to 8 GPUs on on-demand and spot pools of several
+    node sizes, nodes booting for minutes: for the baselines, ``_pending_on_the_way`` says
+    the pending pods fit on the nodes on their way exactly when decide() buys nothing for
+    them, and every tick skipped as quiet is one where decide() plans nothing."""
+    _check_on_the_way(jobs, boot, grace, per_node)
+
+
+def test_the_on_the_way_check_was_compared_with_decide() -> None:
+    """The property above compares on many ticks, some where the pods fit on the way (a
+    check that never ran proves nothing)."""
+    before = (_OnTheWayWatch.compared, _OnTheWayWatch.fitted)
+    jobs = [TraceJob(f"j{n}", 10.0 * n, 3600, 1 + n % 8, Criticality.STANDARD) for n in range(12)]
+    _check_on_the_way(jobs, 600.0, "5s", (3, 5, 8))
+    assert _OnTheWayWatch.compared - before[0] > 10
+    assert _OnTheWayWatch.fitted - before[1] > 3

@@ -593,6 +593,22 @@ class Simulation:
         """The jobs by the name the operator knows them by (``_live_by_name``)."""
         self._unique_names = len(self._by_key) == len(self.trace)
         self._rebalances = self._has_serving and policy.rebalance.enabled
+        waits = policy.wait_budget
+        self._pending_only_buys = (
+            not policy.preemption.enabled
+            and not policy.consolidation.enabled
+            and not (self._has_serving and policy.rebalance.enabled)
+            and not reads_annotations
+            and not self._powered
+            and all(
+                parse_duration_seconds(budget) <= 0
+                for budget in (waits.critical, waits.standard, waits.preemptible)
+            )
+        )
+        """Whether decide() does no more for a pending pod than place it on a node that
+        exists, or one on its way, or buy one: it preempts nothing, moves nothing, lets no
+        pod wait for owned GPUs, reads no deadline and powers no owned machine on (the
+        baselines). Then ``_pending_on_the_way`` tells when it buys nothing."""
         self._serving_on_cloud = 0
         self._replicas: dict[str, list[int]] = {}
         """Per serving workload, its replicas running or pending and those running
@@ -1390,7 +1406,7 @@ class Simulation:
                 return False
             if self._rule_may_fire(self.jobs[index]):
                 return False
-        if self._pending_since_first() + self.grace <= self.now:
+        if self._pending_since_first() + self.grace <= self.now and not self._pending_on_the_way():
             return False
         drainable = self._drainable
         for node in self._idle_cloud.values():
@@ -1400,6 +1416,61 @@ class Simulation:
             ):
                 return False  # idle release may take it (a busy node only if drainable)
         return not any(self._power_off_due(node) for node in self._idle_owned.values())
+
+    def _pending_on_the_way(self) -> bool:
+        """Whether decide() places every pod pending past its grace period on a node on its
+        way (launched, not Ready yet), and so buys nothing and plans nothing for them, under
+        a policy that does nothing else for pending pods (``_pending_only_buys``).
+
+        The scheduler has left each pending pod no room on the nodes that are up, and
+        decide() sees the same free GPUs there (less on nodes under a notice), so it tries
+        them all on the nodes on their way, as ``core.decide`` does: in ``_in_order``'s order
+        (criticality, the largest first, the oldest, the name; firm work before preemptible
+        work is the same order), each on the fullest such node of the first of its pools
+        (``placement_order``, ``_eligible_pools``) that has room. Nodes of one pool on their
+        way differ only by their free GPUs, so counts by free GPUs tell the same."""
+        if not self._pending_only_buys or not self._booting:
+            return False
+        on_the_way: dict[str, list[int]] = {}  # per pool, its nodes on their way by free GPUs
+        for node in self._booting.values():
+            if node.ready_at > self.now:
+                counts = on_the_way.get(node.pool)
+                if counts is None:
+                    per_node = self.pools[node.pool].spec.gpu.per_node
+                    counts = on_the_way[node.pool] = [0] * (per_node + 1)
+                counts[-1] += 1
+        now = self.now
+        grace = self.grace
+        waiting: list[tuple[int, int, float, str, int]] = []
+        for index in self.pending:
+            job = self.jobs[index]
+            since = self._queued_since(job)
+            if now - since < grace:
+                continue  # as decide() leaves it out (``_collect_pending``)
+            if job.pool is not None:
+                return False  # a pinned pod: decide() may move its Job to owned nodes
+            trace = job.trace
+            rank = CRITICALITY_RANK[trace.criticality]
+            waiting.append((rank, -trace.gpus, since, trace.name, index))
+        waiting.sort()  # the index last: the snapshot's order among equal names
+        for _, _, _, _, index in waiting:
+            job = self.jobs[index]
+            need = job.trace.gpus
+            for pool in self._eligible_pools(job):
+                counts = on_the_way.get(pool)
+                if counts is None:
+                    continue
+                for free in range(need, len(counts)):
+                    if counts[free]:
+                        counts[free] -= 1
+                        counts[free - need] += 1
+                        break
+                else:
+                    continue
+                break
+            else:
+                return False  # decide() buys a node for it, or says why not
+        return True
 
     def _rule_may_fire(self, job: _Job) -> bool:
         """Whether idle reclaim may take the running ``job`` now (as ``_Decider._reclaim_one``
