@@ -12,7 +12,12 @@ from tests.support.builders import NOW, node, pending, pool, snapshot
 from tests.support.sim import BUNDLED_CLUSTER
 
 from hybridgpu.core.decide import _Decider
-from hybridgpu.core.placement import FreeGPUs, placement_order, placement_tiers
+from hybridgpu.core.placement import (
+    FreeGPUs,
+    NumberedFreeGPUs,
+    placement_order,
+    placement_tiers,
+)
 from hybridgpu.models.snapshot import Criticality, PoolState
 from hybridgpu.planner.model import CloudRates, JobDemand
 from hybridgpu.planner.replay import _Replay
@@ -138,3 +143,43 @@ def test_decide_the_simulator_and_the_planner_put_the_same_pods_on_the_same_node
     decided = _decide_free(core, ordered)
     assert _planner_free(core, ordered) == decided
     assert _sim_free(core, ordered) == decided
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.lists(st.integers(0, 8), max_size=70),
+    steps=st.lists(
+        st.tuples(st.integers(0, 69), st.integers(0, 12), st.integers(-1, 14)), max_size=60
+    ),
+)
+def test_numbered_free_gpus_answer_as_free_gpus_do(
+    start: list[int], steps: list[tuple[int, int, int]]
+) -> None:
+    """The planner's replay places on ``NumberedFreeGPUs`` (bit sets per free count): every
+    best fit, total and most-free-first order is the one ``FreeGPUs`` gives (more than 64
+    nodes: the bit sets span several machine words)."""
+    numbered = NumberedFreeGPUs(start)
+    named = FreeGPUs(enumerate(start))
+
+    def agree(gpus: int) -> None:
+        assert numbered.best_fit(gpus) == named.best_fit(gpus)
+        assert numbered.total == named.total and len(numbered) == len(named)
+        assert list(numbered.most_free_first()) == list(reversed(named.by_free()))
+
+    agree(1)
+    for number, free, gpus in steps:
+        if start:
+            number %= len(start)
+            numbered.put(number, free)
+            named.put(number, free)
+            assert numbered.free(number) == named.free(number) == free
+        agree(gpus)
+
+
+def test_numbered_free_gpus_refuse_a_negative_count() -> None:
+    with pytest.raises(ValueError):
+        NumberedFreeGPUs([2, -1])
+    nodes = NumberedFreeGPUs([2, 1])
+    with pytest.raises(ValueError):
+        nodes.put(0, -1)
+    assert nodes.best_fit(2) == 0 and nodes.total == 3

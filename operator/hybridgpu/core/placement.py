@@ -17,7 +17,7 @@ places the same pods through all three (tests/unit/test_placement.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, TypeVar, cast
 
 from sortedcontainers import SortedList
@@ -130,6 +130,80 @@ class FreeGPUs(Generic[K]):
         if by_free is None:
             return max(self._free.values(), default=0)
         return by_free[-1][0] if by_free else 0
+
+
+class NumberedFreeGPUs:
+    """``FreeGPUs`` for nodes numbered 0..n-1 (the planner's replay): the same best fit, the
+    fullest node with room and the lowest number among equals, for a fraction of the cost.
+
+    A node holds a few GPUs (units), so its free count is a small number: per count, the set
+    of nodes with that many free is one int used as a bit set (node i is bit i), and the
+    counts that have nodes are another. A change flips two bits; a best fit finds the lowest
+    count with nodes from ``gpus`` up and its lowest node, with a few C-level int operations
+    instead of a sorted list's search and shifts (a third of a 200,000-job replay's time)."""
+
+    __slots__ = ("_counts", "_free", "_nodes_with", "total")
+
+    def __init__(self, free: Iterable[int] = ()) -> None:
+        """``free``: each node's free GPUs, by node number."""
+        self._free = list(free)
+        if any(count < 0 for count in self._free):
+            raise ValueError("a node cannot have fewer than 0 GPUs free")
+        self._nodes_with = [0] * (max(self._free, default=0) + 1)
+        """Per free count, the nodes with exactly that many free (bit i: node i)."""
+        for node, count in enumerate(self._free):
+            self._nodes_with[count] |= 1 << node
+        self._counts = sum(1 << count for count, nodes in enumerate(self._nodes_with) if nodes)
+        """The free counts some node has (bit f: count f)."""
+        self.total = sum(self._free)
+        """Free GPUs on all the nodes."""
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    def free(self, node: int) -> int:
+        """The node's free GPUs."""
+        return self._free[node]
+
+    def put(self, node: int, free: int) -> None:
+        """Set the node's free GPUs."""
+        old = self._free[node]
+        if free == old:
+            return
+        nodes_with = self._nodes_with
+        if free >= len(nodes_with):
+            nodes_with.extend([0] * (free + 1 - len(nodes_with)))
+        elif free < 0:
+            raise ValueError(f"a node cannot have {free} GPUs free")
+        bit = 1 << node
+        left = nodes_with[old] ^ bit
+        nodes_with[old] = left
+        if not left:
+            self._counts ^= 1 << old
+        nodes_with[free] |= bit
+        self._counts |= 1 << free
+        self._free[node] = free
+        self.total += free - old
+
+    def best_fit(self, gpus: int) -> int | None:
+        """The fullest node with at least ``gpus`` free (the lowest number among equals), or
+        None."""
+        counts = self._counts >> gpus if gpus > 0 else self._counts
+        if not counts:
+            return None
+        free = (counts & -counts).bit_length() - 1 + max(gpus, 0)
+        nodes = self._nodes_with[free]
+        return (nodes & -nodes).bit_length() - 1
+
+    def most_free_first(self) -> Iterator[tuple[int, int]]:
+        """(free GPUs, node) of every node, the most free first and the highest number first
+        among equals (``reversed(FreeGPUs.by_free())``)."""
+        for free in range(len(self._nodes_with) - 1, -1, -1):
+            nodes = self._nodes_with[free]
+            while nodes:
+                node = nodes.bit_length() - 1
+                yield free, node
+                nodes ^= 1 << node
 
 
 def placement_tiers(criticality: str, *, on_demand_for_preemptible: bool) -> frozenset[str]:

@@ -40,7 +40,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from hybridgpu.core.placement import FreeGPUs, placement_tiers
+from hybridgpu.core.placement import FreeGPUs, NumberedFreeGPUs, placement_tiers
 from hybridgpu.models.snapshot import Criticality
 from hybridgpu.planner.model import CloudRates, JobDemand, Usage
 
@@ -171,14 +171,14 @@ class _SharedCloudTier:
 
 class _OwnedNodes:
     """Free GPUs of the owned (or committed) nodes, placed on by decide()'s best fit
-    (``core.placement.FreeGPUs``), with the preemptible runs on each node (in start order)
+    (``core.placement.NumberedFreeGPUs``), with the preemptible runs on each node (in start order)
     and since when each node is idle."""
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.sizes = list(sizes)
         self.free = list(sizes)
         self.free_total = sum(sizes)
-        self.fit: FreeGPUs[int] = FreeGPUs(enumerate(sizes))
+        self.fit = NumberedFreeGPUs(sizes)
         self.preemptible: list[dict[int, None]] = [{} for _ in sizes]
         self.idle_since: list[float | None] = [-math.inf] * len(sizes)
         self.idle: SortedList[tuple[float, int]] = SortedList(
@@ -219,7 +219,7 @@ class _OwnedNodes:
 
     def most_free_first(self) -> Iterator[tuple[int, int]]:
         """(free units, node) of every node, the most free first."""
-        return reversed(self.fit.by_free())
+        return self.fit.most_free_first()
 
 
 class _Replay:
@@ -263,6 +263,16 @@ class _Replay:
         self.waiting: dict[int, tuple[JobDemand, float]] = {}
         """Preemptible jobs waiting for owned GPUs, by key: (job, when its budget ends)."""
         self.budgets: list[tuple[float, int]] = []  # (budget ends, waiting key); stale skipped
+        # As admission does by default; without spot, preemptible work goes on demand instead
+        # (``start_in_cloud``), but never onto committed capacity (it serves firm work).
+        self._tiers_of = {
+            preemptible: placement_tiers(
+                Criticality.PREEMPTIBLE if preemptible else Criticality.STANDARD,
+                on_demand_for_preemptible=False,
+            )
+            for preemptible in (False, True)
+        }
+        """The tiers a job may run on, by whether it is preemptible (asked for every job)."""
 
     def run(self, jobs: Sequence[JobDemand]) -> Usage:
         for job in sorted(jobs, key=lambda j: (j.arrival_seconds, j.duration_seconds)):
@@ -282,16 +292,17 @@ class _Replay:
         # Committed capacity is on-demand capacity paid in advance: only the tiers that
         # admission lets a job onto (core.placement) may use it; owned GPUs come next (they
         # cost only power, committed ones nothing more).
-        if ELASTIC in self._tiers(job):
-            slot = self.committed.best_fit(job.units(self.replicas))
+        units = job.units(self.replicas)
+        if ELASTIC in self._tiers_of[job.preemptible]:
+            slot = self.committed.best_fit(units)
             if slot is not None:
                 key = next(self._keys)
-                self.committed.add(slot, -job.units(self.replicas))
+                self.committed.add(slot, -units)
                 self.runs[key] = _Run(job, COMMITTED, now, now + job.duration_seconds, slot)
                 heapq.heappush(self.finishes, (now + job.duration_seconds, key))
                 return
             self.committed_short = True
-        node = self.owned.best_fit(job.units(self.replicas))
+        node = self.owned.fit.best_fit(units)
         if node is not None:
             self.start_on_core(job, node, now, job.duration_seconds)
             return
@@ -343,22 +354,26 @@ class _Replay:
     def finish_until(self, now: float) -> None:
         """End the runs that finish at or before ``now`` and the waits whose budget runs out
         by then, in time order."""
+        budgets, finishes, waiting, runs = self.budgets, self.finishes, self.waiting, self.runs
+        heappop, inf = heapq.heappop, math.inf
         while True:
-            while self.budgets and self.budgets[0][1] not in self.waiting:
-                heapq.heappop(self.budgets)  # served before its budget ran out
-            budget = self.budgets[0][0] if self.budgets else math.inf
-            finish = self.finishes[0][0] if self.finishes else math.inf
-            if min(budget, finish) > now or min(budget, finish) == math.inf:
+            while budgets and budgets[0][1] not in waiting:
+                heappop(budgets)  # served before its budget ran out
+            budget = budgets[0][0] if budgets else inf
+            finish = finishes[0][0] if finishes else inf
+            first = budget if budget < finish else finish
+            if first > now or first == inf:
                 return
             if budget < finish:
-                heapq.heappop(self.budgets)
+                heappop(budgets)
                 self.serve_waiting(budget)
                 continue
-            at, key = heapq.heappop(self.finishes)
-            run = self.runs.pop(key, None)
+            at, key = heappop(finishes)
+            run = runs.pop(key, None)
             if run is None:
                 continue  # evicted or moved earlier
-            self.cloud_preemptible.pop(key, None)
+            if run.job.preemptible:
+                self.cloud_preemptible.pop(key, None)
             if run.tier == CORE:
                 self.leave_core(key, run, at)
                 self.serve_waiting(at)
@@ -370,21 +385,20 @@ class _Replay:
 
     def start_on_core(self, job: JobDemand, node: int, now: float, seconds: float) -> None:
         key = next(self._keys)
-        self.owned.add(node, -job.units(self.replicas))
-        self.owned.set_busy(node)
+        owned = self.owned
+        owned.add(node, -job.units(self.replicas))
+        if owned.idle_since[node] is not None:
+            owned.set_busy(node)
         self.runs[key] = _Run(job, CORE, now, now + seconds, node)
         if job.preemptible:
-            self.owned.preemptible[node][key] = None
+            owned.preemptible[node][key] = None
         heapq.heappush(self.finishes, (now + seconds, key))
 
     def _tiers(self, job: JobDemand) -> frozenset[str]:
-        criticality = Criticality.PREEMPTIBLE if job.preemptible else Criticality.STANDARD
-        # As admission does by default; without spot, preemptible work goes on demand instead
-        # (``start_in_cloud``), but never onto committed capacity (it serves firm work).
-        return placement_tiers(criticality, on_demand_for_preemptible=False)
+        return self._tiers_of[job.preemptible]
 
     def start_in_cloud(self, job: JobDemand, now: float, seconds: float) -> None:
-        tier = SPOT if SPOT in self._tiers(job) and self.use_spot else ELASTIC
+        tier = SPOT if SPOT in self._tiers_of[job.preemptible] and self.use_spot else ELASTIC
         start, launched = self.cloud[tier].take(job.units(self.replicas), now)
         ends = start + seconds * (self.spot_rerun if tier == SPOT else 1.0)
         key = next(self._keys)
