@@ -113,3 +113,14 @@ def positive_number(text: str) -> float:
 def non_negative_number(text: str) -> float:
     """argparse type: a finite number >= 0 (inf and nan are rejected)."""
     return _flag_number(text, minimum=0.0, inclusive=True)
+
+
+def worker_count(text: str) -> int:
+    """argparse type: a whole number of worker processes, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value

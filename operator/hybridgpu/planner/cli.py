@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError
-from hybridgpu.inputs import positive_number
+from hybridgpu.inputs import positive_number, worker_count
 
 
 def add_parsers(sub: Any) -> None:
@@ -73,9 +73,31 @@ def add_parsers(sub: Any) -> None:
         "around its optimum, pricing the answer by replay (docs/tco.md); default 'auto': fast "
         "above 10,000 jobs",
     )
+    parser.add_argument(
+        "--workers",
+        type=worker_count,
+        default=None,
+        help="the fast search: replays made at once, each in a process of its own (default: "
+        "the CPUs this process may use; 1: one after the other, in this process); the plan is "
+        "the same",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--png", metavar="FILE", help="chart: duration curve and cost curve")
     parser.set_defaults(func=run)
+
+
+def _side_by_side(workers: int | None) -> Any:
+    """Where the fast search makes replays at once: ``workers`` forked processes (None: one
+    per CPU this process may use), as `hybridgpu simulate --workers` runs its policies."""
+    from hybridgpu.planner.cost import SideBySide
+    from hybridgpu.sim.parallel import run_all, usable_cpus
+
+    count = usable_cpus() if workers is None else workers
+
+    def run(tasks: Any) -> Any:
+        return run_all(tasks, workers=count)
+
+    return SideBySide(run, count)
 
 
 def _largest_node(spec: Any) -> tuple[str, int]:
@@ -186,7 +208,9 @@ def run(args: argparse.Namespace) -> int:
 
     progress.enable(sys.stderr)  # a long plan (a large trace) says how far it is
     try:
-        result = plan_from_spec(spec, samples, jobs, search=args.search)
+        result = plan_from_spec(
+            spec, samples, jobs, search=args.search, side_by_side=_side_by_side(args.workers)
+        )
     except ValueError as err:
         raise UserError(f"{args.config}: {err}") from None
     finally:

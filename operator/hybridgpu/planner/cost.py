@@ -13,9 +13,10 @@ today's demand are added to the fluid model of the grown demand.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import TypeAlias
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, TypeAlias
 
 from hybridgpu.planner.model import (
     HOURS_PER_MONTH,
@@ -35,6 +36,18 @@ ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float], int]
 CurvesKey = tuple[float, int, float | None]
 Curve: TypeAlias = "DurationCurve | ScaledCurve"
 """What ``CostModel`` reads demand off (``ScaledCurve``: the fast search's)."""
+ReplayTask = Callable[[Any], Usage]
+"""One replay to make: called with a progress callback or None (``sim.parallel.Task``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SideBySide:
+    """How to make independent replays at once: ``run`` makes every task of a mapping and
+    returns their usages by name, up to ``workers`` at a time (the CLI's: worker processes,
+    ``sim.parallel.run_all``; the planner's maths starts none itself)."""
+
+    run: Callable[[Mapping[str, ReplayTask]], dict[str, Usage]]
+    workers: int
 
 
 class SharedWork:
@@ -43,7 +56,7 @@ class SharedWork:
     curves on the growth, the horizon and the preemptible share; neither on prices. Only for
     variants of one history and one set of jobs."""
 
-    def __init__(self, *, fast: bool = False) -> None:
+    def __init__(self, *, fast: bool = False, side_by_side: SideBySide | None = None) -> None:
         self.fast = fast
         """The fast search's (planner/fast.py): demand curves over the horizon are read off
         the history's own curve (``ScaledCurve``) and procurement's fluid figures computed per
@@ -54,6 +67,14 @@ class SharedWork:
         (the replay's over the fluid model's at the replayed fleet: the start-up, idle and
         packing hours the fluid model leaves out)."""
         self.replays: dict[ReplayKey, Usage] = {}
+        self.side_by_side = side_by_side
+        """Where ``CostModel.replay_ahead`` makes replays at once (None: one at a time)."""
+        self.made_ahead: dict[
+            tuple[tuple[int, ...], tuple[bool, float, float, float, float], int], Usage
+        ] = {}
+        """Replays ``CostModel.replay_ahead`` made before they were asked for, by their
+        owned node sizes in the order replayed (the same order and so the same replay as
+        ``CostModel._replay`` would make)."""
         self.committed_replays: dict[tuple[tuple[int, ...], ReplayKey], Usage] = {}
         """Replays with committed nodes (their sizes first): one plan's offers and pairs of
         offers commit the same node counts."""
@@ -140,8 +161,7 @@ class CostModel:
         if not self.inputs.jobs:
             usage = _fluid_usage(self.firm, self.total, owned, self.inputs.cloud)
         else:
-            sizes = tuple(k for n, k in zip(key, self.gpus_per_node, strict=True) for _ in range(n))
-            replay = self._replay(sizes, None)
+            replay = self._replay(self._sizes(key), None)
             usage = replay.scaled(self._replay_weight)
             if self._flat is not None:
                 flat = _fluid_usage(*self._flat, owned, self.inputs.cloud)
@@ -154,7 +174,11 @@ class CostModel:
         self._usage[key] = usage
         return usage
 
-    def _replay(self, sizes: tuple[int, ...], spot_allowed: bool | None) -> Usage:
+    def _sizes(self, nodes: tuple[int, ...]) -> tuple[int, ...]:
+        """The owned nodes' GPUs, node by node, in the order the replay numbers them."""
+        return tuple(k for n, k in zip(nodes, self.gpus_per_node, strict=True) for _ in range(n))
+
+    def _replay_key(self, sizes: tuple[int, ...], spot_allowed: bool | None) -> ReplayKey:
         cloud = self.inputs.cloud
         timing = (
             cloud.spot_is_used and spot_allowed is not False,
@@ -163,15 +187,67 @@ class CostModel:
             cloud.node_startup_hours,
             cloud.idle_release_hours,
         )
-        replicas = self.inputs.share_replicas
-        key = (tuple(sorted(sizes)), timing, replicas)
+        return (tuple(sorted(sizes)), timing, self.inputs.share_replicas)
+
+    def _replay(self, sizes: tuple[int, ...], spot_allowed: bool | None) -> Usage:
+        key = self._replay_key(sizes, spot_allowed)
         usage = self._shared.replays.get(key)
         if usage is None:
-            usage = replay_jobs(
-                self.inputs.jobs, sizes, cloud, spot_allowed=spot_allowed, share_replicas=replicas
-            )
-            self._shared.replays[key] = usage
+            usage = self._shared.made_ahead.pop((sizes, *key[1:]), None)
+        if usage is None:
+            usage = self._replay_now(sizes, spot_allowed)
+        self._shared.replays[key] = usage
         return usage
+
+    def _replay_now(
+        self, sizes: tuple[int, ...], spot_allowed: bool | None, _: Any = None
+    ) -> Usage:
+        return replay_jobs(
+            self.inputs.jobs,
+            sizes,
+            self.inputs.cloud,
+            spot_allowed=spot_allowed,
+            share_replicas=self.inputs.share_replicas,
+        )
+
+    def replay_ahead(
+        self,
+        fleets: Sequence[Sequence[int] | None],
+        spare: Sequence[Sequence[int] | None] = (),
+    ) -> None:
+        """Make now, at once (``SharedWork.side_by_side``), the replays ``usage`` will ask
+        for with ``fleets`` (owned nodes per type; None: ``all_on_demand_dollars``'s), and
+        while that leaves a worker idle those of ``spare`` (asked for later). Nothing
+        without workers or a trace, or for one replay (made when asked). The usages are the
+        ones made when asked: a replay depends on its fleet and the inputs only."""
+        side = self._shared.side_by_side
+        if side is None or side.workers < 2 or not self.inputs.jobs:
+            return
+        wanted: dict[tuple[tuple[int, ...], bool | None], ReplayKey] = {}
+
+        def want(nodes: Sequence[int] | None) -> None:
+            sizes, allowed = ((), False) if nodes is None else (self._sizes(tuple(nodes)), None)
+            key = self._replay_key(sizes, allowed)
+            made = (sizes, *key[1:]) in self._shared.made_ahead
+            if key not in self._shared.replays and not made and key not in wanted.values():
+                wanted[(sizes, allowed)] = key
+
+        for nodes in fleets:
+            want(nodes)
+        for nodes in spare:
+            if len(wanted) % side.workers == 0:
+                break
+            want(nodes)
+        if len(wanted) < 2:
+            return
+        made = side.run(
+            {
+                str(i): partial(self._replay_now, sizes, allowed)
+                for i, (sizes, allowed) in enumerate(wanted)
+            }
+        )
+        for i, ((sizes, _), key) in enumerate(wanted.items()):
+            self._shared.made_ahead[(sizes, *key[1:])] = made[str(i)]
 
     def lower_bound(self, nodes: Sequence[int]) -> float:
         """Dollars ``total_dollars(nodes)`` cannot go below, without a replay (the fluid

@@ -130,12 +130,14 @@ def local_search(
     start: int,
     step: int | None = None,
     min_step: int = 1,
+    ahead: Callable[[list[int]], None] | None = None,
 ) -> int:
     """A local minimum of ``cost`` over 0..count-1 from ``start``, at scale ``min_step``: a
     compass search that looks ``step`` away on both sides and moves to the cheaper neighbour
     when it is cheaper (by more than a relative 1e-9), keeps going that way with the step
     doubled while that pays, halves the step when neither neighbour is cheaper, and ends when
-    neither neighbour ``min_step`` away is cheaper."""
+    neither neighbour ``min_step`` away is cheaper. ``ahead(indices)`` is told the indices
+    about to be costed before ``cost`` is asked for them (both sides: at once)."""
     if count < 1:
         raise ValueError("nothing to search")
     here = min(max(start, 0), count - 1)
@@ -143,14 +145,21 @@ def local_search(
     step = max(min_step, count // 32 if step is None else step)
     direction = 0
     while True:
+        if ahead is not None:
+            ahead([here])
         here_cost = cost(here)
         if direction:
             there = here + direction * step
+            if 0 <= there < count and ahead is not None:
+                ahead([there])
             if 0 <= there < count and cost(there) < here_cost * (1.0 - _COST_EPS):
                 here, step = there, step * 2
                 continue
             direction = 0
-        sides = [(cost(j), j) for j in (here - step, here + step) if 0 <= j < count]
+        near = [j for j in (here - step, here + step) if 0 <= j < count]
+        if ahead is not None:
+            ahead(near)
+        sides = [(cost(j), j) for j in near]
         best_cost, best = min(sides, default=(math.inf, here))
         if best_cost < here_cost * (1.0 - _COST_EPS):
             direction = 1 if best > here else -1
@@ -161,20 +170,29 @@ def local_search(
         step = max(min_step, step // 2)
 
 
-def two_scale_search(cost: Callable[[int], float], count: int, start: int, coarse: int) -> int:
+def two_scale_search(
+    cost: Callable[[int], float],
+    count: int,
+    start: int,
+    coarse: int,
+    ahead: Callable[[list[int]], None] | None = None,
+) -> int:
     """``local_search`` at the scale of ``coarse`` indices first, then of adjacent ones: a
     fleet cost has bumps between sizes a mix of node types makes up (a 4-GPU node is dearer
     per GPU than an 8-GPU one), which stop a search at adjacent sizes too early."""
-    here = local_search(cost, count, start, min_step=coarse)
-    return local_search(cost, count, here, step=1)
+    here = local_search(cost, count, start, min_step=coarse, ahead=ahead)
+    return local_search(cost, count, here, step=1, ahead=ahead)
 
 
 def fast_fleet(
-    model: CostModel, start_gpus: int
+    model: CostModel, start_gpus: int, spare: Sequence[Sequence[int] | None] = ()
 ) -> tuple[tuple[int, ...], dict[int, OwnedSizeCost]]:
     """The owned fleet the fast search recommends (``local_search`` over the owned sizes,
     each its cheapest node mix, costed by ``model``: replays), from the size nearest
-    ``start_gpus``; and every size it costed, by owned GPUs."""
+    ``start_gpus``; and every size it costed, by owned GPUs. The sizes the search costs at
+    once (both sides of a step) are replayed side by side (``CostModel.replay_ahead``), a
+    worker left idle replaying one of ``spare`` (fleets the plan prices afterwards; None:
+    all on demand)."""
     mixes = cheapest_mixes(model)
     costed: dict[int, OwnedSizeCost] = {}
 
@@ -190,7 +208,13 @@ def fast_fleet(
     # Sizes one largest node apart, then adjacent ones.
     spacing = mixes[1][0] - mixes[0][0] if len(mixes) > 1 else 1
     coarse = max(1, max(model.gpus_per_node) // max(spacing, 1))
-    best = two_scale_search(cost, len(mixes), start, coarse)
+
+    def ahead(indices: list[int]) -> None:
+        fresh = [mixes[i][1] for i in indices if mixes[i][0] not in costed]
+        if fresh:
+            model.replay_ahead(fresh, spare)
+
+    best = two_scale_search(cost, len(mixes), start, coarse, ahead)
     return mixes[best][1], costed
 
 

@@ -26,7 +26,7 @@ from hybridgpu.models.capacityplan import (
 from hybridgpu.models.capacityplan import (
     FlipPoint as FlipPointStatus,
 )
-from hybridgpu.planner.cost import CostModel, SharedWork
+from hybridgpu.planner.cost import CostModel, SharedWork, SideBySide
 from hybridgpu.planner.fast import (
     EXACT_SEARCH,
     FAST_PROCUREMENT_FLEETS,
@@ -262,11 +262,13 @@ def plan_capacity(
     peak_tflops_per_gpu: tuple[float, str] | None = None,
     owned_tranche_months: int | None = None,
     search: str = "auto",
+    side_by_side: SideBySide | None = None,
 ) -> CapacityPlanResult:
     """The cheapest owned fleet for ``inputs`` and everything reported about it; with
     ``with_procurement`` the mix to sign as well (owned, the best committed offer, on demand,
     spot, period by period). ``search``: ``exact``, ``fast`` (a job trace: planner/fast.py)
-    or ``auto`` (fast above ``fast.FAST_ABOVE_JOBS`` jobs)."""
+    or ``auto`` (fast above ``fast.FAST_ABOVE_JOBS`` jobs). ``side_by_side``: where the fast
+    search makes independent replays at once (None: one after the other); the same plan."""
     if choose_search(search, inputs) == "fast":
         return _fast_plan(
             inputs,
@@ -278,6 +280,7 @@ def plan_capacity(
             flops_per_token=flops_per_token,
             peak_tflops_per_gpu=peak_tflops_per_gpu,
             owned_tranche_months=owned_tranche_months,
+            side_by_side=side_by_side,
         )
     shared = SharedWork()
     model = CostModel(inputs, shared)
@@ -325,6 +328,7 @@ def _fast_plan(
     flops_per_token: float | None,
     peak_tflops_per_gpu: tuple[float, str] | None,
     owned_tranche_months: int | None,
+    side_by_side: SideBySide | None = None,
 ) -> CapacityPlanResult:
     """``plan_capacity`` by the fast search (planner/fast.py): the aggregate model's plan,
     the owned fleet searched from its optimum by replays, every fleet printed priced by
@@ -342,10 +346,11 @@ def _fast_plan(
         owned_tranche_months=owned_tranche_months,
         search="exact",
     )
-    shared = SharedWork(fast=True)
+    shared = SharedWork(fast=True, side_by_side=side_by_side)
     model = CostModel(inputs, shared)
-    nodes, sizes = fast_fleet(model, aggregate.recommended.owned_gpus)
     current = tuple(t.current_nodes for t in inputs.node_types)
+    # Today's fleet and all on demand are priced below: replayed while a worker is idle.
+    nodes, sizes = fast_fleet(model, aggregate.recommended.owned_gpus, spare=(current, None))
     procurement = None
     if with_procurement:
         procurement_inputs = model_inputs(inputs, PROCUREMENT_LEVELS)[1]
@@ -441,10 +446,11 @@ def plan_from_spec(
     *,
     with_sensitivity: bool = True,
     search: str = "auto",
+    side_by_side: SideBySide | None = None,
 ) -> CapacityPlanResult:
     """The plan of a CapacityPlan spec: the owned fleet, and the mix to sign with its
-    committed offers, cash flow at the spec's cost of capital and token rate (``search``:
-    ``plan_capacity``'s)."""
+    committed offers, cash flow at the spec's cost of capital and token rate (``search``,
+    ``side_by_side``: ``plan_capacity``'s)."""
     return plan_capacity(
         inputs_from_spec(spec, history, jobs),
         with_sensitivity=with_sensitivity,
@@ -455,6 +461,7 @@ def plan_from_spec(
         peak_tflops_per_gpu=peak_of_spec(spec),
         owned_tranche_months=spec.owned_tranche_months,
         search=search,
+        side_by_side=side_by_side,
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError
-from hybridgpu.inputs import non_negative_number, positive_number
+from hybridgpu.inputs import non_negative_number, positive_number, worker_count
 from hybridgpu.sim.defaults import (
     DEFAULT_BILLING_MINIMUM_SECONDS,
     DEFAULT_BOOT_SECONDS,
@@ -149,7 +149,7 @@ def add_parsers(sub: Any) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=_workers,
+        type=worker_count,
         default=None,
         help="policies simulated at once, each in a process of its own (default: the CPUs "
         "this process may use, at most one per policy; 1: one after the other, in this "
@@ -159,17 +159,6 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument("--png", default=None, help=f"chart path (default {DEFAULT_PNG})")
     parser.add_argument("--no-png", action="store_true", help="do not write the chart")
     parser.set_defaults(func=run)
-
-
-def _workers(text: str) -> int:
-    """argparse type: a whole number of worker processes, at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
 
 
 def _check_flags(args: argparse.Namespace) -> None:

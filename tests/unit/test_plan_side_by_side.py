@@ -1,0 +1,130 @@
+"""The fast search's replays made side by side (issue 14: `plan` on 200,000 jobs): the sizes
+a step of the search costs at once, today's fleet and all on demand are replayed in worker
+processes, and the plan is the one made replaying them one after the other."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hybridgpu.planner.cost as cost_module
+from hybridgpu.cli import main
+from hybridgpu.planner.cost import ReplayTask, SideBySide
+from hybridgpu.planner.fast import local_search, two_scale_search
+from hybridgpu.planner.io import history_from_jobs, jobs_of_trace, load_plan_spec
+from hybridgpu.planner.model import Usage
+from hybridgpu.planner.plan import plan_from_spec, plan_status
+from hybridgpu.planner.replay import replay_jobs
+from hybridgpu.sim import parallel
+from hybridgpu.sim.traces import synthetic
+
+pytestmark = pytest.mark.unit
+
+EXAMPLE_PLAN = Path(__file__).resolve().parents[2] / "examples" / "plan.yaml"
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(
+    costs=st.lists(st.integers(0, 50).map(float), min_size=1, max_size=80),
+    coarse=st.integers(1, 4),
+    data=st.data(),
+)
+def test_the_search_is_told_ahead_exactly_the_sizes_it_costs_next(
+    costs: list[float], coarse: int, data: st.DataObject
+) -> None:
+    """Every size is announced before it is costed, and what is announced together is
+    costed right after, nothing else: replays made ahead are never wasted. The answer is
+    the one found without announcements."""
+    start = data.draw(st.integers(0, len(costs) - 1))
+    asked: list[tuple[str, list[int]]] = []
+
+    def cost(i: int) -> float:
+        asked.append(("cost", [i]))
+        return costs[i]
+
+    def ahead(indices: list[int]) -> None:
+        asked.append(("ahead", list(indices)))
+
+    alone = two_scale_search(lambda i: costs[i], len(costs), start, coarse)
+    assert two_scale_search(cost, len(costs), start, coarse, ahead) == alone
+    position = 0
+    while position < len(asked):
+        kind, indices = asked[position]
+        assert kind == "ahead", f"size {indices} costed without being announced"
+        following = [i for _, (i,) in asked[position + 1 : position + 1 + len(indices)]]
+        assert following == indices  # announced together, costed right after, in order
+        assert all(k == "cost" for k, _ in asked[position + 1 : position + 1 + len(indices)])
+        position += 1 + len(indices)
+    assert local_search(cost, len(costs), start, ahead=ahead) == local_search(
+        lambda i: costs[i], len(costs), start
+    )
+
+
+def _trace_plan_inputs(hours: float) -> tuple[Any, Any, Any]:
+    jobs = jobs_of_trace(synthetic(seed=3, hours=hours))
+    spec = load_plan_spec(EXAMPLE_PLAN, history={"trace": {"path": "synthetic", "format": "csv"}})
+    return spec, history_from_jobs(jobs), jobs
+
+
+def test_a_plan_replayed_in_batches_makes_the_same_replays_and_the_same_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Side by side (two workers, the batches run here to be counted) the fast plan makes
+    exactly the replays it makes one at a time, several of them in batches of two, and
+    prints the same plan."""
+    spec, history, jobs = _trace_plan_inputs(60)
+    made: list[tuple[int, ...]] = []
+
+    def counted(jobs: Any, sizes: Any, *args: Any, **kwargs: Any) -> Usage:
+        made.append(tuple(sizes))
+        return replay_jobs(jobs, sizes, *args, **kwargs)
+
+    monkeypatch.setattr(cost_module, "replay_jobs", counted)
+    in_turn = plan_from_spec(spec, history, jobs, search="fast")
+    made_in_turn = sorted(made)
+    made.clear()
+    batches: list[int] = []
+
+    def batch(tasks: Mapping[str, ReplayTask]) -> dict[str, Usage]:
+        batches.append(len(tasks))
+        return {name: task(None) for name, task in tasks.items()}
+
+    side = plan_from_spec(spec, history, jobs, search="fast", side_by_side=SideBySide(batch, 2))
+    assert in_turn.search.method == side.search.method == "fast"
+    assert sorted(made) == made_in_turn  # no replay more, none fewer
+    assert batches and all(size == 2 for size in batches)
+    assert sum(batches) >= len(made_in_turn) // 2  # most of them in batches
+    status = plan_status(side).model_dump(mode="json")
+    assert status == plan_status(in_turn).model_dump(mode="json")
+    assert side.recommended == in_turn.recommended
+    assert side.current == in_turn.current
+    assert side.all_on_demand_dollars == in_turn.all_on_demand_dollars
+    assert side.runners_up == in_turn.runners_up and side.procurement == in_turn.procurement
+
+
+def test_the_cli_prints_the_same_plan_with_any_workers(tmp_path: Path, capsys: Any) -> None:
+    """`hybridgpu plan --workers N` forks replays to worker processes: the JSON is the one
+    of --workers 1, byte for byte."""
+    assert parallel.can_fork()  # else --workers 2 would replay in this process too
+    trace = tmp_path / "trace.csv"
+    with trace.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(("name", "arrival_seconds", "duration_seconds", "gpus", "criticality"))
+        for j in synthetic(seed=5, hours=48):
+            row = (j.name, j.arrival_seconds, j.duration_seconds, j.gpus, j.criticality.value)
+            writer.writerow(row)
+    argv = ["plan", "--config", str(EXAMPLE_PLAN), "--trace", str(trace), "--json"]
+    outputs = []
+    for workers in ("1", "2"):
+        assert main([*argv, "--search", "fast", "--workers", workers]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0])["search"]["method"] == "fast"
