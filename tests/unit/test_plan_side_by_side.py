@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,16 @@ from hypothesis import strategies as st
 
 import hybridgpu.planner.cost as cost_module
 from hybridgpu.cli import main
-from hybridgpu.planner.cost import ReplayTask, SideBySide
+from hybridgpu.planner.cost import CostModel, ReplayTask, SharedWork, SideBySide
 from hybridgpu.planner.fast import local_search, two_scale_search
 from hybridgpu.planner.io import history_from_jobs, jobs_of_trace, load_plan_spec
-from hybridgpu.planner.model import Usage
+from hybridgpu.planner.model import DemandSample, PlanInputs, Usage
+from hybridgpu.planner.optimize import cheapest_mixes
 from hybridgpu.planner.plan import plan_from_spec, plan_status
 from hybridgpu.planner.replay import replay_jobs
 from hybridgpu.sim import parallel
 from hybridgpu.sim.traces import synthetic
+from support.planner import CLOUD, node_type
 
 pytestmark = pytest.mark.unit
 
@@ -128,3 +131,37 @@ def test_the_cli_prints_the_same_plan_with_any_workers(tmp_path: Path, capsys: A
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
     assert json.loads(outputs[0])["search"]["method"] == "fast"
+
+
+@SETTINGS
+@given(
+    variants=st.lists(
+        st.tuples(
+            st.sampled_from([0.5, 1.0, 1.2, 2.0]),
+            st.sampled_from([0.5, 0.9, 1.0, 1.5]),
+            st.sampled_from([0.0, 0.3, 2.0]),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    bound=st.sampled_from([None, 0, 2, 5]),
+    peak=st.integers(1, 60),
+)
+def test_the_node_mixes_shared_by_a_plans_variants_are_those_of_each_variant(
+    variants: list[tuple[float, float, float]], bound: int | None, peak: int
+) -> None:
+    """The plan's variants (sensitivity, flip points: node prices, demand growth) share one
+    knapsack per node prices and peak demand: each variant's cheapest mixes are the ones
+    made for it alone."""
+    shared = SharedWork()
+    for eight, four, growth in variants:
+        inputs = PlanInputs(
+            history=(DemandSample(10.0, float(peak), 0.0),),
+            demand_growth_per_year=growth,
+            node_types=(
+                replace(node_type("eight", 8, eight), max_nodes=bound),
+                node_type("four", 4, four),
+            ),
+            cloud=CLOUD,
+        )
+        assert cheapest_mixes(CostModel(inputs, shared)) == cheapest_mixes(CostModel(inputs))

@@ -83,6 +83,11 @@ class SharedWork:
         may serve found room on, and their usage: the usage of any longer list that starts
         with them (``replay.replay_committed``)."""
         self.curves: dict[CurvesKey, tuple[Curve, Curve]] = {}
+        self.mixes: dict[
+            tuple[int, tuple[tuple[int, int | None, float], ...]], list[tuple[int, tuple[int, ...]]]
+        ] = {}
+        """``optimize.cheapest_mixes`` by the most useful GPUs and the node types' sizes,
+        bounds and prices: prices of the cloud change no mix."""
         self.period_curves: dict[
             tuple[tuple[float, ...], int, float | None], tuple[DurationCurve, DurationCurve, float]
         ] = {}
@@ -142,6 +147,11 @@ class CostModel:
             if inputs.demand_growth_per_year != 0:
                 flat = replace(inputs, demand_growth_per_year=0.0)
                 self._flat = self._shared.horizon_curves(flat)
+
+    @property
+    def shared(self) -> SharedWork:
+        """The work this model shares with the plan's other variants."""
+        return self._shared
 
     @property
     def max_useful_gpus(self) -> int:

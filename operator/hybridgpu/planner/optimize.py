@@ -62,24 +62,38 @@ def cheapest_mixes(model: CostModel) -> list[tuple[int, tuple[int, ...]]]:
     """For every owned GPU count that node types can make up, up to ``max_useful_gpus``, the
     cheapest node mix owning exactly that many (GPUs of the demand's class).
 
-    A bounded knapsack over the node types (binary splitting of each type's node bound).
+    A bounded knapsack over the node types (binary splitting of each type's node bound),
+    made once per node types' sizes, bounds and prices and ``max_useful_gpus`` among the
+    plan's variants (``SharedWork.mixes``: the sensitivity table and flip points moving a
+    cloud price ask for the same mixes hundreds of times).
     """
-    g_max = model.max_useful_gpus
-    types = model.inputs.node_types
+    types = tuple(
+        (t.work_gpus_per_node, t.max_nodes, t.node_hour_dollars) for t in model.inputs.node_types
+    )
+    key = (model.max_useful_gpus, types)
+    known = model.shared.mixes.get(key)
+    if known is None:
+        known = model.shared.mixes[key] = _knapsack(*key)
+    return list(known)
+
+
+def _knapsack(
+    g_max: int, types: tuple[tuple[int, int | None, float], ...]
+) -> list[tuple[int, tuple[int, ...]]]:
+    """``cheapest_mixes`` of node types of (GPUs, most nodes, dollars per node-hour)."""
     best: list[float] = [math.inf] * (g_max + 1)
     mix: list[tuple[int, ...]] = [()] * (g_max + 1)
     best[0], mix[0] = 0.0, (0,) * len(types)
-    for j, node in enumerate(types):
-        k = node.work_gpus_per_node
+    for j, (k, max_nodes, node_hour_dollars) in enumerate(types):
         bound = g_max // k
-        if node.max_nodes is not None:
-            bound = min(bound, node.max_nodes)
+        if max_nodes is not None:
+            bound = min(bound, max_nodes)
         chunk = 1
         while bound > 0:
             take = min(chunk, bound)
             bound -= take
             chunk *= 2
-            size, dollars = take * k, take * node.node_hour_dollars
+            size, dollars = take * k, take * node_hour_dollars
             for g in range(g_max, size - 1, -1):
                 before = best[g - size]
                 if before + dollars < best[g]:
