@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 
 import hybridgpu.planner.cost as cost_module
 from hybridgpu.cli import main
-from hybridgpu.planner.cost import CostModel, ReplayTask, SharedWork, SideBySide
+from hybridgpu.planner.cost import CostModel, SharedWork, SideBySide, Task
 from hybridgpu.planner.fast import local_search, two_scale_search
 from hybridgpu.planner.io import history_from_jobs, jobs_of_trace, load_plan_spec
 from hybridgpu.planner.model import DemandSample, PlanInputs, Usage
-from hybridgpu.planner.optimize import cheapest_mixes
+from hybridgpu.planner.optimize import cheapest_mixes, optimal_fleet
 from hybridgpu.planner.plan import plan_from_spec, plan_status
 from hybridgpu.planner.replay import replay_jobs
+from hybridgpu.planner.sensitivity import flip_points
 from hybridgpu.sim import parallel
 from hybridgpu.sim.traces import synthetic
 from support.planner import CLOUD, node_type
@@ -94,11 +95,13 @@ def test_a_plan_replayed_in_batches_makes_the_same_replays_and_the_same_plan(
     in_turn = plan_from_spec(spec, history, jobs, search="fast")
     made_in_turn = sorted(made)
     made.clear()
-    batches: list[int] = []
+    batches: list[int] = []  # of replays (the aggregate model's flip points: another one)
 
-    def batch(tasks: Mapping[str, ReplayTask]) -> dict[str, Usage]:
-        batches.append(len(tasks))
-        return {name: task(None) for name, task in tasks.items()}
+    def batch(tasks: Mapping[str, Task]) -> dict[str, Any]:
+        done = {name: task(None) for name, task in tasks.items()}
+        if all(isinstance(result, Usage) for result in done.values()):
+            batches.append(len(tasks))
+        return done
 
     side = plan_from_spec(spec, history, jobs, search="fast", side_by_side=SideBySide(batch, 2))
     assert in_turn.search.method == side.search.method == "fast"
@@ -165,3 +168,28 @@ def test_the_node_mixes_shared_by_a_plans_variants_are_those_of_each_variant(
             cloud=CLOUD,
         )
         assert cheapest_mixes(CostModel(inputs, shared)) == cheapest_mixes(CostModel(inputs))
+
+
+def test_the_flip_points_searched_side_by_side_are_those_searched_in_turn() -> None:
+    """A demand history's flip points (the fast search's aggregate model), every lever and
+    direction searched at once, come out as searched one after the other, in order."""
+    _, history, _ = _trace_plan_inputs(60)
+    inputs = PlanInputs(
+        history=tuple(history),
+        node_types=(node_type("eight", 8, 2.0), node_type("four", 4, 2.3)),
+        cloud=CLOUD,
+        horizon_months=24,
+        demand_growth_per_year=0.2,
+    )
+    nodes = optimal_fleet(CostModel(inputs))
+    batches: list[int] = []
+
+    def batch(tasks: Mapping[str, Task]) -> dict[str, Any]:
+        batches.append(len(tasks))
+        return {name: task(None) for name, task in tasks.items()}
+
+    in_turn = flip_points(inputs, nodes, SharedWork())
+    side = flip_points(inputs, nodes, SharedWork(), SideBySide(batch, 2))
+    assert side == in_turn
+    assert batches == [len(in_turn)] and len({p.parameter for p in in_turn}) > 2
+    assert any(p.found for p in in_turn)

@@ -36,17 +36,18 @@ ReplayKey = tuple[tuple[int, ...], tuple[bool, float, float, float, float], int]
 CurvesKey = tuple[float, int, float | None]
 Curve: TypeAlias = "DurationCurve | ScaledCurve"
 """What ``CostModel`` reads demand off (``ScaledCurve``: the fast search's)."""
-ReplayTask = Callable[[Any], Usage]
-"""One replay to make: called with a progress callback or None (``sim.parallel.Task``)."""
+Task = Callable[[Any], Any]
+"""Independent work (a replay, a flip-point search): called with a progress callback or
+None (``sim.parallel.Task``), returns its picklable result."""
 
 
 @dataclass(frozen=True, slots=True)
 class SideBySide:
-    """How to make independent replays at once: ``run`` makes every task of a mapping and
-    returns their usages by name, up to ``workers`` at a time (the CLI's: worker processes,
+    """How to do independent work at once: ``run`` does every task of a mapping and returns
+    their results by name, up to ``workers`` at a time (the CLI's: worker processes,
     ``sim.parallel.run_all``; the planner's maths starts none itself)."""
 
-    run: Callable[[Mapping[str, ReplayTask]], dict[str, Usage]]
+    run: Callable[[Mapping[str, Task]], dict[str, Any]]
     workers: int
 
 

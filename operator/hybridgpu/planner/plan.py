@@ -268,7 +268,8 @@ def plan_capacity(
     ``with_procurement`` the mix to sign as well (owned, the best committed offer, on demand,
     spot, period by period). ``search``: ``exact``, ``fast`` (a job trace: planner/fast.py)
     or ``auto`` (fast above ``fast.FAST_ABOVE_JOBS`` jobs). ``side_by_side``: where the fast
-    search makes independent replays at once (None: one after the other); the same plan."""
+    search makes independent replays, and a demand history's plan its flip-point searches,
+    at once (None: one after the other); the same plan."""
     if choose_search(search, inputs) == "fast":
         return _fast_plan(
             inputs,
@@ -290,7 +291,9 @@ def plan_capacity(
     flips: list[FlipPoint] = []
     if with_sensitivity:
         cases = sensitivity_cases(inputs, shared)
-        flips = flip_points(inputs, nodes, shared)
+        # A demand history's flip points (the fast search's aggregate model) side by side: a
+        # trace's would replay in each worker what the others replay too.
+        flips = flip_points(inputs, nodes, shared, None if inputs.jobs else side_by_side)
     return CapacityPlanResult(
         inputs=inputs,
         recommended=model.fleet_cost(nodes),
@@ -345,6 +348,7 @@ def _fast_plan(
         peak_tflops_per_gpu=peak_tflops_per_gpu,
         owned_tranche_months=owned_tranche_months,
         search="exact",
+        side_by_side=side_by_side,
     )
     shared = SharedWork(fast=True, side_by_side=side_by_side)
     model = CostModel(inputs, shared)

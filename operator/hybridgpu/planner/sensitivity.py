@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from hybridgpu.planner.cost import CostModel, SharedWork
+from hybridgpu.planner.cost import CostModel, SharedWork, SideBySide
 from hybridgpu.planner.model import OwnedNodeType, PlanInputs
 from hybridgpu.planner.optimize import optimal_fleet
 
@@ -200,45 +200,55 @@ def sensitivity_cases(inputs: PlanInputs, shared: SharedWork) -> list[Sensitivit
     return cases
 
 
-def flip_points(inputs: PlanInputs, nodes: tuple[int, ...], shared: SharedWork) -> list[FlipPoint]:
+def flip_points(
+    inputs: PlanInputs,
+    nodes: tuple[int, ...],
+    shared: SharedWork,
+    side_by_side: SideBySide | None = None,
+) -> list[FlipPoint]:
     """For every lever and direction, the smallest change found that makes the plan recommend
     another fleet than ``nodes``: a scan over ``_SEARCH_FRACTIONS`` of the lever's range, then
-    bisection. A change and change back between two scanned points is not seen."""
+    bisection. A change and change back between two scanned points is not seen. With
+    ``side_by_side`` (and more than one worker) the levers' searches run at once; the same
+    points."""
 
     def fleet(lever: Lever, change: float) -> tuple[int, ...]:
         return optimal_fleet(CostModel(lever.apply(inputs, change), shared))
 
-    points = []
-    for lever in levers(inputs):
-        for direction, end in ((-1, lever.lowest_change), (1, lever.highest_change)):
-            if end * direction <= 0:
-                continue  # nothing to search on this side (e.g. already at 0 %)
-            kept, changed, other = 0.0, None, nodes
-            for fraction in _SEARCH_FRACTIONS:
-                other = fleet(lever, end * fraction)
-                if other != nodes:
-                    changed = end * fraction
-                    break
-                kept = end * fraction
-            if changed is None:
-                points.append(
-                    FlipPoint(
-                        lever.parameter, direction, end, end, f"none to {lever.label(end)}",
-                        lever.value(lever.apply(inputs, end)), None,
-                    )
-                )  # fmt: skip
-                continue
-            for _ in range(_BISECTIONS):
-                middle = (kept + changed) / 2
-                middle_fleet = fleet(lever, middle)
-                if middle_fleet == nodes:
-                    kept = middle
-                else:
-                    changed, other = middle, middle_fleet
-            points.append(
-                FlipPoint(
-                    lever.parameter, direction, changed, kept, lever.label(changed),
-                    lever.value(lever.apply(inputs, changed)), other,
-                )
+    def search(lever: Lever, direction: int, end: float) -> FlipPoint:
+        kept, changed, other = 0.0, None, nodes
+        for fraction in _SEARCH_FRACTIONS:
+            other = fleet(lever, end * fraction)
+            if other != nodes:
+                changed = end * fraction
+                break
+            kept = end * fraction
+        if changed is None:
+            return FlipPoint(
+                lever.parameter, direction, end, end, f"none to {lever.label(end)}",
+                lever.value(lever.apply(inputs, end)), None,
             )  # fmt: skip
-    return points
+        for _ in range(_BISECTIONS):
+            middle = (kept + changed) / 2
+            middle_fleet = fleet(lever, middle)
+            if middle_fleet == nodes:
+                kept = middle
+            else:
+                changed, other = middle, middle_fleet
+        return FlipPoint(
+            lever.parameter, direction, changed, kept, lever.label(changed),
+            lever.value(lever.apply(inputs, changed)), other,
+        )  # fmt: skip
+
+    searches = [
+        (lever, direction, end)
+        for lever in levers(inputs)
+        for direction, end in ((-1, lever.lowest_change), (1, lever.highest_change))
+        if end * direction > 0  # else nothing to search on this side (e.g. already at 0 %)
+    ]
+    if side_by_side is None or side_by_side.workers < 2 or len(searches) < 2:
+        return [search(*s) for s in searches]
+    found = side_by_side.run(
+        {str(i): (lambda _, s=s: search(*s)) for i, s in enumerate(searches)}  # type: ignore[misc]
+    )
+    return [found[str(i)] for i in range(len(searches))]
