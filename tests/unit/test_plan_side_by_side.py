@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hybridgpu.planner.cost as cost_module
+import hybridgpu.planner.procure as procure_module
 from hybridgpu.cli import main
 from hybridgpu.planner.cost import CostModel, SharedWork, SideBySide, Task
 from hybridgpu.planner.fast import local_search, two_scale_search
@@ -23,7 +24,7 @@ from hybridgpu.planner.io import history_from_jobs, jobs_of_trace, load_plan_spe
 from hybridgpu.planner.model import DemandSample, PlanInputs, Usage
 from hybridgpu.planner.optimize import cheapest_mixes, optimal_fleet
 from hybridgpu.planner.plan import plan_from_spec, plan_status
-from hybridgpu.planner.replay import replay_jobs
+from hybridgpu.planner.replay import replay_committed, replay_jobs
 from hybridgpu.planner.sensitivity import flip_points
 from hybridgpu.sim import parallel
 from hybridgpu.sim.traces import synthetic
@@ -82,30 +83,38 @@ def test_a_plan_replayed_in_batches_makes_the_same_replays_and_the_same_plan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Side by side (two workers, the batches run here to be counted) the fast plan makes
-    exactly the replays it makes one at a time, several of them in batches of two, and
-    prints the same plan."""
-    spec, history, jobs = _trace_plan_inputs(60)
-    made: list[tuple[int, ...]] = []
+    exactly the replays it makes one at a time (owned fleets and, for the procurement, with
+    committed nodes), several of them in batches of two, and prints the same plan."""
+    spec, history, jobs = _trace_plan_inputs(240)
+    made: list[tuple[tuple[int, ...], tuple[int, ...] | None]] = []
 
     def counted(jobs: Any, sizes: Any, *args: Any, **kwargs: Any) -> Usage:
-        made.append(tuple(sizes))
+        made.append((tuple(sizes), None))
         return replay_jobs(jobs, sizes, *args, **kwargs)
 
+    def counted_committed(
+        jobs: Any, sizes: Any, cloud: Any, committed: Any, **kwargs: Any
+    ) -> tuple[Usage, bool]:
+        made.append((tuple(sizes), tuple(committed)))
+        return replay_committed(jobs, sizes, cloud, committed, **kwargs)
+
     monkeypatch.setattr(cost_module, "replay_jobs", counted)
+    monkeypatch.setattr(procure_module, "replay_committed", counted_committed)
     in_turn = plan_from_spec(spec, history, jobs, search="fast")
-    made_in_turn = sorted(made)
+    made_in_turn = sorted(made, key=repr)
     made.clear()
     batches: list[int] = []  # of replays (the aggregate model's flip points: another one)
 
     def batch(tasks: Mapping[str, Task]) -> dict[str, Any]:
         done = {name: task(None) for name, task in tasks.items()}
-        if all(isinstance(result, Usage) for result in done.values()):
+        if all(isinstance(result, Usage | tuple) for result in done.values()):
             batches.append(len(tasks))
         return done
 
     side = plan_from_spec(spec, history, jobs, search="fast", side_by_side=SideBySide(batch, 2))
     assert in_turn.search.method == side.search.method == "fast"
-    assert sorted(made) == made_in_turn  # no replay more, none fewer
+    assert sorted(made, key=repr) == made_in_turn  # no replay more, none fewer
+    assert any(committed for _, committed in made_in_turn)  # the procurement's replays too
     assert batches and all(size == 2 for size in batches)
     assert sum(batches) >= len(made_in_turn) // 2  # most of them in batches
     status = plan_status(side).model_dump(mode="json")
@@ -114,6 +123,12 @@ def test_a_plan_replayed_in_batches_makes_the_same_replays_and_the_same_plan(
     assert side.current == in_turn.current
     assert side.all_on_demand_dollars == in_turn.all_on_demand_dollars
     assert side.runners_up == in_turn.runners_up and side.procurement == in_turn.procurement
+    # Every replay recorded under the fleet it is of, as in turn (the losing candidates'
+    # procurement replays too, which the printed plan does not show).
+    shared, alone = side.cost_model.shared, in_turn.cost_model.shared
+    assert shared.replays == alone.replays
+    assert shared.committed_replays == alone.committed_replays
+    assert shared.enough_committed == alone.enough_committed and not shared.made_ahead
 
 
 def test_the_cli_prints_the_same_plan_with_any_workers(tmp_path: Path, capsys: Any) -> None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeAlias
 
+import numpy as np
+
 from hybridgpu.planner.model import (
     HOURS_PER_MONTH,
     CloudRates,
@@ -94,6 +96,10 @@ class SharedWork:
         ] = {}
         """Procurement's demand curves of a period's monthly factors with some GPUs committed
         (firm, total, committed GPU-hours used): the same for every offer signed."""
+        self.history_levels: dict[
+            float | None, tuple[list[tuple[float, float, float]], np.ndarray | None]
+        ] = {}
+        """``procure.ProcurementModel``'s levels of the history, by preemptible share."""
         self.trace_firm: DurationCurve | None = None
         """The trace's firm demand curve in its own hours (``CostModel.lower_bound``)."""
 

@@ -76,6 +76,7 @@ from hybridgpu.planner.procure import (
     ProcurementModel,
     costed,
     optimal_procurement,
+    replay_ahead,
 )
 from hybridgpu.planner.sensitivity import (
     FlipPoint,
@@ -370,11 +371,10 @@ def _fast_plan(
             owned_tranche_months,
             max_fleets=FAST_PROCUREMENT_FLEETS,
         )
+        candidates = _procurement_candidates(inputs, chosen, nodes, offers, shared)
+        replay_ahead(inputs, candidates, shared)
         procurement = min(
-            (
-                costed(inputs, plan, shared)
-                for plan in _procurement_candidates(inputs, chosen, nodes, offers, shared)
-            ),
+            (costed(inputs, plan, shared) for plan in candidates),
             key=lambda plan: plan.total_dollars,
         )
     return replace(

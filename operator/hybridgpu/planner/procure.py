@@ -43,12 +43,13 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
 from hybridgpu.core.cost import HOURS_PER_YEAR
 from hybridgpu.planner import progress
-from hybridgpu.planner.cost import CostModel, SharedWork, _fluid_usage
+from hybridgpu.planner.cost import CostModel, ReplayKey, SharedWork, _fluid_usage
 from hybridgpu.planner.model import (
     HOURS_PER_MONTH,
     DurationCurve,
@@ -254,17 +255,23 @@ class ProcurementModel:
         self.periods = periods_of(inputs.horizon_months, calendars or [(3, 0)])
         self.after_horizon_by_offer = tuple(_after_horizon_months(o, self.periods) for o in offers)
         self.after_horizon_months = max(self.after_horizon_by_offer, default=0)
-        self._levels = _history_levels(inputs)
-        self._level_arrays = (
-            np.array([[f, p, h] for f, p, h in self._levels], dtype=float).reshape(-1, 3).T
-            if self.shared.fast
-            else None
-        )
-        """The levels as arrays (firm, preemptible, month share) for ``_fluid_arrays`` (the
-        fast search's)."""
         self._levels_key = None if inputs.jobs else inputs.preemptible_share
         """What the levels depend on besides the history and jobs (``SharedWork`` is for one
         of each): the preemptible share, for a history without criticalities."""
+        known = self.shared.history_levels.get(self._levels_key)
+        if known is None:
+            levels = _history_levels(inputs)
+            arrays = (
+                np.array([[f, p, h] for f, p, h in levels], dtype=float).reshape(-1, 3).T
+                if self.shared.fast
+                else None
+            )
+            known = self.shared.history_levels[self._levels_key] = (levels, arrays)
+        self._levels: list[tuple[float, float, float]] = known[0]
+        self._level_arrays: np.ndarray | None = known[1]
+        """The history's levels and (the fast search's) the same as arrays (firm,
+        preemptible, month share) for ``_fluid_arrays``: the same for every model of the
+        plan (a 200,000-job trace's history has 100,000s of samples)."""
         self._window_hours = _window_hours(inputs)
         self._curves: dict[tuple[tuple[float, ...], int], tuple[DurationCurve, DurationCurve]] = {}
         self._committed_used: dict[tuple[tuple[float, ...], int], float] = {}
@@ -480,38 +487,67 @@ class ProcurementModel:
             # The owned-only replay the plan's fleet search made already (shared cache).
             usage = self.owned_model.usage(nodes).scaled(1.0 / self.inputs.horizon_months)
         if usage is None:
-            sizes = [
-                k
-                for n, k in zip(nodes, self.owned_model.gpus_per_node, strict=True)
-                for _ in range(n)
-            ]
-            cloud = self.inputs.cloud
-            timing = (
-                cloud.spot_is_used,
-                cloud.spot_rerun_factor,
-                cloud.spot_restart_overhead_hours,
-                cloud.node_startup_hours,
-                cloud.idle_release_hours,
-            )
-            replicas = self.inputs.share_replicas
-            owned_key = (tuple(sorted(sizes)), timing, replicas)
+            sizes, owned_key = self._owned_sizes(nodes)
             raw = self.shared.committed_usage(committed_nodes, owned_key)
             if raw is None:
-                raw, enough = replay_committed(
+                made = replay_committed(
                     self.inputs.jobs,
                     sizes,
-                    cloud,
+                    self.inputs.cloud,
                     committed_nodes,
-                    share_replicas=replicas,
+                    share_replicas=self.inputs.share_replicas,
                 )
-                self.shared.committed_replays[(committed_nodes, owned_key)] = raw
-                if enough:
-                    self.shared.enough_committed.setdefault(owned_key, []).append(
-                        (committed_nodes, raw)
-                    )
+                raw = self._keep_replay(committed_nodes, owned_key, made)
             usage = raw.scaled(HOURS_PER_MONTH / self._window_hours)
             self._replays[key] = usage
         return usage
+
+    def _owned_sizes(self, nodes: tuple[int, ...]) -> tuple[list[int], ReplayKey]:
+        """The owned nodes' GPUs in the order replayed, and their key among the replays."""
+        sizes = [
+            k for n, k in zip(nodes, self.owned_model.gpus_per_node, strict=True) for _ in range(n)
+        ]
+        cloud = self.inputs.cloud
+        timing = (
+            cloud.spot_is_used,
+            cloud.spot_rerun_factor,
+            cloud.spot_restart_overhead_hours,
+            cloud.node_startup_hours,
+            cloud.idle_release_hours,
+        )
+        return sizes, (tuple(sorted(sizes)), timing, self.inputs.share_replicas)
+
+    def _keep_replay(
+        self, committed_nodes: tuple[int, ...], owned_key: ReplayKey, made: tuple[Usage, bool]
+    ) -> Usage:
+        """Record a replay with committed nodes (and whether they were enough) for the plan's
+        other models; its usage."""
+        raw, enough = made
+        self.shared.committed_replays[(committed_nodes, owned_key)] = raw
+        if enough:
+            self.shared.enough_committed.setdefault(owned_key, []).append((committed_nodes, raw))
+        return raw
+
+    def replays_wanted(
+        self, plan: Procurement
+    ) -> list[tuple[list[int], tuple[int, ...], ReplayKey]]:
+        """The replays (owned node sizes, committed node sizes, the owned nodes' key) that
+        costing ``plan`` makes and the shared work does not hold, in the order it makes
+        them."""
+        out: list[tuple[list[int], tuple[int, ...], ReplayKey]] = []
+        if not self.inputs.jobs:
+            return out
+        for k, (_, units) in enumerate(zip(self.periods, plan.levels, strict=True)):
+            nodes = plan.fleet_at(k)
+            committed = self.committed_node_gpus(self.levels(units))
+            if (nodes, committed) in self._replays:
+                continue
+            if not committed and self.inputs.demand_growth_per_year == 0:
+                continue  # the owned-only replay (``_replay``)
+            sizes, owned_key = self._owned_sizes(nodes)
+            if self.shared.committed_usage(committed, owned_key) is None:
+                out.append((sizes, committed, owned_key))
+        return out
 
     def usage(self, period: Period, nodes: Sequence[int], units: int | Sequence[int]) -> Usage:
         """GPU-hours of ``period`` with ``nodes`` owned (per type) and ``units`` committed."""
@@ -1209,6 +1245,40 @@ def optimal_procurement(
                 best = Procurement(choice, tuple(nodes), schedule)
     assert best is not None
     return costed(inputs, best, shared)
+
+
+def replay_ahead(inputs: PlanInputs, plans: Sequence[Procurement], shared: SharedWork) -> None:
+    """Make at once (``SharedWork.side_by_side``) the replays that ``costed`` makes for
+    ``plans`` one after the other, and record them as it does, in its order: a replay that
+    one made before it makes unnecessary (committed nodes found enough) is left out there
+    too. Nothing without workers or for one replay (made when asked)."""
+    side = shared.side_by_side
+    if side is None or side.workers < 2 or not inputs.jobs:
+        return
+    wanted: dict[tuple[tuple[int, ...], ReplayKey], tuple[ProcurementModel, list[int]]] = {}
+    for plan in plans:
+        model = ProcurementModel(inputs, plan.offers, shared, plan.owned_tranche_months)
+        for sizes, committed, owned_key in model.replays_wanted(plan):
+            wanted.setdefault((committed, owned_key), (model, sizes))
+    if len(wanted) < 2:
+        return
+    made = side.run(
+        {
+            str(i): partial(_replay_task, inputs, sizes, committed)
+            for i, ((committed, _), (_, sizes)) in enumerate(wanted.items())
+        }
+    )
+    for i, ((committed, owned_key), (model, _)) in enumerate(wanted.items()):
+        if shared.committed_usage(committed, owned_key) is None:
+            model._keep_replay(committed, owned_key, made[str(i)])
+
+
+def _replay_task(
+    inputs: PlanInputs, sizes: list[int], committed: tuple[int, ...], _: object
+) -> tuple[Usage, bool]:
+    return replay_committed(
+        inputs.jobs, sizes, inputs.cloud, committed, share_replicas=inputs.share_replicas
+    )
 
 
 def costed(inputs: PlanInputs, plan: Procurement, shared: SharedWork | None = None) -> Procurement:
