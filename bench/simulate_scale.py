@@ -25,6 +25,12 @@ measured in the worker that ran it; ``peak_rss_largest_worker_mib`` is the large
 peak RSS (which counts again the pages it shares with this process).
 
     .venv/bin/python bench/simulate_scale.py dlrm --workers 2
+
+``plan`` runs `hybridgpu plan` as it is run (its fast search replays several fleets at once
+in worker processes, one per CPU this process may use; ``--workers N`` passes `--workers N`
+to it): ``cpu_seconds`` is this process's, ``workers_cpu_seconds`` the workers',
+``total_cpu_seconds`` both; ``replays`` counts those made here and in the workers,
+``replay_cpu_seconds`` only those made here.
 """
 
 from __future__ import annotations
@@ -173,13 +179,14 @@ def main() -> int:
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
+        default=None,
         help="dlrm and synthetic: policies simulated at once in worker processes, as "
-        "`hybridgpu simulate --workers` (default 1: one after the other, in this process)",
+        "`hybridgpu simulate --workers` (default 1: one after the other, in this process); "
+        "plan: `hybridgpu plan --workers` (default: its own, the CPUs this process may use)",
     )
     args = parser.parse_args()
-    if args.workers < 1 or (args.what == "plan" and args.workers != 1):
-        parser.error("--workers: a whole number >= 1, for dlrm and synthetic")
+    if args.workers is not None and args.workers < 1:
+        parser.error("--workers: a whole number >= 1")
     if args.what == "dlrm":
         if not DLRM.exists():
             print(json.dumps({"skipped": f"{DLRM} not found"}))
@@ -193,7 +200,7 @@ def main() -> int:
                 for j in jobs
                 if j.arrival_seconds < end
             ]
-        out = _simulate(config.pools, config.policy.spec, jobs, args.policy, args.workers)
+        out = _simulate(config.pools, config.policy.spec, jobs, args.policy, args.workers or 1)
     elif args.what == "synthetic":
         jobs, copies = _synthetic_jobs(args.jobs)
         config = load_cluster(BUNDLED)
@@ -209,10 +216,10 @@ def main() -> int:
             )
             for p in config.pools
         ]
-        simulated = _simulate(pools, config.policy.spec, jobs, args.policy, args.workers)
+        simulated = _simulate(pools, config.policy.spec, jobs, args.policy, args.workers or 1)
         out = {"copies": copies, **simulated}
     else:
-        out = _plan(args.jobs, args.search)
+        out = _plan(args.jobs, args.search, args.workers)
     out["peak_rss_mib"] = _peak_rss_mib()
     if args.what != "plan":
         # The largest worker's peak, the pages it shares with this process (the trace, forked
@@ -222,10 +229,12 @@ def main() -> int:
     return 0
 
 
-def _plan(count: int, search: str = "auto") -> dict[str, Any]:
+def _plan(count: int, search: str = "auto", workers: int | None = None) -> dict[str, Any]:
     import hybridgpu.planner.cost as cost_module
     import hybridgpu.planner.procure as procure_module
+    import hybridgpu.sim.parallel as parallel_module
     from hybridgpu.cli import main as cli
+    from hybridgpu.planner.model import Usage
 
     # Count the trace replays the plan makes (one per owned fleet and committed level it
     # prices): the planner's cost grows with their number times the trace's length.
@@ -244,6 +253,17 @@ def _plan(count: int, search: str = "auto") -> dict[str, Any]:
 
     cost_module.replay_jobs = counted(cost_module.replay_jobs)  # type: ignore[assignment]
     procure_module.replay_committed = counted(procure_module.replay_committed)  # type: ignore[assignment]
+    run_all = parallel_module.run_all
+
+    def counted_run_all(tasks: Any, **kwargs: Any) -> Any:
+        done = run_all(tasks, **kwargs)
+        in_workers = min(kwargs.get("workers", 1), len(tasks)) > 1 and parallel_module.can_fork()
+        if in_workers:  # else the replays were made (and counted) here
+            # Usage (an owned fleet's) or (Usage, enough) (with committed nodes); not flip points.
+            replays["count"] += sum(isinstance(d, Usage | tuple) for d in done.values())
+        return done
+
+    parallel_module.run_all = counted_run_all  # type: ignore[assignment]
 
     jobs, copies = _synthetic_jobs(count)
     with tempfile.TemporaryDirectory() as tmp:
@@ -255,13 +275,17 @@ def _plan(count: int, search: str = "auto") -> dict[str, Any]:
                 row = (j.name, j.arrival_seconds, j.duration_seconds, j.gpus, j.criticality.value)
                 writer.writerow(row)
         argv = ["plan", "--config", str(ROOT / "examples" / "plan.yaml"), "--trace", str(trace)]
+        if workers is not None:
+            argv += ["--workers", str(workers)]
         start = time.perf_counter()
         cpu = time.process_time()
+        children_cpu = _children_cpu_seconds()
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
             code = cli([*argv, "--json", "--search", search])
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu
+        children_cpu = _children_cpu_seconds() - children_cpu
     status = json.loads(stdout.getvalue())["status"] if code == 0 else None
     return {
         "jobs": len(jobs),
@@ -269,6 +293,8 @@ def _plan(count: int, search: str = "auto") -> dict[str, Any]:
         "exit_code": code,
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
+        "workers_cpu_seconds": round(children_cpu, 1),
+        "total_cpu_seconds": round(cpu + children_cpu, 1),
         "search": None if code != 0 else json.loads(stdout.getvalue())["search"]["method"],
         "recommended_nodes": None if status is None else status.get("recommendedNodes"),
         "monthly_total": None if status is None else status["monthlyCost"]["total"],
