@@ -26,7 +26,7 @@ from hybridgpu.models.capacityplan import (
 from hybridgpu.models.capacityplan import (
     FlipPoint as FlipPointStatus,
 )
-from hybridgpu.planner.cost import CostModel, SharedWork, SideBySide
+from hybridgpu.planner.cost import CostModel, SharedWork, SideBySide, Task
 from hybridgpu.planner.fast import (
     EXACT_SEARCH,
     FAST_PROCUREMENT_FLEETS,
@@ -340,7 +340,7 @@ def _fast_plan(
     step, fluid_inputs = model_inputs(inputs)
     aggregate = plan_capacity(
         fluid_inputs,
-        with_sensitivity=with_sensitivity,
+        with_sensitivity=False,  # below, beside the model's procurement
         offers=offers,
         cost_of_capital_per_year=cost_of_capital_per_year,
         tokens_per_gpu_hour=tokens_per_gpu_hour,
@@ -349,28 +349,54 @@ def _fast_plan(
         peak_tflops_per_gpu=peak_tflops_per_gpu,
         owned_tranche_months=owned_tranche_months,
         search="exact",
-        side_by_side=side_by_side,
     )
     shared = SharedWork(fast=True, side_by_side=side_by_side)
     model = CostModel(inputs, shared)
     current = tuple(t.current_nodes for t in inputs.node_types)
     # Today's fleet and all on demand are priced below: replayed while a worker is idle.
     nodes, sizes = fast_fleet(model, aggregate.recommended.owned_gpus, spare=(current, None))
-    procurement = None
-    if with_procurement:
+    model_shared = aggregate.cost_model.shared
+
+    def model_flip_points(_: object) -> tuple[FlipPoint, ...]:
+        return tuple(flip_points(fluid_inputs, aggregate.recommended.nodes, model_shared))
+
+    def model_sensitivity(_: object) -> tuple[SensitivityCase, ...]:
+        return tuple(sensitivity_cases(fluid_inputs, model_shared))
+
+    def model_procurement(_: object) -> Procurement:
         procurement_inputs = model_inputs(inputs, PROCUREMENT_LEVELS)[1]
         calibrated = SharedWork(fast=True)
         calibrated.cloud_scale = _cloud_scale(
             CostModel(procurement_inputs, SharedWork(fast=True)).usage(nodes),
             model.usage(nodes),
         )
-        chosen = optimal_procurement(
+        return optimal_procurement(
             procurement_inputs,
             offers,
             calibrated,
             owned_tranche_months,
             max_fleets=FAST_PROCUREMENT_FLEETS,
         )
+
+    # The aggregate model's sensitivity table, flip points and procurement depend on
+    # nothing of each other (the longest first: the others fill the workers beside it).
+    tasks: dict[str, Task] = {}
+    if with_sensitivity:
+        tasks["flip points"] = model_flip_points
+    if with_procurement:
+        tasks["procurement"] = model_procurement
+    if with_sensitivity:
+        tasks["sensitivity"] = model_sensitivity
+    model_work = _at_once(tasks, side_by_side)
+    if with_sensitivity:
+        aggregate = replace(
+            aggregate,
+            sensitivity=model_work["sensitivity"],
+            flip_points=model_work["flip points"],
+        )
+    procurement = None
+    if with_procurement:
+        chosen = model_work["procurement"]
         candidates = _procurement_candidates(inputs, chosen, nodes, offers, shared)
         replay_ahead(inputs, candidates, shared)
         procurement = min(
@@ -394,6 +420,13 @@ def _fast_plan(
             model_nodes=aggregate.recommended.nodes,
         ),
     )
+
+
+def _at_once(tasks: dict[str, Task], side_by_side: SideBySide | None) -> dict[str, Any]:
+    """Every task's result, the tasks run side by side when there are workers."""
+    if side_by_side is None or side_by_side.workers < 2 or len(tasks) < 2:
+        return {name: task(None) for name, task in tasks.items()}
+    return side_by_side.run(tasks)
 
 
 def _cloud_scale(fluid: Usage, replayed: Usage) -> tuple[float, float]:
