@@ -259,8 +259,12 @@ def _plan(count: int, search: str = "auto", workers: int | None = None) -> dict[
         done = run_all(tasks, **kwargs)
         in_workers = min(kwargs.get("workers", 1), len(tasks)) > 1 and parallel_module.can_fork()
         if in_workers:  # else the replays were made (and counted) here
-            # Usage (an owned fleet's) or (Usage, enough) (with committed nodes); not flip points.
-            replays["count"] += sum(isinstance(d, Usage | tuple) for d in done.values())
+            # Usage (an owned fleet's) or (Usage, enough) (with committed nodes), not the
+            # aggregate model's flip points, sensitivity table or procurement.
+            replays["count"] += sum(
+                isinstance(d, Usage) or (isinstance(d, tuple) and bool(d) and isinstance(d[0], Usage))
+                for d in done.values()
+            )
         return done
 
     parallel_module.run_all = counted_run_all  # type: ignore[assignment]
