@@ -229,12 +229,20 @@ def main() -> int:
     return 0
 
 
+def _is_replay(result: Any) -> bool:
+    """A replay's result: Usage (an owned fleet) or (Usage, enough) (with committed nodes)."""
+    from hybridgpu.planner.model import Usage
+
+    if isinstance(result, tuple):
+        return len(result) == 2 and isinstance(result[0], Usage)
+    return isinstance(result, Usage)
+
+
 def _plan(count: int, search: str = "auto", workers: int | None = None) -> dict[str, Any]:
     import hybridgpu.planner.cost as cost_module
     import hybridgpu.planner.procure as procure_module
     import hybridgpu.sim.parallel as parallel_module
     from hybridgpu.cli import main as cli
-    from hybridgpu.planner.model import Usage
 
     # Count the trace replays the plan makes (one per owned fleet and committed level it
     # prices): the planner's cost grows with their number times the trace's length.
@@ -261,10 +269,7 @@ def _plan(count: int, search: str = "auto", workers: int | None = None) -> dict[
         if in_workers:  # else the replays were made (and counted) here
             # Usage (an owned fleet's) or (Usage, enough) (with committed nodes), not the
             # aggregate model's flip points, sensitivity table or procurement.
-            replays["count"] += sum(
-                isinstance(d, Usage) or (isinstance(d, tuple) and bool(d) and isinstance(d[0], Usage))
-                for d in done.values()
-            )
+            replays["count"] += sum(_is_replay(d) for d in done.values())
         return done
 
     parallel_module.run_all = counted_run_all  # type: ignore[assignment]
