@@ -107,6 +107,22 @@ def test_an_error_in_a_worker_is_raised_here_as_it_is() -> None:
     with pytest.raises(UserError) as raised:
         run_all({"a": _pid, "b": _fails}, workers=2)
     assert str(raised.value) == "reactive: the trace is wrong"  # what the CLI prints
+    assert raised.value.__notes__[0].startswith("raised in the process simulating b:")
+
+
+def _process_name(step: Callable[[float], None] | None) -> str:
+    import multiprocessing
+
+    return multiprocessing.current_process().name
+
+
+def test_the_workers_are_named_after_the_work_they_do() -> None:
+    """`hybridgpu plan` replays in the same workers: its processes and errors say so."""
+    names = run_all({"a": _process_name, "b": _process_name}, workers=2, doing="replaying")
+    assert names == {"a": "hybridgpu replaying a", "b": "hybridgpu replaying b"}
+    with pytest.raises(UserError) as raised:
+        run_all({"a": _pid, "fleet": _fails}, workers=2, doing="replaying")
+    assert raised.value.__notes__[0].startswith("raised in the process replaying fleet:")
 
 
 def test_a_user_error_in_a_worker_is_one_line_and_exit_2(monkeypatch, capsys) -> None:

@@ -95,7 +95,7 @@ def _side_by_side(workers: int | None) -> Any:
     count = usable_cpus() if workers is None else workers
 
     def run(tasks: Any) -> Any:
-        return run_all(tasks, workers=count)
+        return run_all(tasks, workers=count, doing="replaying")
 
     return SideBySide(run, count)
 

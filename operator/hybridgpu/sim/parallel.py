@@ -46,6 +46,7 @@ def run_all(
     *,
     workers: int = 1,
     progress: Callable[[str, float], None] | None = None,
+    doing: str = "simulating",
 ) -> dict[str, T]:
     """Every task's result by name, in the order of ``tasks``.
 
@@ -54,11 +55,12 @@ def run_all(
     longest first, so the others fill the remaining workers beside it). Where processes
     cannot be forked, they run one after the other. ``progress(name, fraction)`` is called in
     this process, with a fraction below 1 while a run goes on and once with 1.0 when it has
-    finished. An exception of a task is raised here, the others stopped.
+    finished. An exception of a task is raised here, the others stopped. ``doing`` names the
+    work in the workers' process names and in errors ("the process simulating NAME ...").
     """
     workers = min(workers, len(tasks))
     if workers > 1 and can_fork():
-        return _in_processes(tasks, workers, progress)
+        return _in_processes(tasks, workers, progress, doing)
     results: dict[str, T] = {}
     for name, task in tasks.items():
         step = (lambda f, n=name: progress(n, min(f, 1 - PROGRESS_STEP))) if progress else None
@@ -69,7 +71,10 @@ def run_all(
 
 
 def _in_processes(
-    tasks: Mapping[str, Task[T]], workers: int, progress: Callable[[str, float], None] | None
+    tasks: Mapping[str, Task[T]],
+    workers: int,
+    progress: Callable[[str, float], None] | None,
+    doing: str,
 ) -> dict[str, T]:
     # fork, not spawn: a child starts as a copy of this process, with the trace, the pools and
     # the task's closure already in memory (copy-on-write), where spawn would import hybridgpu
@@ -88,7 +93,7 @@ def _in_processes(
                 worker: BaseProcess = context.Process(
                     target=_work,
                     args=(tasks[name], writer, os.getpid(), progress is not None),
-                    name=f"hybridgpu simulate {name}",
+                    name=f"hybridgpu {doing} {name}",
                     daemon=True,  # terminated at this process's exit, whatever happens
                 )
                 worker.start()
@@ -105,7 +110,7 @@ def _in_processes(
                     worker.join()
                     if name not in results:
                         raise RuntimeError(
-                            f"the process simulating {name} ended without a result "
+                            f"the process {doing} {name} ended without a result "
                             f"(exit code {worker.exitcode}; killed, out of memory?)"
                         ) from None
                     continue
@@ -118,7 +123,7 @@ def _in_processes(
                         progress(name, 1.0)
                 else:
                     error, where = value
-                    error.add_note(f"raised in the process simulating {name}:\n{where}")
+                    error.add_note(f"raised in the process {doing} {name}:\n{where}")
                     raise error
     finally:
         # An error, or Ctrl-C (which the workers ignore): stop the runs still going.
