@@ -20,7 +20,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import fields, is_dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -107,21 +107,7 @@ def main() -> int:
         pools, policy = config.pools, config.policy.spec
         jobs = share_fractional(synthetic(seed=7, hours=72), pools)
     elif args.what == "synthetic":
-        jobs, copies = simulate_scale._synthetic_jobs(args.jobs)
-        config = load_cluster(simulate_scale.BUNDLED)
-        policy = config.policy.spec
-        pools = [
-            replace(
-                p,
-                spec=p.spec.model_copy(
-                    update={
-                        "max_nodes": p.spec.max_nodes * copies,
-                        "min_nodes": p.spec.min_nodes * copies,
-                    }
-                ),
-            )
-            for p in config.pools
-        ]
+        jobs, _, pools, policy = simulate_scale.synthetic_cluster(args.jobs)
     else:
         config = load_cluster(ROOT / "examples" / "cluster-dlrm.yaml")
         pools, policy = config.pools, config.policy.spec

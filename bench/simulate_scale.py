@@ -95,6 +95,26 @@ def _synthetic_jobs(jobs: int) -> tuple[list[TraceJob], int]:
     return out[:jobs], copies
 
 
+def synthetic_cluster(jobs: int) -> tuple[list[TraceJob], int, list[Any], Any]:
+    """The synthetic run's jobs, copies of the bundled scenario, and its cluster: the bundled
+    pools with ``maxNodes`` and ``minNodes`` multiplied by the copies, and its policy."""
+    trace, copies = _synthetic_jobs(jobs)
+    config = load_cluster(BUNDLED)
+    pools = [
+        replace(
+            p,
+            spec=p.spec.model_copy(
+                update={
+                    "max_nodes": p.spec.max_nodes * copies,
+                    "min_nodes": p.spec.min_nodes * copies,
+                }
+            ),
+        )
+        for p in config.pools
+    ]
+    return trace, copies, pools, config.policy.spec
+
+
 def _children_cpu_seconds() -> float:
     """User + sys CPU seconds of this process's ended (and waited-for) child processes."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -202,21 +222,8 @@ def main() -> int:
             ]
         out = _simulate(config.pools, config.policy.spec, jobs, args.policy, args.workers or 1)
     elif args.what == "synthetic":
-        jobs, copies = _synthetic_jobs(args.jobs)
-        config = load_cluster(BUNDLED)
-        pools = [
-            replace(
-                p,
-                spec=p.spec.model_copy(
-                    update={
-                        "max_nodes": p.spec.max_nodes * copies,
-                        "min_nodes": p.spec.min_nodes * copies,
-                    }
-                ),
-            )
-            for p in config.pools
-        ]
-        simulated = _simulate(pools, config.policy.spec, jobs, args.policy, args.workers or 1)
+        jobs, copies, pools, policy = synthetic_cluster(args.jobs)
+        simulated = _simulate(pools, policy, jobs, args.policy, args.workers or 1)
         out = {"copies": copies, **simulated}
     else:
         out = _plan(args.jobs, args.search, args.workers)
