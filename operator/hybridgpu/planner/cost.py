@@ -72,12 +72,10 @@ class SharedWork:
         self.replays: dict[ReplayKey, Usage] = {}
         self.side_by_side = side_by_side
         """Where ``CostModel.replay_ahead`` makes replays at once (None: one at a time)."""
-        self.made_ahead: dict[
-            tuple[tuple[int, ...], tuple[bool, float, float, float, float], int], Usage
-        ] = {}
-        """Replays ``CostModel.replay_ahead`` made before they were asked for, by their
-        owned node sizes in the order replayed (the same order and so the same replay as
-        ``CostModel._replay`` would make)."""
+        self.made_ahead: dict[ReplayKey, Usage] = {}
+        """Replays ``CostModel.replay_ahead`` made before they were asked for, by a
+        ``ReplayKey`` whose owned node sizes are in the order replayed, not sorted (the same
+        order and so the same replay as ``CostModel._replay`` would make)."""
         self.committed_replays: dict[tuple[tuple[int, ...], ReplayKey], Usage] = {}
         """Replays with committed nodes (their sizes first): one plan's offers and pairs of
         offers commit the same node counts."""

@@ -394,9 +394,6 @@ class _Replay:
             owned.preemptible[node][key] = None
         heapq.heappush(self.finishes, (now + seconds, key))
 
-    def _tiers(self, job: JobDemand) -> frozenset[str]:
-        return self._tiers_of[job.preemptible]
-
     def start_in_cloud(self, job: JobDemand, now: float, seconds: float) -> None:
         tier = SPOT if SPOT in self._tiers_of[job.preemptible] and self.use_spot else ELASTIC
         start, launched = self.cloud[tier].take(job.units(self.replicas), now)
