@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from hybridgpu.errors import UserError
+from hybridgpu.errors import RunsFailed, UserError
 
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
@@ -107,7 +107,8 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; the exit code: 0 done, 2 bad input, 1 a bug (one line each)."""
+    """Run one command; the exit code: 0 done, 2 bad input, 1 a bug or a worker process that
+    died (one line each; runs of `simulate`/`plan` that failed side by side, a line each)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -115,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else EXIT_BAD_INPUT
     try:
         return int(args.func(args))
+    except RunsFailed as err:
+        # A line each (the first says how many); the tracebacks of bugs only with --debug.
+        if args.debug and err.bugs:
+            raise
+        print(f"hybridgpu: error: {err}", file=sys.stderr)
+        if err.bugs:
+            print("(run with --debug for the tracebacks)", file=sys.stderr)
+        return EXIT_BAD_INPUT if err.user_errors_only else EXIT_BUG
     except UserError as err:
         _error_line(f"hybridgpu: error: {err}")
         return EXIT_BAD_INPUT

@@ -151,6 +151,32 @@ def test_the_cli_prints_the_same_plan_with_any_workers(tmp_path: Path, capsys: A
     assert json.loads(outputs[0])["search"]["method"] == "fast"
 
 
+def _bad_factor(_: object) -> None:
+    raise ValueError("demand factors must be positive")
+
+
+def test_the_plans_work_failing_side_by_side_is_bad_input_a_line_each(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """Work of the plan made at once in worker processes that fails with the ValueError a bad
+    config gives is bad input (exit 2), every failure named, as one alone is."""
+    import hybridgpu.planner.plan as plan_module
+
+    def plan_from_spec(*args: Any, side_by_side: SideBySide, **kwargs: Any) -> object:
+        return side_by_side.run({"flip points": _bad_factor, "sensitivity": _bad_factor})
+
+    monkeypatch.setattr(plan_module, "plan_from_spec", plan_from_spec)
+    history = tmp_path / "demand.csv"
+    history.write_text("time,critical\n0,8\n3600,16\n")
+    argv = ["plan", "--config", str(EXAMPLE_PLAN), "--history", str(history), "--workers", "2"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "hybridgpu: error: 2 of 2 runs failed:\n"
+        f"  replaying flip points: {EXAMPLE_PLAN}: demand factors must be positive\n"
+        f"  replaying sensitivity: {EXAMPLE_PLAN}: demand factors must be positive\n"
+    )
+
+
 @SETTINGS
 @given(
     variants=st.lists(

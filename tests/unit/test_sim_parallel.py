@@ -18,7 +18,7 @@ import pytest
 from tests.support.sim import BUNDLED_CLUSTER
 
 from hybridgpu.cli import main
-from hybridgpu.errors import UserError
+from hybridgpu.errors import RunsFailed, UserError
 from hybridgpu.sim import parallel
 from hybridgpu.sim.compare import POLICIES, compare
 from hybridgpu.sim.config import load_cluster
@@ -110,6 +110,104 @@ def test_an_error_in_a_worker_is_raised_here_as_it_is() -> None:
     assert raised.value.__notes__[0].startswith("raised in the process simulating b:")
 
 
+def _first_failure(pids: int) -> Callable[[Callable[[float], None] | None], int]:
+    """A task that fails at once, after writing its pid to the pipe ``pids``."""
+
+    def task(step: Callable[[float], None] | None) -> int:
+        os.write(pids, f"{os.getpid():>10}".encode())
+        raise UserError("the first to fail")
+
+    return task
+
+
+def _second_failure(pids: int) -> Callable[[Callable[[float], None] | None], int]:
+    """A task that fails once the process of ``_first_failure`` has ended: its error is on
+    its way to the parent (or there) before this one is raised."""
+
+    def task(step: Callable[[float], None] | None) -> int:
+        assert select.select([pids], [], [], 60)[0] == [pids]  # 60 s: only if it never came
+        try:
+            first = os.pidfd_open(int(os.read(pids, 10)))
+        except ProcessLookupError:
+            pass  # ended, and its end seen by the parent already
+        else:
+            assert select.select([first], [], [], 60)[0] == [first]
+        raise UserError("the second to fail")
+
+    return task
+
+
+@pytest.mark.parametrize("first", ["b", "d"])
+def test_every_failed_run_is_reported_in_the_order_given(first: str) -> None:
+    """b and d fail, one at once and the other after it (d waiting for a worker, in one order):
+    one error names both, b then d, whichever failed first; the other runs went on."""
+    read, write = os.pipe()
+    try:
+        tasks: dict[str, Callable[[Callable[[float], None] | None], int]] = {
+            "a": _pid,
+            "b": _first_failure(write) if first == "b" else _second_failure(read),
+            "c": _pid,
+            "d": _first_failure(write) if first == "d" else _second_failure(read),
+        }
+        with pytest.raises(RunsFailed) as raised:
+            run_all(tasks, workers=2, doing="replaying")
+    finally:
+        os.close(read)
+        os.close(write)
+    second = "the second to fail" if first == "b" else "the first to fail"
+    b_error = "the first to fail" if first == "b" else "the second to fail"
+    assert str(raised.value) == (
+        f"2 of 4 runs failed:\n  replaying b: {b_error}\n  replaying d: {second}"
+    )
+    assert [name for name, _ in raised.value.failures] == ["b", "d"]
+    assert raised.value.user_errors_only
+
+
+def test_every_failed_run_is_reported_one_after_the_other_too() -> None:
+    """--workers 1: the runs after a failed one are still made, and every failure reported."""
+    finished: list[str] = []
+    with pytest.raises(RunsFailed) as raised:
+        run_all(
+            {"a": _fails, "b": _pid, "c": _fails},
+            workers=1,
+            progress=lambda name, fraction: finished.extend([name] if fraction == 1.0 else []),
+        )
+    assert finished == ["b"]
+    assert str(raised.value) == (
+        "2 of 3 runs failed:\n"
+        "  simulating a: reactive: the trace is wrong\n"
+        "  simulating c: reactive: the trace is wrong"
+    )
+
+
+def _killed(step: Callable[[float], None] | None) -> int:
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("not killed")
+
+
+def _exits(step: Callable[[float], None] | None) -> int:
+    os._exit(3)
+
+
+def test_a_worker_killed_or_exiting_is_named_with_its_signal_or_exit_code() -> None:
+    with pytest.raises(RunsFailed) as raised:
+        run_all({"a": _pid, "b": _killed, "c": _pid}, workers=2)
+    assert str(raised.value) == (
+        "1 of 3 runs failed:\n  simulating b: its process was killed by SIGKILL (signal 9) "
+        "before it finished; out of memory?"
+    )
+    assert not raised.value.user_errors_only  # a bug's exit code, as before
+    with pytest.raises(RunsFailed) as raised:
+        run_all({"a": _exits, "b": _fails, "c": _killed}, workers=3)
+    assert str(raised.value) == (
+        "3 of 3 runs failed:\n"
+        "  simulating a: its process ended with exit code 3 without a result\n"
+        "  simulating b: reactive: the trace is wrong\n"
+        "  simulating c: its process was killed by SIGKILL (signal 9) before it finished; "
+        "out of memory?"
+    )
+
+
 def _process_name(step: Callable[[float], None] | None) -> str:
     import multiprocessing
 
@@ -137,6 +235,62 @@ def test_a_user_error_in_a_worker_is_one_line_and_exit_2(monkeypatch, capsys) ->
     assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 2
     err = capsys.readouterr().err
     assert err == "hybridgpu: error: reactive: cannot simulate this\n"
+
+
+def test_policies_failing_side_by_side_are_a_line_each_and_exit_2(monkeypatch, capsys) -> None:
+    run = Simulation.run
+
+    def failing(self: Simulation) -> object:
+        if self.name in ("owned_only", "reactive"):
+            raise UserError(f"{self.name}: cannot simulate this")
+        return run(self)
+
+    monkeypatch.setattr(Simulation, "run", failing)  # the forked workers inherit it
+    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 2
+    assert capsys.readouterr().err == (
+        "hybridgpu: error: 2 of 5 runs failed:\n"
+        "  simulating reactive: reactive: cannot simulate this\n"
+        "  simulating owned_only: owned_only: cannot simulate this\n"
+    )
+
+
+def test_a_bug_among_failed_policies_is_exit_1_with_the_way_to_its_traceback(
+    monkeypatch, capsys
+) -> None:
+    run = Simulation.run
+
+    def failing(self: Simulation) -> object:
+        if self.name == "hybridgpu":
+            raise ZeroDivisionError("division by zero")
+        if self.name == "on_demand":
+            raise UserError("on_demand: cannot simulate this")
+        return run(self)
+
+    monkeypatch.setattr(Simulation, "run", failing)
+    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 1
+    assert capsys.readouterr().err == (
+        "hybridgpu: error: 2 of 5 runs failed:\n"
+        "  simulating hybridgpu: ZeroDivisionError: division by zero\n"
+        "  simulating on_demand: on_demand: cannot simulate this\n"
+        "(run with --debug for the tracebacks)\n"
+    )
+
+
+def test_a_killed_worker_is_named_with_its_signal_and_exit_1(monkeypatch, capsys) -> None:
+    run = Simulation.run
+
+    def killed(self: Simulation) -> object:
+        if self.name == "on_demand":
+            os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would
+        return run(self)
+
+    monkeypatch.setattr(Simulation, "run", killed)
+    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 1
+    assert capsys.readouterr().err == (
+        "hybridgpu: error: 1 of 5 runs failed:\n"
+        "  simulating on_demand: its process was killed by SIGKILL (signal 9) before it "
+        "finished; out of memory?\n"
+    )
 
 
 _FOREVER = """

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hybridgpu.errors import UserError
+from hybridgpu.errors import RunsFailed, UserError
 from hybridgpu.inputs import positive_number, worker_count
 
 
@@ -98,6 +98,19 @@ def _side_by_side(workers: int | None) -> Any:
         return run_all(tasks, workers=count, doing="replaying")
 
     return SideBySide(run, count)
+
+
+def _config_errors(failed: RunsFailed, config: str) -> RunsFailed:
+    """Work of the plan made side by side that failed, its ValueErrors the config's (exit 2),
+    as one alone is."""
+    failures = [
+        (name, UserError(f"{config}: {error}") if isinstance(error, ValueError) else error)
+        for name, error in failed.failures
+    ]
+    errors = RunsFailed(failed.doing, failed.runs, failures)
+    for note in getattr(failed, "__notes__", ()):  # the tracebacks, for --debug
+        errors.add_note(note)
+    return errors
 
 
 def _largest_node(spec: Any) -> tuple[str, int]:
@@ -213,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         raise UserError(f"{args.config}: {err}") from None
+    except RunsFailed as err:
+        raise _config_errors(err, args.config) from None
     finally:
         progress.enable(None)
     inputs = result.inputs

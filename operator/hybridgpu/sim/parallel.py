@@ -18,6 +18,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TypeVar
 
+from hybridgpu.errors import HybridGPUError, RunsFailed
+
 T = TypeVar("T")
 Progress = Callable[[float], None]
 Task = Callable[[Progress | None], T]
@@ -55,18 +57,34 @@ def run_all(
     longest first, so the others fill the remaining workers beside it). Where processes
     cannot be forked, they run one after the other. ``progress(name, fraction)`` is called in
     this process, with a fraction below 1 while a run goes on and once with 1.0 when it has
-    finished. An exception of a task is raised here, the others stopped. ``doing`` names the
-    work in the workers' process names and in errors ("the process simulating NAME ...").
+    finished. ``doing`` names the work in the workers' process names and in errors
+    ("simulating NAME").
+
+    A run that fails does not stop the others: every run goes to its end, those waiting for a
+    worker included, and then the failures are raised, all of them, whatever the order they
+    happened in. A user fixes every bad input after one run, not one per rerun of minutes, and
+    the error is the same each time; the price is waiting for the other runs' end, no longer
+    than the whole call takes when nothing fails. One failure is raised as it is (a worker's
+    with a note naming its run and its traceback there); several, or a worker process that
+    ended without an exception (killed by a signal, out of memory, an exit), raise
+    ``RunsFailed``, naming each run and its error, or the worker's signal or exit code, in the
+    order of ``tasks``. Ctrl-C (KeyboardInterrupt) stops every run at once.
     """
     workers = min(workers, len(tasks))
     if workers > 1 and can_fork():
         return _in_processes(tasks, workers, progress, doing)
     results: dict[str, T] = {}
+    failed: dict[str, Exception] = {}
     for name, task in tasks.items():
         step = (lambda f, n=name: progress(n, min(f, 1 - PROGRESS_STEP))) if progress else None
-        results[name] = task(step)
+        try:
+            results[name] = task(step)
+        except Exception as error:
+            failed[name] = error
+            continue
         if progress is not None:
             progress(name, 1.0)
+    _raise_failures(tasks, failed, doing)
     return results
 
 
@@ -85,6 +103,7 @@ def _in_processes(
     waiting = list(tasks)
     running: dict[Connection, tuple[str, BaseProcess]] = {}
     results: dict[str, T] = {}
+    failed: dict[str, Exception] = {}
     try:
         while waiting or running:
             while waiting and len(running) < workers:
@@ -108,11 +127,8 @@ def _in_processes(
                     del running[ready]
                     ready.close()
                     worker.join()
-                    if name not in results:
-                        raise RuntimeError(
-                            f"the process {doing} {name} ended without a result "
-                            f"(exit code {worker.exitcode}; killed, out of memory?)"
-                        ) from None
+                    if name not in results and name not in failed:
+                        failed[name] = WorkerDied(_death(worker.exitcode))
                     continue
                 if kind == "progress":
                     if progress is not None:
@@ -124,15 +140,50 @@ def _in_processes(
                 else:
                     error, where = value
                     error.add_note(f"raised in the process {doing} {name}:\n{where}")
-                    raise error
+                    failed[name] = error
     finally:
-        # An error, or Ctrl-C (which the workers ignore): stop the runs still going.
+        # Ctrl-C (which the workers ignore), or an error here: stop the runs still going.
         for _, worker in running.values():
             worker.terminate()
         for reader, (_, worker) in running.items():
             worker.join()
             reader.close()
+    _raise_failures(tasks, failed, doing)
     return {name: results[name] for name in tasks}
+
+
+class WorkerDied(HybridGPUError):
+    """A worker process that ended without a result or an exception: killed by a signal (the
+    kernel's out-of-memory killer sends SIGKILL), or exited."""
+
+
+def _death(exitcode: int | None) -> str:
+    """How a worker process ended without a word, from its exit code (-N: signal N)."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"{signal.Signals(-exitcode).name} (signal {-exitcode})"
+        except ValueError:
+            how = f"signal {-exitcode}"
+        oom = "; out of memory?" if exitcode == -signal.SIGKILL else ""
+        return f"its process was killed by {how} before it finished{oom}"
+    return f"its process ended with exit code {exitcode} without a result"
+
+
+def _raise_failures(tasks: Mapping[str, object], failed: dict[str, Exception], doing: str) -> None:
+    """Raise the failed runs' errors (see ``run_all``), if any, in the order of ``tasks``."""
+    failures = [(name, failed[name]) for name in tasks if name in failed]
+    if len(failures) == 1 and not isinstance(failures[0][1], WorkerDied):
+        raise failures[0][1]
+    if failures:
+        error = RunsFailed(doing, len(tasks), failures)
+        for name, failure in failures:  # the tracebacks, for --debug
+            notes = getattr(failure, "__notes__", None)
+            if notes:  # a worker's: its traceback there
+                error.add_note("\n".join(notes))
+            elif not isinstance(failure, WorkerDied):
+                where = "".join(traceback.format_exception(failure))
+                error.add_note(f"raised {doing} {name}:\n{where}")
+        raise error
 
 
 def _work(task: Task[T], results: Connection, parent: int, report_progress: bool) -> None:
