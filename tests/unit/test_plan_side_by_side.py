@@ -21,9 +21,10 @@ from hybridgpu.cli import main
 from hybridgpu.planner.cost import CostModel, SharedWork, SideBySide, Task
 from hybridgpu.planner.fast import local_search, two_scale_search
 from hybridgpu.planner.io import history_from_jobs, jobs_of_trace, load_plan_spec
-from hybridgpu.planner.model import DemandSample, PlanInputs, Usage
+from hybridgpu.planner.model import DemandSample, JobDemand, PlanInputs, Usage
 from hybridgpu.planner.optimize import cheapest_mixes, optimal_fleet
 from hybridgpu.planner.plan import plan_from_spec, plan_status
+from hybridgpu.planner.procure import CommittedOffer, Procurement, costed
 from hybridgpu.planner.replay import replay_committed, replay_jobs
 from hybridgpu.planner.sensitivity import flip_points
 from hybridgpu.sim import parallel
@@ -234,3 +235,167 @@ def test_the_flip_points_searched_side_by_side_are_those_searched_in_turn() -> N
     assert side == in_turn
     assert batches == [len(in_turn)] and len({p.parameter for p in in_turn}) > 2
     assert any(p.found for p in in_turn)
+
+
+class _Counted:
+    """Replays counted as they are made, and the batches of tasks the side-by-side runner is
+    given (run here, in order)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: list[tuple[tuple[int, ...], tuple[int, ...] | None]] = []
+        self.batches: list[int] = []
+
+        def owned(jobs: Any, sizes: Any, *args: Any, **kwargs: Any) -> Usage:
+            self.made.append((tuple(sizes), None))
+            return replay_jobs(jobs, sizes, *args, **kwargs)
+
+        def committed(
+            jobs: Any, sizes: Any, cloud: Any, committed: Any, **kwargs: Any
+        ) -> tuple[Usage, bool]:
+            self.made.append((tuple(sizes), tuple(committed)))
+            return replay_committed(jobs, sizes, cloud, committed, **kwargs)
+
+        monkeypatch.setattr(cost_module, "replay_jobs", owned)
+        monkeypatch.setattr(procure_module, "replay_committed", committed)
+
+    def run(self, tasks: Mapping[str, Task]) -> dict[str, Any]:
+        self.batches.append(len(tasks))
+        return {name: task(None) for name, task in tasks.items()}
+
+    def taken(self) -> list[tuple[tuple[int, ...], tuple[int, ...] | None]]:
+        """The replays made since the last call."""
+        made, self.made = self.made, []
+        return made
+
+
+# Firm 8-GPU jobs one after the other (one 8-GPU node serves them all) and small preemptible
+# ones beside them: a replay takes microseconds.
+SMALL_JOBS = tuple(
+    JobDemand(i * 3600.0, 3000.0, g, p)
+    for i in range(6)
+    for g, p in ((8, False), (2, True), (1, True))
+)
+
+
+def _small_inputs(*gpus_per_node: int, horizon_months: int = 12) -> PlanInputs:
+    return PlanInputs(
+        history=tuple(history_from_jobs(SMALL_JOBS)),
+        node_types=tuple(node_type(f"t{i}", g, 1.0 + 0.1 * i) for i, g in enumerate(gpus_per_node)),
+        cloud=CLOUD,
+        horizon_months=horizon_months,
+        jobs=SMALL_JOBS,
+    )
+
+
+@pytest.mark.parametrize(
+    ("asked_before", "made_before", "fleets", "replayed_ahead"),
+    [
+        pytest.param(
+            [(0, 1, 0)],
+            [],
+            [(0, 1, 0), (1, 0, 0), (0, 2, 0)],
+            [(4,), (8, 8)],
+            id="a fleet replayed when asked (SharedWork.replays)",
+        ),
+        pytest.param(
+            [],
+            [(0, 1, 0), (1, 0, 0)],
+            [(0, 1, 0), (1, 0, 0), (0, 2, 0), (2, 0, 0)],
+            [(8, 8), (4, 4)],
+            id="fleets replayed ahead before (SharedWork.made_ahead)",
+        ),
+        pytest.param(
+            [],
+            [],
+            [(1, 1, 0), (0, 1, 1), (0, 2, 0)],
+            [(4, 8), (8, 8)],
+            id="the same GPUs of two node types of one size, in another order",
+        ),
+    ],
+)
+def test_a_replay_held_already_is_not_made_ahead_again(
+    monkeypatch: pytest.MonkeyPatch,
+    asked_before: list[tuple[int, ...]],
+    made_before: list[tuple[int, ...]],
+    fleets: list[tuple[int, ...]],
+    replayed_ahead: list[tuple[int, ...]],
+) -> None:
+    """``CostModel.replay_ahead`` hands the workers only the fleets whose replay is neither
+    made (when asked, or ahead) nor already in the batch (node types of one size: the same
+    replay's key); asked afterwards, every fleet is served without a replay more, and costs
+    what it costs replayed in turn with the same replays in all."""
+    inputs = _small_inputs(4, 8, 4)
+    counted = _Counted(monkeypatch)
+    shared = SharedWork(side_by_side=SideBySide(counted.run, 2))
+    model = CostModel(inputs, shared)
+    for nodes in asked_before:
+        model.usage(nodes)
+    model.replay_ahead(made_before)
+    before = counted.taken()
+    counted.batches.clear()
+    model.replay_ahead(fleets)
+    assert counted.taken() == [(sizes, None) for sizes in replayed_ahead]
+    assert counted.batches == [len(replayed_ahead)]
+    usages = [model.usage(nodes) for nodes in [*asked_before, *fleets]]
+    assert counted.taken() == [] and not shared.made_ahead
+
+    alone = CostModel(inputs)  # no workers: every replay made when asked
+    assert [alone.usage(nodes) for nodes in [*asked_before, *fleets]] == usages
+    made_alone = counted.taken()
+    assert sorted(before + [(s, None) for s in replayed_ahead]) == sorted(made_alone)
+
+
+def test_a_committed_replay_an_earlier_one_answers_is_made_ahead_but_not_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Procurement's replays made at once: one committed node is enough for the trace's firm
+    jobs, which only the replay itself tells, so the workers replay two committed nodes
+    beside it; that replay is then left out as costing in turn leaves it out (answered by
+    the one node's), and costing afterwards makes no committed replay. A period committing
+    nothing is the fleet search's owned-only replay: not made ahead. The plan is the one
+    costed in turn."""
+    inputs = _small_inputs(8, 4, horizon_months=9)
+    offer = CommittedOffer(name="lease", term_years=1, per_gpu_hour=2.0, gpus_per_unit=8)
+    plan = Procurement((offer,), (1, 0), ((0,), (1,), (2,)))
+    counted = _Counted(monkeypatch)
+    alone = SharedWork()
+    in_turn = costed(inputs, plan, alone)
+    assert counted.taken() == [((8,), None), ((8,), (8,))]  # two nodes: answered by one
+    assert alone.enough_committed  # (the trace makes one committed node enough)
+
+    shared = SharedWork(side_by_side=SideBySide(counted.run, 2))
+    procure_module.replay_ahead(inputs, [plan], shared)
+    assert counted.batches == [2]
+    assert counted.taken() == [((8,), (8,)), ((8,), (8, 8))]
+    assert shared.committed_replays == alone.committed_replays
+    assert shared.enough_committed == alone.enough_committed
+    assert costed(inputs, plan, shared) == in_turn
+    assert counted.taken() == [((8,), None)]  # the owned-only replay, made when asked
+
+
+def test_committed_replays_an_earlier_enough_replay_answers_are_not_made_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once one committed node was found enough beside a fleet, a plan committing more
+    nodes beside it wants no replay: none is made ahead, none when costed, and its cost is
+    the one costed in turn."""
+    inputs = _small_inputs(8, 4, horizon_months=9)
+    offer = CommittedOffer(name="lease", term_years=1, per_gpu_hour=2.0, gpus_per_unit=8)
+    first = Procurement((offer,), (1, 0), ((1,), (1,), (1,)))
+    more = Procurement((offer,), (1, 0), ((2,), (3,), (4,)))
+    counted = _Counted(monkeypatch)
+    alone = SharedWork()
+    in_turn = [costed(inputs, plan, alone) for plan in (first, more)]
+    # One node enough, the others answered by it; the owned-only replay: the months the
+    # commitment runs past the horizon, at nothing committed.
+    made_in_turn = [((8,), (8,)), ((8,), None)]
+    assert counted.taken() == made_in_turn
+
+    shared = SharedWork(side_by_side=SideBySide(counted.run, 2))
+    costed(inputs, first, shared)
+    assert counted.taken() == made_in_turn and shared.enough_committed
+    procure_module.replay_ahead(inputs, [more], shared)
+    assert counted.batches == [] and counted.taken() == []
+    assert costed(inputs, more, shared) == in_turn[1]
+    assert counted.taken() == []
+    assert shared.committed_replays == alone.committed_replays
