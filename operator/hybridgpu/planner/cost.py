@@ -75,7 +75,8 @@ class SharedWork:
         self.made_ahead: dict[ReplayKey, Usage] = {}
         """Replays ``CostModel.replay_ahead`` made before they were asked for, by a
         ``ReplayKey`` whose owned node sizes are in the order replayed, not sorted (the same
-        order and so the same replay as ``CostModel._replay`` would make)."""
+        order and so the same replay as ``CostModel._replay`` would make):
+        ``_made_ahead_key``."""
         self.committed_replays: dict[tuple[tuple[int, ...], ReplayKey], Usage] = {}
         """Replays with committed nodes (their sizes first): one plan's offers and pairs of
         offers commit the same node counts."""
@@ -208,7 +209,7 @@ class CostModel:
         key = self._replay_key(sizes, spot_allowed)
         usage = self._shared.replays.get(key)
         if usage is None:
-            usage = self._shared.made_ahead.pop((sizes, *key[1:]), None)
+            usage = self._shared.made_ahead.pop(_made_ahead_key(sizes, key), None)
         if usage is None:
             usage = self._replay_now(sizes, spot_allowed)
         self._shared.replays[key] = usage
@@ -243,7 +244,7 @@ class CostModel:
         def want(nodes: Sequence[int] | None) -> None:
             sizes, allowed = ((), False) if nodes is None else (self._sizes(tuple(nodes)), None)
             key = self._replay_key(sizes, allowed)
-            made = (sizes, *key[1:]) in self._shared.made_ahead
+            made = _made_ahead_key(sizes, key) in self._shared.made_ahead
             if key not in self._shared.replays and not made and key not in wanted.values():
                 wanted[(sizes, allowed)] = key
 
@@ -262,7 +263,7 @@ class CostModel:
             }
         )
         for i, ((sizes, _), key) in enumerate(wanted.items()):
-            self._shared.made_ahead[(sizes, *key[1:])] = made[str(i)]
+            self._shared.made_ahead[_made_ahead_key(sizes, key)] = made[str(i)]
 
     def lower_bound(self, nodes: Sequence[int]) -> float:
         """Dollars ``total_dollars(nodes)`` cannot go below, without a replay (the fluid
@@ -344,6 +345,15 @@ class CostModel:
         grown = self.total.total_gpu_hours
         flat = self._flat[1].total_gpu_hours if self._flat is not None else grown
         return replay.elastic * self._replay_weight * od * grown / flat
+
+
+def _made_ahead_key(sizes: tuple[int, ...], key: ReplayKey) -> ReplayKey:
+    """``key`` (its owned node sizes sorted) with ``sizes``, the owned nodes' GPUs in the
+    order replayed, in their place: ``SharedWork.made_ahead``'s key. A replay depends on that
+    order (best fit takes the first of equally full nodes), and ``SharedWork.replays`` keeps
+    the order asked first; unsorted, a replay made ahead serves only the fleet whose nodes
+    come in its order, so every fleet gets the replay it would get asked in turn."""
+    return (sizes, *key[1:])
 
 
 def _fluid_usage(firm: Curve, total: Curve, owned_gpus: float, cloud: CloudRates) -> Usage:
