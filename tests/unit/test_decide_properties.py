@@ -219,6 +219,70 @@ def test_applying_a_plan_and_deciding_again_does_not_flap(cluster) -> None:
     _assert_no_flap(snap, policy(**pol))
 
 
+def _capped_small_spot_cluster() -> ClusterSnapshot:
+    """Found by the no-flap property (2026-12-02, a random run): a 4-GPU spot pool at its
+    maxNodes once one node is planned, an 8-GPU one at the per-tick cap once one is."""
+    pools = [
+        pool("core", "core", max_nodes=1),
+        pool("elastic", "elastic", max_nodes=0),
+        pool("spot", "spot", max_nodes=2, price=8.0),
+        pool("elastic-small", "elastic", per_node=4, max_nodes=0),
+        pool("spot-small", "spot", per_node=4, max_nodes=1, price=3.2),
+    ]
+    work = [
+        running("r1", "c0", 4, "critical", job=False, started=NOW - 10),
+        running("r2", "c0", 1, "critical", job=False, started=NOW - 10),
+        pending("p3", 4, "preemptible", since=NOW - 10),
+        pending("p4", 4, "preemptible", since=NOW - 10),
+        pending("p5", 5, "preemptible", since=NOW - 10),
+    ]
+    return snapshot(pools, [node("c0", "core")], work, metrics=MetricsHealth(available=False))
+
+
+def test_a_pod_its_cheapest_pool_cannot_take_is_blocked_by_what_holds_it_back() -> None:
+    """p5 gets an 8-GPU spot node and p3 the one 4-GPU node spot-small may have. p4 fits
+    neither; spot could take it but for the per-tick cap, which the next tick lifts. The plan
+    says so (max_per_tick on spot), not that spot-small is at maxNodes: that told the user p4
+    waits for spot-small, and the next tick's spot node for p4 read as a second helping."""
+    spec = policy(scaleUp={"maxNodesPerTick": 1}, disruption={"maxNodesPerTick": 0})
+    snap = _capped_small_spot_cluster()
+    plan = decide(snap, spec, NOW)
+    assert sorted((a.pool, a.nodes) for a in plan.actions if isinstance(a, ScaleUp)) == [
+        ("spot", 1),
+        ("spot-small", 1),
+    ]
+    assert [(b.pool, b.cause) for b in plan.blocked] == [("spot", "max_per_tick")]
+    _assert_no_flap(snap, spec)
+
+
+def test_a_pod_the_packing_left_out_takes_another_pool_when_its_own_is_full() -> None:
+    """The packing buys one 8-GPU and two 4-GPU spot nodes for 16 GPUs of pods, but the next
+    tick places them by best fit and leaves the 2-GPU pod out. Its cheapest pool (4-GPU) is
+    at maxNodes by then, the 8-GPU pool has room: it gets its node there now, not at the
+    next tick after a block saying it waits for the 4-GPU pool."""
+    pools = [
+        pool("spot", "spot", max_nodes=4, price=8.0),
+        pool("spot-small", "spot", per_node=4, max_nodes=2, price=3.2),
+        pool("spot-2", "spot", per_node=2, max_nodes=0, price=1.9),
+    ]
+    work = [
+        pending("p0", 5, "preemptible", since=NOW - 13),
+        pending("p1", 2, "preemptible", since=NOW - 11),
+        pending("p2", 3, "preemptible", since=NOW - 13),
+        pending("p3", 2, "preemptible", since=NOW - 10),
+        pending("p4", 4, "preemptible", since=NOW - 13),
+    ]
+    spec = policy(scaleUp={"maxNodesPerTick": 3})
+    snap = snapshot(pools, [], work, metrics=MetricsHealth(available=False))
+    plan = decide(snap, spec, NOW)
+    assert sorted((a.pool, a.nodes) for a in plan.actions if isinstance(a, ScaleUp)) == [
+        ("spot", 2),
+        ("spot-small", 2),
+    ]
+    assert not plan.blocked
+    _assert_no_flap(snap, spec)
+
+
 def test_a_consolidation_the_scale_up_cap_held_back_may_come_next_tick() -> None:
     """Found by the property above (hypothesis seed 2036946050...): the first plan's one
     allowed node went to pending work, so moving an on-demand node's preemptible Jobs to spot

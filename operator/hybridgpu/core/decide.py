@@ -290,6 +290,10 @@ class _PodsByJob:
         return default if first is None else (first,)
 
 
+_LIFTED_NEXT_TICK = frozenset({"max_per_tick", "budget_hourly"})
+"""Limits on a pool's growth that may let a pod through at the next tick."""
+
+
 def _has_room(ledger: _PoolLedger) -> bool:
     """Whether the pool is below its maxNodes with the nodes it has and those on the way."""
     return ledger.live_nodes + ledger.provisioning < ledger.state.spec.max_nodes
@@ -1272,12 +1276,42 @@ class _Decider:
         if where is None:
             cause = self._open_node(target)
             if cause is not None:
+                target, cause = self._other_target(demand, target, cause)
+                if not cause:
+                    return self._take_best_fit(target, demand.gpus, future=True)
                 self._block(target, cause, demand)
                 if not self._powered:
                     blocked[kind] = (target, cause)
                 return None
             where = self._take_best_fit(target, demand.gpus, future=True)
         return where
+
+    def _other_target(
+        self, demand: _Demand, target: _PoolLedger, cause: str
+    ) -> tuple[_PoolLedger, str]:
+        """When a limit stops ``target`` (the pod's scale target, chosen at the tick's start),
+        the next cheapest pool of its launch candidates that opens a node (cause ""), else
+        the pool and limit that hold the pod back: a limit the next tick lifts (the per-tick
+        cap, the hourly budget) before one it does not. The packing may have filled the
+        target meanwhile; without this a pod waited on a pool at its maxNodes, and said so,
+        while another had room, or was held back only by the per-tick cap."""
+        others = [
+            self.pools[name]
+            for name in self._cloud_launch_candidates(demand)
+            if name != target.name and self.pools[name].per_node >= demand.gpus
+        ]
+        held = (target, cause)
+        preemptible = demand.criticality == PREEMPTIBLE
+        while others:
+            pool = self._cheapest_for(others, demand.gpus, preemptible)
+            assert pool is not None
+            others.remove(pool)
+            limit = self._open_node(pool)
+            if limit is None:
+                return pool, ""
+            if limit in _LIFTED_NEXT_TICK and held[1] not in _LIFTED_NEXT_TICK:
+                held = (pool, limit)
+        return held
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it (limits only
