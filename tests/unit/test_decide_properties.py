@@ -283,6 +283,28 @@ def test_a_pod_the_packing_left_out_takes_another_pool_when_its_own_is_full() ->
     _assert_no_flap(snap, spec)
 
 
+def test_pods_the_packing_left_out_share_the_node_another_pool_opened_for_them() -> None:
+    """As above with two 2-GPU pods left out: the 8-GPU node opened for the first takes the
+    second too; it is not a node each."""
+    pools = [
+        pool("spot", "spot", max_nodes=4, price=8.0),
+        pool("spot-small", "spot", per_node=4, max_nodes=2, price=3.2),
+        pool("spot-2", "spot", per_node=2, max_nodes=0, price=1.9),
+    ]
+    sizes = {"p0": (2, 10), "p1": (2, 12), "p2": (5, 13), "p3": (2, 12)}
+    sizes |= {"p4": (3, 12), "p5": (2, 10), "p6": (3, 11), "p7": (5, 12)}
+    work = [pending(n, g, "preemptible", since=NOW - age) for n, (g, age) in sizes.items()]
+    spec = policy(scaleUp={"maxNodesPerTick": 3})
+    snap = snapshot(pools, [], work, metrics=MetricsHealth(available=False))
+    plan = decide(snap, spec, NOW)
+    assert sorted((a.pool, a.nodes) for a in plan.actions if isinstance(a, ScaleUp)) == [
+        ("spot", 3),
+        ("spot-small", 2),
+    ]
+    assert not plan.blocked
+    _assert_no_flap(snap, spec)
+
+
 def test_a_consolidation_the_scale_up_cap_held_back_may_come_next_tick() -> None:
     """Found by the property above (hypothesis seed 2036946050...): the first plan's one
     allowed node went to pending work, so moving an on-demand node's preemptible Jobs to spot

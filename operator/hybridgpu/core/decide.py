@@ -401,6 +401,7 @@ class _Decider:
         self._order_cache: dict[cache_key, list[_PoolLedger]] = {}
         self._target_cache: dict[cache_key, _PoolLedger | None] = {}
         self._launch_cache: dict[cache_key, tuple[str, ...]] = {}
+        self._others_cache: dict[tuple[str, cache_key], list[_PoolLedger]] = {}
         self.new_node_names: set[str] = set()
         self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
@@ -1276,9 +1277,9 @@ class _Decider:
         if where is None:
             cause = self._open_node(target)
             if cause is not None:
-                target, cause = self._other_target(demand, target, cause)
-                if not cause:
-                    return self._take_best_fit(target, demand.gpus, future=True)
+                where, (target, cause) = self._other_target(demand, target, cause)
+                if where is not None:
+                    return where
                 self._block(target, cause, demand)
                 if not self._powered:
                     blocked[kind] = (target, cause)
@@ -1288,30 +1289,44 @@ class _Decider:
 
     def _other_target(
         self, demand: _Demand, target: _PoolLedger, cause: str
-    ) -> tuple[_PoolLedger, str]:
+    ) -> tuple[str | None, tuple[_PoolLedger, str]]:
         """When a limit stops ``target`` (the pod's scale target, chosen at the tick's start),
-        the next cheapest pool of its launch candidates that opens a node (cause ""), else
-        the pool and limit that hold the pod back: a limit the next tick lifts (the per-tick
-        cap, the hourly budget) before one it does not. The packing may have filled the
-        target meanwhile; without this a pod waited on a pool at its maxNodes, and said so,
-        while another had room, or was held back only by the per-tick cap."""
-        others = [
-            self.pools[name]
-            for name in self._cloud_launch_candidates(demand)
-            if name != target.name and self.pools[name].per_node >= demand.gpus
-        ]
+        room for the pod on the next cheapest other pool of its launch candidates: on a node
+        on its way there (one this opened for a pod before it), or on a new one. Else the
+        pool and limit that hold it back: a limit the next tick lifts (the per-tick cap, the
+        hourly budget) before one it does not. The packing may have filled the target
+        meanwhile; without this a pod waited on a pool at its maxNodes, and said so, while
+        another had room, or was held back only by the per-tick cap."""
+        kind = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
+        key = (target.name, kind)
+        others = self._others_cache.get(key)
+        if others is None:
+            candidates = [
+                self.pools[name]
+                for name in self._launch_candidates(demand)
+                if name != target.name
+                and is_cloud(self.pools[name].tier)
+                and self.pools[name].per_node >= demand.gpus
+            ]
+            others = []
+            preemptible = demand.criticality == PREEMPTIBLE
+            while candidates:
+                cheapest = self._cheapest_for(candidates, demand.gpus, preemptible)
+                assert cheapest is not None
+                candidates.remove(cheapest)
+                others.append(cheapest)
+            self._others_cache[key] = others
         held = (target, cause)
-        preemptible = demand.criticality == PREEMPTIBLE
-        while others:
-            pool = self._cheapest_for(others, demand.gpus, preemptible)
-            assert pool is not None
-            others.remove(pool)
-            limit = self._open_node(pool)
-            if limit is None:
-                return pool, ""
-            if limit in _LIFTED_NEXT_TICK and held[1] not in _LIFTED_NEXT_TICK:
-                held = (pool, limit)
-        return held
+        for pool in others:
+            where = self._take_best_fit(pool, demand.gpus, future=True)
+            if where is None and (limit := self._open_node(pool)) is not None:
+                if limit in _LIFTED_NEXT_TICK and held[1] not in _LIFTED_NEXT_TICK:
+                    held = (pool, limit)
+                continue
+            if where is None:
+                where = self._take_best_fit(pool, demand.gpus, future=True)
+            return where, held
+        return None, held
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it (limits only
