@@ -12,7 +12,7 @@ from hybridgpu.core.cost import node_hour_dollars
 from hybridgpu.core.decide import decide
 from hybridgpu.models.actions import MoveJob, ReleaseNode, ScaleUp
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.snapshot import ClusterSnapshot, MetricsHealth
+from hybridgpu.models.snapshot import ClusterSnapshot, MetricsHealth, PoolState
 
 pytestmark = pytest.mark.unit
 
@@ -255,16 +255,21 @@ def test_a_pod_its_cheapest_pool_cannot_take_is_blocked_by_what_holds_it_back() 
     _assert_no_flap(snap, spec)
 
 
+def _three_spot_shapes() -> list[PoolState]:
+    """8-, 4- and 2-GPU spot pools (the 2-GPU one at maxNodes=0), cheapest per GPU smallest."""
+    return [
+        pool("spot", "spot", max_nodes=4, price=8.0),
+        pool("spot-small", "spot", per_node=4, max_nodes=2, price=3.2),
+        pool("spot-2", "spot", per_node=2, max_nodes=0, price=1.9),
+    ]
+
+
 def test_a_pod_the_packing_left_out_takes_another_pool_when_its_own_is_full() -> None:
     """The packing buys one 8-GPU and two 4-GPU spot nodes for 16 GPUs of pods, but the next
     tick places them by best fit and leaves the 2-GPU pod out. Its cheapest pool (4-GPU) is
     at maxNodes by then, the 8-GPU pool has room: it gets its node there now, not at the
     next tick after a block saying it waits for the 4-GPU pool."""
-    pools = [
-        pool("spot", "spot", max_nodes=4, price=8.0),
-        pool("spot-small", "spot", per_node=4, max_nodes=2, price=3.2),
-        pool("spot-2", "spot", per_node=2, max_nodes=0, price=1.9),
-    ]
+    pools = _three_spot_shapes()
     work = [
         pending("p0", 5, "preemptible", since=NOW - 13),
         pending("p1", 2, "preemptible", since=NOW - 11),
@@ -286,11 +291,7 @@ def test_a_pod_the_packing_left_out_takes_another_pool_when_its_own_is_full() ->
 def test_pods_the_packing_left_out_share_the_node_another_pool_opened_for_them() -> None:
     """As above with two 2-GPU pods left out: the 8-GPU node opened for the first takes the
     second too; it is not a node each."""
-    pools = [
-        pool("spot", "spot", max_nodes=4, price=8.0),
-        pool("spot-small", "spot", per_node=4, max_nodes=2, price=3.2),
-        pool("spot-2", "spot", per_node=2, max_nodes=0, price=1.9),
-    ]
+    pools = _three_spot_shapes()
     sizes = {"p0": (2, 10), "p1": (2, 12), "p2": (5, 13), "p3": (2, 12)}
     sizes |= {"p4": (3, 12), "p5": (2, 10), "p6": (3, 11), "p7": (5, 12)}
     work = [pending(n, g, "preemptible", since=NOW - age) for n, (g, age) in sizes.items()]
