@@ -23,7 +23,7 @@ the same pool order, the same best fit.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from operator import attrgetter
@@ -292,6 +292,11 @@ class _PodsByJob:
 
 _LIFTED_NEXT_TICK = frozenset({"max_per_tick", "budget_hourly"})
 """Limits on a pool's growth that may let a pod through at the next tick."""
+
+
+def _price_per_gpu(ledger: _PoolLedger, gpus: int) -> tuple[float, int, str]:
+    """A new node's price per GPU a pod of ``gpus`` uses on it; ties to the smaller node."""
+    return (ledger.node_price / min(ledger.per_node, gpus), ledger.per_node, ledger.name)
 
 
 def _has_room(ledger: _PoolLedger) -> bool:
@@ -860,9 +865,7 @@ class _Decider:
         are packed across pools by ``_buy_for``); ties go to the smaller node."""
         if not candidates:
             return None
-        return min(
-            candidates, key=lambda p: (p.node_price / min(p.per_node, gpus), p.per_node, p.name)
-        )
+        return min(candidates, key=partial(_price_per_gpu, gpus=gpus))
 
     def _launch_candidates(self, demand: _Demand) -> tuple[str, ...]:
         """The pools, by name, whose shapes a pod that fits nowhere is packed into: owned
@@ -1273,60 +1276,49 @@ class _Decider:
             if not self._powered:
                 blocked[kind] = (demand.pool or "-", "no_pool")
             return None
-        where = self._take_best_fit(target, demand.gpus, future=True)
-        if where is None:
-            cause = self._open_node(target)
-            if cause is not None:
-                where, (target, cause) = self._other_target(demand, target, cause)
-                if where is not None:
-                    return where
-                self._block(target, cause, demand)
-                if not self._powered:
-                    blocked[kind] = (target, cause)
-                return None
-            where = self._take_best_fit(target, demand.gpus, future=True)
-        return where
-
-    def _other_target(
-        self, demand: _Demand, target: _PoolLedger, cause: str
-    ) -> tuple[str | None, tuple[_PoolLedger, str]]:
-        """When a limit stops ``target`` (the pod's scale target, chosen at the tick's start),
-        room for the pod on the next cheapest other pool of its launch candidates: on a node
-        on its way there (one this opened for a pod before it), or on a new one. Else the
-        pool and limit that hold it back: a limit the next tick lifts (the per-tick cap, the
-        hourly budget) before one it does not. The packing may have filled the target
-        meanwhile; without this a pod waited on a pool at its maxNodes, and said so, while
-        another had room, or was held back only by the per-tick cap."""
-        kind = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
-        key = (target.name, kind)
-        others = self._others_cache.get(key)
-        if others is None:
-            candidates = [
-                self.pools[name]
-                for name in self._launch_candidates(demand)
-                if name != target.name
-                and is_cloud(self.pools[name].tier)
-                and self.pools[name].per_node >= demand.gpus
-            ]
-            others = []
-            preemptible = demand.criticality == PREEMPTIBLE
-            while candidates:
-                cheapest = self._cheapest_for(candidates, demand.gpus, preemptible)
-                assert cheapest is not None
-                candidates.remove(cheapest)
-                others.append(cheapest)
-            self._others_cache[key] = others
-        held = (target, cause)
-        for pool in others:
+        held: tuple[_PoolLedger, str] | None = None
+        for pool in self._pools_to_grow(demand, target):
             where = self._take_best_fit(pool, demand.gpus, future=True)
-            if where is None and (limit := self._open_node(pool)) is not None:
-                if limit in _LIFTED_NEXT_TICK and held[1] not in _LIFTED_NEXT_TICK:
-                    held = (pool, limit)
-                continue
             if where is None:
+                limit = self._open_node(pool)
+                if limit is not None:
+                    # The limit to report: the first met, unless a later one the next tick
+                    # lifts (the per-tick cap, the hourly budget) holds the pod back.
+                    if held is None or (
+                        limit in _LIFTED_NEXT_TICK and held[1] not in _LIFTED_NEXT_TICK
+                    ):
+                        held = (pool, limit)
+                    continue
                 where = self._take_best_fit(pool, demand.gpus, future=True)
-            return where, held
-        return None, held
+            return where
+        assert held is not None
+        self._block(held[0], held[1], demand)
+        if not self._powered:
+            blocked[kind] = held
+        return None
+
+    def _pools_to_grow(self, demand: _Demand, target: _PoolLedger) -> Iterator[_PoolLedger]:
+        """``target`` (the pod's scale target, chosen at the tick's start), then, should a
+        limit stop it, the other cloud pools of its launch candidates that fit the pod,
+        cheapest first. The packing may have filled the target meanwhile; without the others
+        a pod waited on a pool at its maxNodes, and said so, while another had room, or was
+        held back only by the per-tick cap."""
+        yield target
+        kind = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
+        others = self._others_cache.get((target.name, kind))
+        if others is None:
+            others = sorted(
+                (
+                    self.pools[name]
+                    for name in self._launch_candidates(demand)
+                    if name != target.name
+                    and is_cloud(self.pools[name].tier)
+                    and self.pools[name].per_node >= demand.gpus
+                ),
+                key=partial(_price_per_gpu, gpus=demand.gpus),
+            )
+            self._others_cache[(target.name, kind)] = others
+        yield from others
 
     def _open_node(self, ledger: _PoolLedger) -> str | None:
         """Add one planned node to the pool, or say which limit stops it (limits only
