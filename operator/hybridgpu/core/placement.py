@@ -165,6 +165,12 @@ class NumberedFreeGPUs:
         """The node's free GPUs."""
         return self._free[node]
 
+    @property
+    def frees(self) -> Sequence[int]:
+        """Every node's free GPUs, by node number (a live read-only view: change them with
+        ``put``)."""
+        return self._free
+
     def put(self, node: int, free: int) -> None:
         """Set the node's free GPUs."""
         old = self._free[node]
@@ -188,10 +194,12 @@ class NumberedFreeGPUs:
     def best_fit(self, gpus: int) -> int | None:
         """The fullest node with at least ``gpus`` free (the lowest number among equals), or
         None."""
-        counts = self._counts >> gpus if gpus > 0 else self._counts
+        if gpus < 0:
+            gpus = 0
+        counts = self._counts >> gpus
         if not counts:
             return None
-        free = (counts & -counts).bit_length() - 1 + max(gpus, 0)
+        free = (counts & -counts).bit_length() - 1 + gpus
         nodes = self._nodes_with[free]
         return (nodes & -nodes).bit_length() - 1
 

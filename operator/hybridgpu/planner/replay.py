@@ -35,7 +35,8 @@ import heapq
 import itertools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -45,6 +46,8 @@ from hybridgpu.models.snapshot import Criticality
 from hybridgpu.planner.model import CloudRates, JobDemand, Usage
 
 CORE, COMMITTED, ELASTIC, SPOT = "core", "committed", "elastic", "spot"
+_ARRIVAL_ORDER = attrgetter("arrival_seconds", "duration_seconds")
+"""The order jobs are replayed in: by arrival, the shorter first among equals."""
 
 
 @dataclass(slots=True)
@@ -55,9 +58,11 @@ class _Run:
     tier: str
     started: float
     ends: float
+    units: int
+    """What it takes (``job.units`` of the replay's GPUs)."""
     node: int = -1
-    """Owned node index (core runs)."""
-    launched: list[Any] = field(default_factory=list)
+    """Owned node index (core and committed runs)."""
+    launched: Sequence[Any] = ()
     """What its cloud tier's ``take`` gave it (cloud runs), handed back to the tier."""
 
 
@@ -91,7 +96,7 @@ class _CloudTier:
         launched.extend([now] * fresh)
         return (now + self.startup if fresh else now), launched
 
-    def give_back(self, launched: list[float], now: float) -> None:
+    def give_back(self, launched: Sequence[float], now: float) -> None:
         self.idle.extend((now, at) for at in launched)
 
     def close(self) -> float:
@@ -153,7 +158,7 @@ class _SharedCloudTier:
             self.partial.put(gpu, 0)
         return max(now, *(self.ready_at[gpu] for gpu, _ in held)), held
 
-    def give_back(self, held: list[tuple[int, int]], now: float) -> None:
+    def give_back(self, held: Sequence[tuple[int, int]], now: float) -> None:
         for gpu, units in held:
             free = self.partial.free(gpu)
             assert free is not None
@@ -176,9 +181,10 @@ class _OwnedNodes:
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.sizes = list(sizes)
-        self.free = list(sizes)
-        self.free_total = sum(sizes)
         self.fit = NumberedFreeGPUs(sizes)
+        self.free = self.fit.frees
+        """Each node's free units (the best fit's own counts, read-only: change them with
+        ``add``, ``take`` and ``give_back``)."""
         self.preemptible: list[dict[int, None]] = [{} for _ in sizes]
         self.idle_since: list[float | None] = [-math.inf] * len(sizes)
         self.idle: SortedList[tuple[float, int]] = SortedList(
@@ -190,20 +196,31 @@ class _OwnedNodes:
         """The fullest node with ``gpus`` free (lowest index among equals), or None."""
         return self.fit.best_fit(gpus)
 
+    @property
+    def free_total(self) -> int:
+        return self.fit.total
+
     def add(self, node: int, delta: int) -> None:
-        self.free[node] += delta
-        self.free_total += delta
-        self.fit.put(node, self.free[node])
+        """``delta`` more units free on the node, without following whether it is idle
+        (committed nodes)."""
+        self.fit.put(node, self.free[node] + delta)
 
-    def set_idle(self, node: int, since: float) -> None:
-        self.idle_since[node] = since
-        self.idle.add((since, node))
-
-    def set_busy(self, node: int) -> None:
+    def take(self, node: int, units: int) -> None:
+        """``units`` of the node go to a run: it is no longer idle."""
+        self.fit.put(node, self.free[node] - units)
         since = self.idle_since[node]
         if since is not None:
             self.idle_since[node] = None
             self.idle.remove((since, node))
+
+    def give_back(self, node: int, units: int, now: float) -> None:
+        """A run's ``units`` of the node come back at ``now``: idle since then if it is
+        now empty."""
+        free = self.free[node] + units
+        self.fit.put(node, free)
+        if free == self.sizes[node]:
+            self.idle_since[node] = now
+            self.idle.add((now, node))
 
     def idle_for(self, seconds: float, now: float) -> list[int]:
         """Nodes with nothing on them since at least ``seconds`` before ``now``, in node
@@ -275,10 +292,14 @@ class _Replay:
         """The tiers a job may run on, by whether it is preemptible (asked for every job)."""
 
     def run(self, jobs: Sequence[JobDemand]) -> Usage:
-        for job in sorted(jobs, key=lambda j: (j.arrival_seconds, j.duration_seconds)):
+        finishes, budgets, moving = self.finishes, self.budgets, self.cloud_preemptible
+        for job in sorted(jobs, key=_ARRIVAL_ORDER):
             now = job.arrival_seconds
-            self.finish_until(now)
-            self.return_to_core(now)
+            # Most arrivals end nothing and move nothing: those two calls only when they may.
+            if (finishes and finishes[0][0] <= now) or (budgets and budgets[0][0] <= now):
+                self.finish_until(now)
+            if moving:
+                self.return_to_core(now)
             self.place(job, now)
         self.finish_until(math.inf)
         return Usage(
@@ -294,17 +315,18 @@ class _Replay:
         # cost only power, committed ones nothing more).
         units = job.units(self.replicas)
         if ELASTIC in self._tiers_of[job.preemptible]:
-            slot = self.committed.best_fit(units)
+            slot = self.committed.fit.best_fit(units)
             if slot is not None:
                 key = next(self._keys)
                 self.committed.add(slot, -units)
-                self.runs[key] = _Run(job, COMMITTED, now, now + job.duration_seconds, slot)
-                heapq.heappush(self.finishes, (now + job.duration_seconds, key))
+                ends = now + job.duration_seconds
+                self.runs[key] = _Run(job, COMMITTED, now, ends, units, slot)
+                heapq.heappush(self.finishes, (ends, key))
                 return
             self.committed_short = True
         node = self.owned.fit.best_fit(units)
         if node is not None:
-            self.start_on_core(job, node, now, job.duration_seconds)
+            self.start_on_core(job, node, now, job.duration_seconds, units)
             return
         if job.preemptible and self.wait_seconds > 0:
             key = next(self._keys)
@@ -378,37 +400,38 @@ class _Replay:
                 self.leave_core(key, run, at)
                 self.serve_waiting(at)
             elif run.tier == COMMITTED:
-                self.committed.add(run.node, run.job.units(self.replicas))
+                self.committed.add(run.node, run.units)
                 self.committed_gpu_seconds += (at - run.started) * run.job.demand_gpus
             else:
                 self.cloud[run.tier].give_back(run.launched, at)
 
-    def start_on_core(self, job: JobDemand, node: int, now: float, seconds: float) -> None:
+    def start_on_core(
+        self, job: JobDemand, node: int, now: float, seconds: float, units: int | None = None
+    ) -> None:
+        """``units``: ``job.units`` of this replay's GPUs, when the caller has them."""
+        if units is None:
+            units = job.units(self.replicas)
         key = next(self._keys)
-        owned = self.owned
-        owned.add(node, -job.units(self.replicas))
-        if owned.idle_since[node] is not None:
-            owned.set_busy(node)
-        self.runs[key] = _Run(job, CORE, now, now + seconds, node)
+        self.owned.take(node, units)
+        self.runs[key] = _Run(job, CORE, now, now + seconds, units, node)
         if job.preemptible:
-            owned.preemptible[node][key] = None
+            self.owned.preemptible[node][key] = None
         heapq.heappush(self.finishes, (now + seconds, key))
 
     def start_in_cloud(self, job: JobDemand, now: float, seconds: float) -> None:
         tier = SPOT if SPOT in self._tiers_of[job.preemptible] and self.use_spot else ELASTIC
-        start, launched = self.cloud[tier].take(job.units(self.replicas), now)
+        units = job.units(self.replicas)
+        start, launched = self.cloud[tier].take(units, now)
         ends = start + seconds * (self.spot_rerun if tier == SPOT else 1.0)
         key = next(self._keys)
-        self.runs[key] = _Run(job, tier, start, ends, launched=launched)
+        self.runs[key] = _Run(job, tier, start, ends, units, launched=launched)
         if job.preemptible:
             self.cloud_preemptible[key] = None
         heapq.heappush(self.finishes, (ends, key))
 
     def leave_core(self, key: int, run: _Run, now: float) -> None:
         owned = self.owned
-        owned.add(run.node, run.job.units(self.replicas))
-        if owned.free[run.node] == owned.sizes[run.node]:
-            owned.set_idle(run.node, now)
+        owned.give_back(run.node, run.units, now)
         owned.preemptible[run.node].pop(key, None)
         self.owned_gpu_seconds += (now - run.started) * run.job.demand_gpus
 
@@ -429,11 +452,11 @@ class _Replay:
                 for k in self.cloud_preemptible
                 if self.runs[k].started + self.restart_seconds < now
             ),
-            key=lambda k: (-self.runs[k].job.units(self.replicas), k),
+            key=lambda k: (-self.runs[k].units, k),
         )
         for key in movers:
             run = self.runs[key]
-            need = run.job.units(self.replicas)
+            need = run.units
             node = next((n for n in settled if self.owned.free[n] >= need), None)
             if node is None:
                 continue
@@ -441,7 +464,7 @@ class _Replay:
             del self.cloud_preemptible[key]
             self.cloud[run.tier].give_back(run.launched, now)
             left = (run.ends - now) / (self.spot_rerun if run.tier == SPOT else 1.0)
-            self.start_on_core(run.job, node, now, left + self.restart_seconds)
+            self.start_on_core(run.job, node, now, left + self.restart_seconds, need)
 
     def make_room(self, job: JobDemand) -> tuple[int, list[int]] | None:
         """The owned node where evicting the most recently started preemptible runs frees
@@ -454,7 +477,6 @@ class _Replay:
         best: tuple[int, int, list[int]] | None = None
         need = job.units(self.replicas)
         runs = self.runs
-        replicas = self.replicas
         preemptible = self.owned.preemptible
         for free, node in self.owned.most_free_first():
             if best is not None and need - free > best[0]:
@@ -467,7 +489,7 @@ class _Replay:
                 if room >= need:
                     break
                 victims.append(key)
-                room += runs[key].job.units(replicas)
+                room += runs[key].units
             if room >= need:
                 evicted = room - free
                 if best is None or (evicted, node) < (best[0], best[1]):
