@@ -138,6 +138,8 @@ class _Demand:
     """The pools whose free capacity it may use (``_free_order``), once known."""
     gang: str | None = None
     """The gang it belongs to: its pods are placed all or none (``_place_gang``)."""
+    wait_until: float | None = None
+    """``_Decider._wait_until``, once found."""
 
     @property
     def order(self) -> tuple[int, int, float, str]:
@@ -411,7 +413,9 @@ class _Decider:
         self.future_nodes: set[str] = set()
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
-        self._pods_of_job: _PodsByJob | None = None
+        self.pods_of_job = _PodsByJob()
+        """The pods of each Job that may move (preemptible, or mid-move when the tick
+        began), by Job key (``_build``)."""
         self.jobs: dict[str, JobState] = {j.key: j for j in snapshot.jobs}
         self.moving: set[str] = {j.key for j in self.jobs.values() if j.move is not None}
         self._moving_at_start = frozenset(self.moving)
@@ -445,9 +449,9 @@ class _Decider:
         no single node may still wait for this tick (``_wait_for_fragments``)."""
         self.claimed: dict[str, int] = {}
         """Owned GPUs promised this tick to pods that wait for them, by node."""
-        self._releases: dict[bool, dict[str, tuple[float, ...]]] = {True: {}, False: {}}
-        """Per view (firm work's, preemptible work's) and owned node, when each of its GPUs
-        held by a pod comes back, in time order (``_owned_view``): tuples of floats, which
+        self._releases: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        """Per owned node, when each of its GPUs held by a pod comes back, in time order, as
+        firm work and as preemptible work see it (``_owned_view``): tuples of floats, which
         the garbage collector stops walking (lists it walks at every collection)."""
         self._owned_pools: dict[tuple[str | None, int, tuple[str, ...]], list[str]] = {}
         self._owned_floor: dict[tuple[bool, str | None, int, tuple[str, ...]], float] = {}
@@ -490,7 +494,14 @@ class _Decider:
         allocated: dict[str, int] = {}
         pods_on = self.pods_on
         pending_pods = self.pending_pods
+        pods_of_job = self.pods_of_job
+        moving = self._moving_at_start
+        # Every pod is read here once: a second pass over 10,000s of them for pods_of_job,
+        # when first needed, cost more than collecting them here in every tick.
         for pod in self.snap.pods:
+            job = pod.job
+            if job is not None and (pod.criticality == PREEMPTIBLE or job in moving):
+                pods_of_job.add(job, pod)
             node = pod.node
             if node is None:
                 pending_pods.append(pod)
@@ -571,20 +582,6 @@ class _Decider:
         for ledger in self.pools.values():
             for i in range(ledger.provisioning):
                 self._add_node(ledger, f"{ledger.name}/provisioning-{i}")
-
-    @property
-    def pods_of_job(self) -> _PodsByJob:
-        """The pods of each Job that may move (preemptible, or mid-move when the tick
-        began), by Job key; built on first use (most ticks move nothing)."""
-        found = self._pods_of_job
-        if found is None:
-            found = self._pods_of_job = _PodsByJob()
-            moving = self._moving_at_start
-            for pod in self.snap.pods:
-                job = pod.job
-                if job is not None and (pod.criticality == PREEMPTIBLE or job in moving):
-                    found.add(job, pod)
-        return found
 
     def _find_unhealthy(self, suspects: Iterable[NodeState]) -> None:
         """Cloud nodes that are paid for and cannot serve: NotReady past the grace period,
@@ -740,6 +737,7 @@ class _Decider:
         pending = self.pending
         now = self.now
         grace = self.grace
+        wait_until = self._wait_until
         for pod in self.pending_pods:
             if pod.job is not None and pod.job in moving:
                 continue
@@ -749,17 +747,21 @@ class _Decider:
                 continue
             if now - pod.pending_since < grace:
                 continue
-            pending.append(
-                _Demand(
-                    pod.gpus,
-                    pod.criticality,
-                    pod.pending_since,
-                    pod.key,
-                    pod.pool,
-                    pod.job,
-                    pod.gpu_models,
-                )
+            demand = _Demand(
+                pod.gpus,
+                pod.criticality,
+                pod.pending_since,
+                pod.key,
+                pod.pool,
+                pod.job,
+                pod.gpu_models,
             )
+            # Found now, in the snapshot's order, not in placement order: placement takes
+            # the pods by criticality and size, and its look-ups of their Jobs, scattered
+            # over 10,000s of them, each missed the CPU's caches (3-4% of a tick at 1,000
+            # nodes).
+            wait_until(demand)
+            pending.append(demand)
         # A Job in the middle of a move has no pods; its demand waits on the target pool.
         for key in sorted(self.moving):
             job = self.jobs[key]
@@ -1076,7 +1078,14 @@ class _Decider:
 
     def _wait_until(self, demand: _Demand) -> float:
         """The latest time the pod may get its GPUs: its wait budget counts the Job's whole
-        delay when the Job's creation is known (earlier waits and lost work included)."""
+        delay when the Job's creation is known (earlier waits and lost work included). The
+        same all tick (what it depends on does not change): kept on the demand."""
+        found = demand.wait_until
+        if found is None:
+            found = demand.wait_until = self._wait_budget_end(demand)
+        return found
+
+    def _wait_budget_end(self, demand: _Demand) -> float:
         budget = self.wait_budget[demand.criticality]
         if budget <= 0:
             return -math.inf
@@ -1131,8 +1140,7 @@ class _Decider:
         off it)."""
         if gained:
             self._owned_floor.clear()
-            self._releases[True].pop(name, None)
-            self._releases[False].pop(name, None)
+            self._releases.pop(name, None)
         for forecast in self.forecasts.values():
             forecast.touch(name, gained=gained)
 
@@ -1140,24 +1148,25 @@ class _Decider:
         """An owned node for the forecast: its free GPUs less those promised, and when its
         pods give theirs back: at the end of a run whose Job states its expected duration,
         and (to firm work) when a preemptible Job may be preempted."""
-        known = self._releases[firm]
-        releases = known.get(name)
+        releases = self._releases.get(name)
         if releases is None:
-            releases = known[name] = self._release_times(name, firm)
+            releases = self._releases[name] = self._release_times(name)
         ledger = self.pools[self.node_pool[name]]
         return (
             ledger.name,
             ledger.per_node,
             self.node_free[name] - self.claimed.get(name, 0),
-            releases,
+            releases[0] if firm else releases[1],
         )
 
-    def _release_times(self, name: str, firm: bool) -> tuple[float, ...]:
-        """``_owned_view``'s times, one per GPU, in time order: every pod of every owned
-        node is looked at here, for each view, so the loop reads no more than it needs."""
+    def _release_times(self, name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``_owned_view``'s times, one per GPU, in time order, for firm work and for
+        preemptible work: every pod of every owned node is looked at here, once for both
+        views (they differ only where a preemptible Job may be preempted sooner), so the
+        loop reads no more than it needs."""
         ends: list[float] = []
-        preempting = firm and self.policy.preemption.enabled
-        first_start = self.pods_of_job.first_start if preempting else {}
+        firm_ends: list[float] = []
+        preempting = self.policy.preemption.enabled
         min_runtime = self.min_runtime
         jobs = self.jobs
         moving = self.moving
@@ -1175,19 +1184,26 @@ class _Decider:
             if expected is not None:
                 started = pod.started_at
                 end = (now if started is None else started) + expected - job.progress_seconds
+            firm_end = end
             if preempting and job.criticality == PREEMPTIBLE:
-                run = first_start.get(key, job.started_at)  # _run_start
+                run = self.pods_of_job.first_start.get(key, job.started_at)  # _run_start
                 movable_at = (now if run is None else run) + min_runtime
                 if movable_at < end:
-                    end = movable_at
+                    firm_end = movable_at
+            gpus = pod.gpus
             if end < inf:
-                gpus = pod.gpus
                 if gpus == 1:
                     ends.append(end)
                 else:
                     ends.extend([end] * gpus)
+            if firm_end < inf:
+                if gpus == 1:
+                    firm_ends.append(firm_end)
+                else:
+                    firm_ends.extend([firm_end] * gpus)
         ends.sort()
-        return tuple(ends)
+        firm_ends.sort()
+        return tuple(firm_ends), tuple(ends)
 
     def _fill_future(self, demands: list[_Demand]) -> list[str | None]:
         """Each pod in order on the fullest node on its way that takes it, cheapest pool
