@@ -737,7 +737,7 @@ class _Decider:
         pending = self.pending
         now = self.now
         grace = self.grace
-        wait_until = self._wait_until
+        wait_budget_end = self._wait_budget_end
         for pod in self.pending_pods:
             if pod.job is not None and pod.job in moving:
                 continue
@@ -758,9 +758,8 @@ class _Decider:
             )
             # Found now, in the snapshot's order, not in placement order: placement takes
             # the pods by criticality and size, and its look-ups of their Jobs, scattered
-            # over 10,000s of them, each missed the CPU's caches (3-4% of a tick at 1,000
-            # nodes).
-            wait_until(demand)
+            # over 10,000s of them, missed the CPU's caches.
+            demand.wait_until = wait_budget_end(demand)
             pending.append(demand)
         # A Job in the middle of a move has no pods; its demand waits on the target pool.
         for key in sorted(self.moving):
@@ -874,11 +873,13 @@ class _Decider:
         pools it may power on, then the launchable cloud pools of its scale target's tier with
         its GPU model (pods of one such set are packed together; the packing puts each only
         into nodes big enough for it)."""
-        owned = self._power_on_candidates(demand)
         key = (demand.pool, demand.criticality == PREEMPTIBLE, demand.gpus, demand.models)
         cloud = self._launch_cache.get(key)
         if cloud is None:
             cloud = self._launch_cache[key] = self._cloud_launch_candidates(demand)
+        if not self._powered:
+            return cloud  # no owned machine to power on: the same for every pod of a kind
+        owned = self._power_on_candidates(demand)
         return tuple(p.name for p in owned) + cloud if owned else cloud
 
     def _cloud_launch_candidates(self, demand: _Demand) -> tuple[str, ...]:
@@ -1167,6 +1168,7 @@ class _Decider:
         ends: list[float] = []
         firm_ends: list[float] = []
         preempting = self.policy.preemption.enabled
+        first_start = self.pods_of_job.first_start
         min_runtime = self.min_runtime
         jobs = self.jobs
         moving = self.moving
@@ -1186,7 +1188,7 @@ class _Decider:
                 end = (now if started is None else started) + expected - job.progress_seconds
             firm_end = end
             if preempting and job.criticality == PREEMPTIBLE:
-                run = self.pods_of_job.first_start.get(key, job.started_at)  # _run_start
+                run = first_start.get(key, job.started_at)  # _run_start
                 movable_at = (now if run is None else run) + min_runtime
                 if movable_at < end:
                     firm_end = movable_at
@@ -1234,7 +1236,7 @@ class _Decider:
                 if where is not None:
                     self._adjust(where, demand.gpus)
             placed = self._fill_future(demands)
-        blocked: dict[int, tuple[_PoolLedger | str, str]] = {}
+        blocked: dict[int, _Blocks] = {}
         for demand, where in zip(demands, placed, strict=True):
             if where is None:
                 where = self._launch_one(demand, blocked)
@@ -1253,7 +1255,9 @@ class _Decider:
         for demand in demands:
             pools = self._launch_candidates(demand)
             if pools:
-                sizes = groups.setdefault(pools, {})
+                sizes = groups.get(pools)
+                if sizes is None:
+                    sizes = groups[pools] = {}
                 sizes[demand.gpus] = sizes.get(demand.gpus, 0) + 1
         opened = 0
 
@@ -1269,28 +1273,28 @@ class _Decider:
             pack(sizes, [Shape(p.name, p.per_node, p.launch_price) for p in ledgers], open_node)
         return opened > 0
 
-    def _launch_one(
-        self, demand: _Demand, blocked: dict[int, tuple[_PoolLedger | str, str]]
-    ) -> str | None:
+    def _launch_one(self, demand: _Demand, blocked: dict[int, _Blocks]) -> str | None:
         """A pod the packing left out (a limit stopped it, or the next tick would place it
         elsewhere): room on its own cheapest pool, a new node there, or the reason why not.
         ``blocked``: the kinds of pods (``_free_order``'s list) blocked so far in this pass,
-        with where and why: blocked again at once (thousands are, when a limit is reached).
+        with the ``_Blocks`` they were counted in: blocked again at once, into the same
+        (thousands are, when a limit is reached).
         A stopped pool stays stopped and its nodes on their way only fill up meanwhile;
         owned pools to power on are asked per pod (its wait budget), so then it is not kept."""
         kind = id(self._free_order(demand))
         known = blocked.get(kind)
         if known is not None:
-            self._block(known[0], known[1], demand)
+            known.gpus += demand.gpus
+            known.pods += 1
             return None
         for owned in self._power_on_candidates(demand):
             if self._open_node(owned) is None:
                 return self._take_best_fit(owned, demand.gpus, future=True)
         target = self._scale_target(demand)
         if target is None:
-            self._block(demand.pool or "-", "no_pool", demand)
+            entry = self._block(demand.pool or "-", "no_pool", demand)
             if not self._powered:
-                blocked[kind] = (demand.pool or "-", "no_pool")
+                blocked[kind] = entry
             return None
         held: tuple[_PoolLedger, str] | None = None
         for pool in self._pools_to_grow(demand, target):
@@ -1308,9 +1312,9 @@ class _Decider:
                 where = self._take_best_fit(pool, demand.gpus, future=True)
             return where
         assert held is not None
-        self._block(held[0], held[1], demand)
+        entry = self._block(held[0], held[1], demand)
         if not self._powered:
-            blocked[kind] = held
+            blocked[kind] = entry
         return None
 
     def _pools_to_grow(self, demand: _Demand, target: _PoolLedger) -> Iterator[_PoolLedger]:
@@ -1392,7 +1396,8 @@ class _Decider:
             f"${budget.max_hourly_cost or 0:.2f}/h"
         )
 
-    def _block(self, target: _PoolLedger | str, cause: str, demand: _Demand) -> None:
+    def _block(self, target: _PoolLedger | str, cause: str, demand: _Demand) -> _Blocks:
+        """Count the pod as blocked by ``cause`` at ``target``; returns the count."""
         pool = target if isinstance(target, str) else target.name
         entry = self.blocked.get((pool, cause))
         if entry is None:
@@ -1404,6 +1409,7 @@ class _Decider:
             )
         entry.gpus += demand.gpus
         entry.pods += 1
+        return entry
 
     def _cloud_cost_per_hour(self) -> float:
         """Cloud spend rate, $/h: from launch (provisioning) until terminated (releasing,
