@@ -1128,9 +1128,9 @@ class _Decider:
     def _forecast(self, firm: bool) -> OwnedForecast:
         found = self.forecasts.get(firm)
         if found is None:
-            found = self.forecasts[firm] = OwnedForecast(
-                self.now, partial(self._owned_view, firm=firm)
-            )
+            # ``firm`` bound positionally: bound by keyword, each of the forecast's thousands
+            # of calls copied a dict of arguments.
+            found = self.forecasts[firm] = OwnedForecast(self.now, partial(self._owned_view, firm))
             for name in self.node_free:
                 if name not in self.future_nodes and self.pools[self.node_pool[name]].tier == CORE:
                     found.add(name)
@@ -1145,7 +1145,7 @@ class _Decider:
         for forecast in self.forecasts.values():
             forecast.touch(name, gained=gained)
 
-    def _owned_view(self, name: str, firm: bool) -> NodeView:
+    def _owned_view(self, firm: bool, name: str) -> NodeView:
         """An owned node for the forecast: its free GPUs less those promised, and when its
         pods give theirs back: at the end of a run whose Job states its expected duration,
         and (to firm work) when a preemptible Job may be preempted."""
