@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from hybridgpu.models.base import parse_duration_seconds
@@ -399,8 +399,17 @@ def _fast_plan(
         chosen = model_work["procurement"]
         candidates = _procurement_candidates(inputs, chosen, nodes, offers, shared)
         replay_ahead(inputs, candidates, shared)
+        # Each candidate priced period by period on the whole history (seconds on a long
+        # trace): side by side, with the replays just made.
+        priced = _at_once(
+            {
+                str(i): partial(_costed_task, inputs, plan, shared)
+                for i, plan in enumerate(candidates)
+            },
+            side_by_side,
+        )
         procurement = min(
-            (costed(inputs, plan, shared) for plan in candidates),
+            (priced[str(i)] for i in range(len(candidates))),
             key=lambda plan: plan.total_dollars,
         )
     return replace(
@@ -427,6 +436,12 @@ def _at_once(tasks: dict[str, Task], side_by_side: SideBySide | None) -> dict[st
     if side_by_side is None or side_by_side.workers < 2 or len(tasks) < 2:
         return {name: task(None) for name, task in tasks.items()}
     return side_by_side.run(tasks)
+
+
+def _costed_task(
+    inputs: PlanInputs, plan: Procurement, shared: SharedWork, _: object
+) -> Procurement:
+    return costed(inputs, plan, shared)
 
 
 def _cloud_scale(fluid: Usage, replayed: Usage) -> tuple[float, float]:
