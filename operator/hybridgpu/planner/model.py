@@ -366,10 +366,17 @@ def history_from_intervals(
     samples: list[DemandSample] = []
     firm = preemptible_gpus = 0.0
     times = sorted(changes)
+    append = samples.append
     for at, after in itertools.pairwise(times):
-        firm += changes[at][0]
-        preemptible_gpus += changes[at][1]
-        samples.append(
-            DemandSample((after - at) / 3600.0, max(firm, 0.0), max(preemptible_gpus, 0.0))
+        change = changes[at]
+        firm += change[0]
+        preemptible_gpus += change[1]
+        # max(x, 0.0) without a call per sample (a 200,000-job trace has 400,000 samples)
+        append(
+            DemandSample(
+                (after - at) / 3600.0,
+                0.0 if firm < 0.0 else firm,
+                0.0 if preemptible_gpus < 0.0 else preemptible_gpus,
+            )
         )
     return samples

@@ -85,6 +85,8 @@ def _gpu_milli(path: Path, line: int, raw: str | None, gpus: int) -> int | None:
 
 def parse_gpu_models(raw: str | None) -> tuple[str, ...]:
     """``V100M16|V100M32`` (openb's gpu_spec) as a sorted tuple; empty or blank: any model."""
+    if not raw:
+        return ()  # most traces have no such column: every job's cell is missing
     return tuple(sorted({m.strip() for m in (raw or "").split("|") if m.strip()}))
 
 
@@ -306,7 +308,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     has_utilization = "utilization_percent" in header
     has_return = "return_to_core" in header
     jobs: list[TraceJob] = []
-    allowed = {c.value for c in Criticality}
+    allowed = {c.value: c for c in Criticality}
     for line, row in enumerate(reader, start=2):
         arrival = _number(path, line, "arrival_seconds", row["arrival_seconds"])
         duration = _number(path, line, "duration_seconds", row["duration_seconds"])
@@ -365,7 +367,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 arrival / time_scale,
                 duration / time_scale,
                 int(gpus),
-                Criticality(crit),
+                allowed[crit],
                 None if every is None else every / time_scale,
                 parse_gpu_models(row.get("gpu_models")),
                 deadline_seconds=seconds.get("deadline_seconds"),
