@@ -7,6 +7,7 @@ sharing)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pytest
@@ -17,6 +18,7 @@ from hybridgpu.planner.cost import CostModel, SharedWork
 from hybridgpu.planner.io import history_from_jobs
 from hybridgpu.planner.model import JobDemand, PlanInputs
 from hybridgpu.planner.optimize import (
+    _knapsack,
     cheapest_mixes,
     cost_by_owned_gpus,
     optimal_fleet,
@@ -118,3 +120,50 @@ def test_near_ties_are_left_to_the_scan() -> None:
     assert [g for g, _ in cheapest_mixes(model)] == [0, 4, 8]
     assert scan_fleets(model) == (0, 1)
     assert optimal_fleet(model) == (0, 1)
+
+
+def _knapsack_loop(
+    g_max: int, types: tuple[tuple[int, int | None, float], ...]
+) -> list[tuple[int, tuple[int, ...]]]:
+    """The knapsack as a loop over owned counts, one count at a time (what ``_knapsack``
+    computed before it took all counts at once)."""
+    best = [math.inf] * (g_max + 1)
+    mix: list[tuple[int, ...]] = [()] * (g_max + 1)
+    best[0], mix[0] = 0.0, (0,) * len(types)
+    for j, (k, max_nodes, node_hour_dollars) in enumerate(types):
+        bound = g_max // k if max_nodes is None else min(g_max // k, max_nodes)
+        chunk = 1
+        while bound > 0:
+            take = min(chunk, bound)
+            bound -= take
+            chunk *= 2
+            size, dollars = take * k, take * node_hour_dollars
+            for g in range(g_max, size - 1, -1):
+                if best[g - size] + dollars < best[g]:
+                    best[g] = best[g - size] + dollars
+                    counts = list(mix[g - size])
+                    counts[j] += take
+                    mix[g] = tuple(counts)
+    return [(g, mix[g]) for g in range(g_max + 1) if best[g] < math.inf]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    g_max=st.integers(0, 200),
+    types=st.lists(
+        st.tuples(
+            st.sampled_from([1, 2, 4, 8, 16]),
+            st.one_of(st.none(), st.integers(0, 30)),
+            # Prices with exact ties (proportional ones, equal ones) and without.
+            st.one_of(st.sampled_from([1.0, 2.0, 4.0, 8.0, 3.3]), st.floats(0.01, 50.0)),
+        ),
+        min_size=1,
+        max_size=4,
+    ).map(tuple),
+)
+def test_the_knapsack_over_all_counts_at_once_is_the_loop_over_each(
+    g_max: int, types: tuple[tuple[int, int | None, float], ...]
+) -> None:
+    """Every count's cheapest mix, ties kept as the loop keeps them (the earlier mix), is
+    the same whether the counts are taken one at a time or all at once."""
+    assert _knapsack(g_max, types) == _knapsack_loop(g_max, types)

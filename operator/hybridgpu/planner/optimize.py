@@ -7,6 +7,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from hybridgpu.planner import progress
 from hybridgpu.planner.cost import CostModel
 
@@ -80,10 +82,16 @@ def cheapest_mixes(model: CostModel) -> list[tuple[int, tuple[int, ...]]]:
 def _knapsack(
     g_max: int, types: tuple[tuple[int, int | None, float], ...]
 ) -> list[tuple[int, tuple[int, ...]]]:
-    """``cheapest_mixes`` of node types of (GPUs, most nodes, dollars per node-hour)."""
-    best: list[float] = [math.inf] * (g_max + 1)
-    mix: list[tuple[int, ...]] = [()] * (g_max + 1)
-    best[0], mix[0] = 0.0, (0,) * len(types)
+    """``cheapest_mixes`` of node types of (GPUs, most nodes, dollars per node-hour).
+
+    Each chunk of ``take`` nodes is a 0/1 item: every owned count ``g`` takes it when the
+    cheapest mix of ``g - size`` before this chunk plus its dollars is cheaper than the
+    cheapest of ``g`` before it (strictly: the earlier mix stays among equals). All counts
+    at once, as arrays (the flip points and the sensitivity table ask for a new knapsack at
+    every price they try: in a loop over counts this was a third of their time)."""
+    best = np.full(g_max + 1, math.inf)
+    best[0] = 0.0
+    mix = np.zeros((g_max + 1, len(types)), dtype=np.int64)
     for j, (k, max_nodes, node_hour_dollars) in enumerate(types):
         bound = g_max // k
         if max_nodes is not None:
@@ -94,14 +102,17 @@ def _knapsack(
             bound -= take
             chunk *= 2
             size, dollars = take * k, take * node_hour_dollars
-            for g in range(g_max, size - 1, -1):
-                before = best[g - size]
-                if before + dollars < best[g]:
-                    best[g] = before + dollars
-                    counts = list(mix[g - size])
-                    counts[j] += take
-                    mix[g] = tuple(counts)
-    return [(g, mix[g]) for g in range(g_max + 1) if best[g] < math.inf]
+            with_chunk = best[: g_max + 1 - size] + dollars  # from the counts before the chunk
+            better = np.flatnonzero(with_chunk < best[size:])
+            if better.size:
+                best[better + size] = with_chunk[better]
+                mix[better + size] = mix[better]  # a copy of the rows before this chunk
+                mix[better + size, j] += take
+    reachable = np.flatnonzero(best < math.inf)
+    return [
+        (g, tuple(counts))
+        for g, counts in zip(reachable.tolist(), mix[reachable].tolist(), strict=True)
+    ]
 
 
 def cost_by_owned_gpus(model: CostModel) -> list[OwnedSizeCost]:
