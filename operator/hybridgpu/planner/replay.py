@@ -290,6 +290,8 @@ class _Replay:
             for preemptible in (False, True)
         }
         """The tiers a job may run on, by whether it is preemptible (asked for every job)."""
+        self._committed_for = (ELASTIC in self._tiers_of[False], ELASTIC in self._tiers_of[True])
+        """Whether committed capacity may serve a job, by whether it is preemptible."""
 
     def run(self, jobs: Sequence[JobDemand]) -> Usage:
         finishes, budgets, moving = self.finishes, self.budgets, self.cloud_preemptible
@@ -314,8 +316,8 @@ class _Replay:
         # admission lets a job onto (core.placement) may use it; owned GPUs come next (they
         # cost only power, committed ones nothing more).
         units = job.units(self.replicas)
-        if ELASTIC in self._tiers_of[job.preemptible]:
-            slot = self.committed.fit.best_fit(units)
+        if self._committed_for[job.preemptible]:
+            slot = self.committed.fit.best_fit(units) if self.committed.sizes else None
             if slot is not None:
                 key = next(self._keys)
                 self.committed.add(slot, -units)
