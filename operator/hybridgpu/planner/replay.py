@@ -345,7 +345,7 @@ class _Replay:
             evicted = self.runs.pop(key)
             self.leave_core(key, evicted, now)
             self.start_in_cloud(evicted.job, now, evicted.ends - now + self.restart_seconds)
-        self.start_on_core(job, node, now, job.duration_seconds)
+        self.start_on_core(job, node, now, job.duration_seconds, units)
 
     def serve_waiting(self, now: float) -> None:
         """The waiting preemptible jobs, largest first then oldest (as the operator orders
@@ -368,7 +368,7 @@ class _Replay:
             node = self.owned.best_fit(need)
             if node is not None:
                 del self.waiting[key]
-                self.start_on_core(job, node, now, job.duration_seconds)
+                self.start_on_core(job, node, now, job.duration_seconds, need)
             elif until <= now or self.owned.free_total - counted < need:
                 del self.waiting[key]
                 self.start_in_cloud(job, now, job.duration_seconds)
@@ -408,11 +408,9 @@ class _Replay:
                 self.cloud[run.tier].give_back(run.launched, at)
 
     def start_on_core(
-        self, job: JobDemand, node: int, now: float, seconds: float, units: int | None = None
+        self, job: JobDemand, node: int, now: float, seconds: float, units: int
     ) -> None:
-        """``units``: ``job.units`` of this replay's GPUs, when the caller has them."""
-        if units is None:
-            units = job.units(self.replicas)
+        """``units``: ``job.units`` of this replay's GPUs (every caller has them)."""
         key = next(self._keys)
         self.owned.take(node, units)
         self.runs[key] = _Run(job, CORE, now, now + seconds, units, node)

@@ -87,7 +87,7 @@ def parse_gpu_models(raw: str | None) -> tuple[str, ...]:
     """``V100M16|V100M32`` (openb's gpu_spec) as a sorted tuple; empty or blank: any model."""
     if not raw:
         return ()  # most traces have no such column: every job's cell is missing
-    return tuple(sorted({m.strip() for m in (raw or "").split("|") if m.strip()}))
+    return tuple(sorted({m.strip() for m in raw.split("|") if m.strip()}))
 
 
 @dataclass(frozen=True, slots=True)
