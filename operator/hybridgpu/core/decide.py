@@ -354,6 +354,11 @@ class _Blocks:
     pods: int = 0
     reason: str = ""
 
+    def count(self, gpus: int) -> None:
+        """One more pod of ``gpus`` held back."""
+        self.gpus += gpus
+        self.pods += 1
+
 
 class _Decider:
     def __init__(self, snapshot: ClusterSnapshot, policy: ScalingPolicySpec, now: float) -> None:
@@ -1284,8 +1289,7 @@ class _Decider:
         kind = id(self._free_order(demand))
         known = blocked.get(kind)
         if known is not None:
-            known.gpus += demand.gpus
-            known.pods += 1
+            known.count(demand.gpus)
             return None
         for owned in self._power_on_candidates(demand):
             if self._open_node(owned) is None:
@@ -1407,8 +1411,7 @@ class _Decider:
                 if isinstance(target, str)
                 else self._cause_text(target, cause)
             )
-        entry.gpus += demand.gpus
-        entry.pods += 1
+        entry.count(demand.gpus)
         return entry
 
     def _cloud_cost_per_hour(self) -> float:
