@@ -22,7 +22,7 @@ class RunsFailed(HybridGPUError):
         self.failures = failures
         """(run name, its error), in the order the runs were given."""
         lines = [f"{len(failures)} of {runs} runs failed:"]
-        lines += [f"  {doing} {name}: {_words(error)}" for name, error in failures]
+        lines += [f"  {doing} {name}: {one_line(error)}" for name, error in failures]
         super().__init__("\n".join(lines))
 
     @property
@@ -36,7 +36,7 @@ class RunsFailed(HybridGPUError):
         return any(not isinstance(error, HybridGPUError) for _, error in self.failures)
 
 
-def _words(error: Exception) -> str:
+def one_line(error: Exception) -> str:
     """An error on one line: the project's own in their words, any other with its type."""
     words = str(error) if isinstance(error, HybridGPUError) else f"{type(error).__name__}: {error}"
     return " ".join(words.split())

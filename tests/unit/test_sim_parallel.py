@@ -180,6 +180,116 @@ def test_every_failed_run_is_reported_one_after_the_other_too() -> None:
     )
 
 
+def _waits_for(told: int) -> Callable[[Callable[[float], None] | None], int]:
+    """A task that ends once the parent wrote to the pipe ``told`` (60 s: only if never)."""
+
+    def task(step: Callable[[float], None] | None) -> int:
+        assert select.select([told], [], [], 60)[0] == [told], "the parent said nothing"
+        return os.getpid()
+
+    return task
+
+
+def test_a_failed_run_is_told_at_once_while_the_others_go_on() -> None:
+    """b fails at once; a and c end only when the parent has been told of b's failure (by
+    ``failed``, which writes to their pipe): they could not if it were told at the end."""
+    read, write = os.pipe()
+    told: list[tuple[str, str, int]] = []
+
+    def failed(name: str, error: Exception, left: int) -> None:
+        told.append((name, str(error), left))
+        os.write(write, b"xx")  # one byte for each run waiting on it
+
+    try:
+        with pytest.raises(UserError):
+            run_all(
+                {"a": _waits_for(read), "b": _fails, "c": _waits_for(read)},
+                workers=2,
+                failed=failed,
+            )
+    finally:
+        os.close(read)
+        os.close(write)
+    assert told == [("b", "reactive: the trace is wrong", 2)]  # a going, c waiting
+
+
+def test_a_failed_run_is_told_at_once_one_after_the_other_too() -> None:
+    told: list[tuple[str, int]] = []
+    with pytest.raises(RunsFailed):
+        run_all(
+            {"a": _fails, "b": _process_name, "c": _fails},
+            workers=1,
+            failed=lambda name, error, left: told.append((name, left)),
+        )
+    assert told == [("a", 2), ("c", 0)]
+
+
+def test_the_progress_lines_say_a_run_failed_once_past_their_quiet_start(capsys) -> None:
+    from hybridgpu.sim.cli import _ProgressLines
+
+    quiet = _ProgressLines(quiet_seconds=3600)
+    quiet.failed("reactive", UserError("bad\ntrace"), 3)  # a short run: said once, at the end
+    assert capsys.readouterr().err == ""
+    lines = _ProgressLines(quiet_seconds=0)
+    lines("reactive", 0.5)
+    lines.failed("reactive", UserError("bad\ntrace"), 3)
+    lines.failed("owned_only", ZeroDivisionError("division by zero"), 1)
+    lines.failed("on_demand", UserError("the last"), 0)  # nothing goes on: the end says it
+    err = capsys.readouterr().err.splitlines()
+    assert err[1:] == [
+        "hybridgpu simulate: reactive failed: bad trace; the 3 other runs go on and every "
+        "error is printed at their end (Ctrl-C stops them)",
+        "hybridgpu simulate: owned_only failed: ZeroDivisionError: division by zero; the "
+        "other run goes on and every error is printed at their end (Ctrl-C stops them)",
+    ]
+    assert lines.going == {}
+
+
+def test_the_progress_bar_says_a_run_failed_above_the_bars_and_frees_its_row(capsys) -> None:
+    from hybridgpu.sim.cli import _ProgressBar
+
+    bar = _ProgressBar()
+    try:
+        bar("hybridgpu", 0.5)
+        bar("reactive", 0.25)
+        bar.failed("hybridgpu", UserError("bad trace"), 2)
+        bar("on_demand", 0.125)  # takes the failed run's row
+        assert bar.shown == ["on_demand", "reactive"]
+    finally:
+        bar.close()
+    assert "hybridgpu simulate: hybridgpu failed: bad trace; the 2 other runs go on" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_cli_says_a_run_failed_while_the_others_go_on(monkeypatch, capsys) -> None:
+    """`simulate` past its quiet start (here none): the failure is said at once, and again
+    with every other one in the error at the end."""
+    from hybridgpu.sim import cli
+
+    monkeypatch.setattr(cli._ProgressLines, "__init__", _no_quiet(cli._ProgressLines.__init__))
+    run = Simulation.run
+
+    def failing(self: Simulation) -> object:
+        if self.name == "hybridgpu":
+            raise UserError("hybridgpu: cannot simulate this")
+        return run(self)
+
+    monkeypatch.setattr(Simulation, "run", failing)  # the forked workers inherit it
+    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    told = "hybridgpu simulate: hybridgpu failed: hybridgpu: cannot simulate this; the "
+    assert err.count(told) == 1
+    assert err.index(told) < err.index("hybridgpu: error: hybridgpu: cannot simulate this\n")
+
+
+def _no_quiet(init: Callable[..., None]) -> Callable[..., None]:
+    def quiet_none(self: object, **kwargs: float) -> None:
+        init(self, **{**kwargs, "quiet_seconds": 0.0})
+
+    return quiet_none
+
+
 def _killed(step: Callable[[float], None] | None) -> int:
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("not killed")

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hybridgpu.errors import UserError
+from hybridgpu.errors import UserError, one_line
 from hybridgpu.inputs import non_negative_number, positive_number, worker_count
 from hybridgpu.sim.defaults import (
     DEFAULT_BILLING_MINIMUM_SECONDS,
@@ -356,6 +356,7 @@ def run(args: argparse.Namespace) -> int:
             settings,
             slo=slo,
             progress=progress,
+            failed=None if progress is None else progress.failed,
             workers=usable_cpus() if args.workers is None else args.workers,
         )
     finally:
@@ -407,6 +408,7 @@ class _ProgressLines:
 
     def __init__(self, *, quiet_seconds: float = 10.0, every_seconds: float = 30.0) -> None:
         self.started = time.monotonic()
+        self.quiet_seconds = quiet_seconds
         self.next_line = self.started + quiet_seconds
         self.every_seconds = every_seconds
         self.going: dict[str, float] = {}
@@ -429,8 +431,24 @@ class _ProgressLines:
             flush=True,
         )
 
+    def failed(self, name: str, error: Exception, left: int) -> None:
+        """A run failed while ``left`` others go on or wait: said at once past the quiet start
+        (a short run's error is printed soon anyway, once, at the end)."""
+        self.going.pop(name, None)
+        if left and time.monotonic() >= self.started + self.quiet_seconds:
+            print(_failed_line(name, error, left), file=sys.stderr, flush=True)
+
     def close(self) -> None:
         pass
+
+
+def _failed_line(name: str, error: Exception, left: int) -> str:
+    """What a user is told the moment a run fails while ``left`` others go on or wait."""
+    others = "the other run goes" if left == 1 else f"the {left} other runs go"
+    return (
+        f"hybridgpu simulate: {name} failed: {one_line(error)}; {others} on and every error "
+        "is printed at their end (Ctrl-C stops them)"
+    )
 
 
 class _ProgressBar:
@@ -475,6 +493,13 @@ class _ProgressBar:
             self.finished.add(name)
         bar.n = int(fraction * 1000)
         bar.refresh()
+
+    def failed(self, name: str, error: Exception, left: int) -> None:
+        """A run failed while ``left`` others go on or wait: a line above the bars at once,
+        and its bar is free for the next run."""
+        self.finished.add(name)
+        if left:
+            self.tqdm.write(_failed_line(name, error, left), file=sys.stderr)
 
     def close(self) -> None:
         for bar in reversed(self.bars):

@@ -312,11 +312,13 @@ def compare(
     *,
     slo: WaitSLO | None = None,
     progress: Callable[[str, float], None] | None = None,
+    failed: Callable[[str, Exception, int], None] | None = None,
     workers: int = 1,
 ) -> dict[str, PolicyResult]:
     """Every policy of POLICIES on the same trace and settings; owned nodes billed over the
     trace window for every policy that has them. ``workers`` > 1 simulates that many policies
-    at once, in worker processes (``sim.parallel.run_all``), with the same results."""
+    at once, in worker processes (``sim.parallel.run_all``, which calls ``progress`` and
+    ``failed`` as the runs go), with the same results."""
     slo = slo or WaitSLO()
     jobs = share_fractional(jobs, pools)  # fractional GPUs as shares of shared pools
     # hybridgpu first (policy_runs' order): the longest run, the others fill the other workers.
@@ -325,7 +327,7 @@ def compare(
         name: partial(_run, name, run_pools, run_policy, jobs, settings)
         for name, (run_pools, run_policy) in policy_runs(pools, policy).items()
     }
-    results = run_all(tasks, workers=workers, progress=progress)
+    results = run_all(tasks, workers=workers, progress=progress, failed=failed)
     window = trace_window_seconds(jobs)
     hourly_core = core_sunk_per_hour(pools)
     for name, result in results.items():

@@ -48,6 +48,7 @@ def run_all(
     *,
     workers: int = 1,
     progress: Callable[[str, float], None] | None = None,
+    failed: Callable[[str, Exception, int], None] | None = None,
     doing: str = "simulating",
 ) -> dict[str, T]:
     """Every task's result by name, in the order of ``tasks``.
@@ -64,27 +65,32 @@ def run_all(
     worker included, and then the failures are raised, all of them, whatever the order they
     happened in. A user fixes every bad input after one run, not one per rerun of minutes, and
     the error is the same each time; the price is waiting for the other runs' end, no longer
-    than the whole call takes when nothing fails. One failure is raised as it is (a worker's
-    with a note naming its run and its traceback there); several, or a worker process that
-    ended without an exception (killed by a signal, out of memory, an exit), raise
+    than the whole call takes when nothing fails. So that a user need not wait blind,
+    ``failed(name, error, left)`` is called in this process as soon as a run is known to have
+    failed, with the number of runs still going or waiting (a CLI says so, and that Ctrl-C
+    stops them). One failure is raised as it is (a worker's with a note naming its run and
+    its traceback there); several, or a worker process that ended without an exception
+    (killed by a signal, out of memory, an exit), raise
     ``RunsFailed``, naming each run and its error, or the worker's signal or exit code, in the
     order of ``tasks``. Ctrl-C (KeyboardInterrupt) stops every run at once.
     """
     workers = min(workers, len(tasks))
     if workers > 1 and can_fork():
-        return _in_processes(tasks, workers, progress, doing)
+        return _in_processes(tasks, workers, progress, failed, doing)
     results: dict[str, T] = {}
-    failed: dict[str, Exception] = {}
+    failures: dict[str, Exception] = {}
     for name, task in tasks.items():
         step = (lambda f, n=name: progress(n, min(f, 1 - PROGRESS_STEP))) if progress else None
         try:
             results[name] = task(step)
         except Exception as error:
-            failed[name] = error
+            failures[name] = error
+            if failed is not None:
+                failed(name, error, len(tasks) - len(results) - len(failures))
             continue
         if progress is not None:
             progress(name, 1.0)
-    _raise_failures(tasks, failed, doing)
+    _raise_failures(tasks, failures, doing)
     return results
 
 
@@ -92,6 +98,7 @@ def _in_processes(
     tasks: Mapping[str, Task[T]],
     workers: int,
     progress: Callable[[str, float], None] | None,
+    failed: Callable[[str, Exception, int], None] | None,
     doing: str,
 ) -> dict[str, T]:
     # fork, not spawn: a child starts as a copy of this process, with the trace, the pools and
@@ -103,7 +110,13 @@ def _in_processes(
     waiting = list(tasks)
     running: dict[Connection, tuple[str, BaseProcess]] = {}
     results: dict[str, T] = {}
-    failed: dict[str, Exception] = {}
+    failures: dict[str, Exception] = {}
+
+    def fail(name: str, error: Exception) -> None:
+        failures[name] = error
+        if failed is not None:
+            failed(name, error, len(tasks) - len(results) - len(failures))
+
     try:
         while waiting or running:
             while waiting and len(running) < workers:
@@ -127,8 +140,8 @@ def _in_processes(
                     del running[ready]
                     ready.close()
                     worker.join()
-                    if name not in results and name not in failed:
-                        failed[name] = WorkerDied(_death(worker.exitcode))
+                    if name not in results and name not in failures:
+                        fail(name, WorkerDied(_death(worker.exitcode)))
                     continue
                 if kind == "progress":
                     if progress is not None:
@@ -140,7 +153,7 @@ def _in_processes(
                 else:
                     error, where = value
                     error.add_note(f"raised in the process {doing} {name}:\n{where}")
-                    failed[name] = error
+                    fail(name, error)
     finally:
         # Ctrl-C (which the workers ignore), or an error here: stop the runs still going.
         for _, worker in running.values():
@@ -148,7 +161,7 @@ def _in_processes(
         for reader, (_, worker) in running.items():
             worker.join()
             reader.close()
-    _raise_failures(tasks, failed, doing)
+    _raise_failures(tasks, failures, doing)
     return {name: results[name] for name in tasks}
 
 
