@@ -98,6 +98,11 @@ def _files(root: Path) -> dict[str, Path]:
         "kind_unknown": CLUSTER.replace("kind: GPUPool", "kind: GPUPol", 1),
         "per_node_word": CLUSTER.replace("perNode: 8}", "perNode: eight}", 1),
         "dup_pools": CLUSTER.replace("metadata: {name: elastic}", "metadata: {name: core}"),
+        "dup_policies": CLUSTER
+        + "---\n"
+        + CLUSTER[
+            CLUSTER.index("apiVersion: hybridgpu.io/v1alpha1\nkind: ScalingPolicy") :
+        ].replace("30s", "1m"),
         "no_elastic": CLUSTER.split("---")[0],
         "grace_word": CLUSTER.replace("interval: 30s", "interval: soon"),
         "trace": TRACE,
@@ -215,6 +220,9 @@ CASES: dict[str, Case] = {
     "cluster unknown kind": sim("--cluster", "{kind_unknown}", message="is not GPUPool"),
     "perNode a word": sim("--cluster", "{per_node_word}", message="spec.gpu.perNode"),
     "pool named twice": sim("--cluster", "{dup_pools}", message="used twice"),
+    "policy named twice": sim(
+        "--cluster", "{dup_policies}", message="ScalingPolicy name(s) used twice: default"
+    ),
     "no elastic pool": sim("--cluster", "{no_elastic}", message="needs an elastic pool"),
     # --- simulate: the trace
     "trace Latin-1": sim("--trace", "{trace_latin1}", message="not UTF-8 text"),

@@ -99,10 +99,14 @@ def load_cluster(path: str | Path) -> ClusterConfig:
             policies.append(obj)
     if not pools:
         raise UserError(f"{path}: no GPUPool found; expected at least one GPUPool manifest")
-    names = [p.name for p in pools]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UserError(f"{path}: GPUPool name(s) used twice: {', '.join(dupes)}")
+    for kind, names in (
+        ("GPUPool", [p.name for p in pools]),
+        ("ScalingPolicy", [p.metadata.name for p in policies]),
+    ):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            # kubectl apply would keep the last one; which one the simulator used is a guess.
+            raise UserError(f"{path}: {kind} name(s) used twice: {', '.join(dupes)}")
     policy = next((p for p in policies if p.metadata.name == "default"), None)
     if policy is None:
         policy = (
