@@ -141,6 +141,7 @@ def _files(root: Path) -> dict[str, Path]:
         "plan_capex_inf": PLAN.replace("capexPerNode: 280000", "capexPerNode: .inf"),
         "plan_price_nan": PLAN.replace("spotPerGpuHour: 1.0", "spotPerGpuHour: .nan"),
         "plan_kind": "kind: GPUPool\nspec: {}\n",
+        "plan_two_docs": PLAN + "---\n" + PLAN.replace("horizonMonths: 12", "horizonMonths: 36"),
         "demand": DEMAND,
         "demand_bom": "\ufeff" + DEMAND,
         "demand_1e300": DEMAND + "9000,1e300,0,0\n",
@@ -317,6 +318,9 @@ CASES: dict[str, Case] = {
         "--config", "{plan_price_nan}", "--history", "{demand}", message="not a finite number"
     ),
     "plan wrong kind": plan("--config", "{plan_kind}", message="expected CapacityPlan"),
+    "plan two documents": plan(
+        "--config", "{plan_two_docs}", "--history", "{demand}", message="2 YAML documents"
+    ),
     "plan demand 1e300": plan(
         "--config", "{plan}", "--history", "{demand_1e300}", message="is '1e300'"
     ),

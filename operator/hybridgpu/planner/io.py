@@ -290,6 +290,11 @@ def load_plan_spec(path: str | Path, *, history: dict[str, Any] | None = None) -
 
     path = Path(path)
     docs = read_yaml_documents(path, "plan")
+    if len(docs) > 1:
+        # One plan is computed; the others would be ignored without a word.
+        raise UserError(
+            f"{path}: {len(docs)} YAML documents; expected one CapacityPlan manifest or its spec"
+        )
     doc = docs[0] if docs else None
     if not isinstance(doc, dict):
         raise UserError(f"{path}: expected a CapacityPlan manifest or its spec (a mapping)")
