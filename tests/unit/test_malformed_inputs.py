@@ -119,6 +119,8 @@ def _files(root: Path) -> dict[str, Path]:
         "trace_header": "job,start,end\nx,0,1\n",
         "trace_empty": "",
         "trace_no_jobs": HEADER,
+        "trace_zero_durations": HEADER + "a,0,0,1,standard\nb,0,0,2,preemptible\n",
+        "trace_a_zero_duration": TRACE + "c,900,0,1,standard\n",
         "trace_epoch": HEADER + "a,1700000000,3600,1,standard\nb,1700000600,60,2,critical\n",
         "trace_huge_job": TRACE + "giant,900,3600,1000,standard\n",
         "trace_crit": TRACE + "c,900,60,1,urgent\n",
@@ -244,6 +246,7 @@ CASES: dict[str, Case] = {
     "trace header unknown": sim("--trace", "{trace_header}", message="cannot tell the trace"),
     "trace empty": sim("--trace", "{trace_empty}", message="cannot tell the trace format"),
     "trace without jobs": sim("--trace", "{trace_no_jobs}", message="no GPU jobs"),
+    "trace of zero durations": sim("--trace", "{trace_zero_durations}", message="no GPU jobs"),
     "criticality unknown": sim("--trace", "{trace_crit}", message="'criticality' is 'urgent'"),
     "epoch seconds": sim(
         "--trace", "{trace_epoch}", message="looks like Unix epoch seconds", subprocess=True
@@ -296,6 +299,9 @@ CASES: dict[str, Case] = {
     "openb detected": sim("--trace", "{openb_bom}", message="(openb, time scale 1)", code=0),
     "epoch seconds with --epoch": sim(
         "--trace", "{trace_epoch}", "--epoch", message="2 jobs", code=0
+    ),
+    "skip a zero-duration job": sim(
+        "--trace", "{trace_a_zero_duration}", message="skipped: 1 zero duration", code=0
     ),
     "skip an infeasible job": sim(
         "--trace", "{trace_huge_job}", "--skip-infeasible", message="skipped 1 job(s)", code=0

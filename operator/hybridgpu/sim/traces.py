@@ -299,7 +299,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     utilization_percent (0-100; empty: busy), idle_timeout_seconds (idle reclaim opt-in),
     return_to_core (``true``: a standard job the operator may move back to owned GPUs) and
     gpu_milli (of a one-GPU job: thousandths of the GPU it needs, a share where a pool shares).
-    Every optional cell may be empty."""
+    Every optional cell may be empty. Jobs of duration 0 are skipped and counted."""
     path = Path(path)
     required = ("name", "arrival_seconds", "duration_seconds", "gpus", "criticality")
     reader, header = _open_csv(path, required)
@@ -308,6 +308,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
     has_utilization = "utilization_percent" in header
     has_return = "return_to_core" in header
     jobs: list[TraceJob] = []
+    skipped: dict[str, int] = {}
     allowed = {c.value: c for c in Criticality}
     for line, row in enumerate(reader, start=2):
         arrival = _number(path, line, "arrival_seconds", row["arrival_seconds"])
@@ -361,6 +362,11 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
                 f"{path}:{line}: field 'utilization_percent' is {row['utilization_percent']!r}; "
                 "expected a percent from 0 to 100"
             )
+        if duration == 0:
+            # Holds no GPU for any time, as openb's and the DLRM trace's such pods (skipped
+            # there too); a trace of only these has no end the simulation can run to.
+            skipped["zero_duration"] = skipped.get("zero_duration", 0) + 1
+            continue
         jobs.append(
             TraceJob(
                 row["name"],
@@ -379,7 +385,7 @@ def load_csv(path: str | Path, *, time_scale: float = 1.0) -> TraceLoad:
             )
         )
     jobs.sort(key=lambda j: (j.arrival_seconds, j.name))
-    return TraceLoad(jobs=jobs, skipped={})
+    return TraceLoad(jobs=jobs, skipped=skipped)
 
 
 def synthetic(seed: int = 7, hours: float = 72.0) -> list[TraceJob]:
