@@ -143,6 +143,8 @@ def _files(root: Path) -> dict[str, Path]:
         "plan_capex_inf": PLAN.replace("capexPerNode: 280000", "capexPerNode: .inf"),
         "plan_price_nan": PLAN.replace("spotPerGpuHour: 1.0", "spotPerGpuHour: .nan"),
         "plan_kind": "kind: GPUPool\nspec: {}\n",
+        "dlrm": "instance_sn,role,app_name,gpu_request,creation_time,scheduled_time,"
+        "deletion_time\ni1,HN,app,1,0,0,3600\n",
         "plan_two_docs": PLAN + "---\n" + PLAN.replace("horizonMonths: 12", "horizonMonths: 36"),
         "demand": DEMAND,
         "demand_bom": "\ufeff" + DEMAND,
@@ -324,6 +326,9 @@ CASES: dict[str, Case] = {
         "--config", "{plan_price_nan}", "--history", "{demand}", message="not a finite number"
     ),
     "plan wrong kind": plan("--config", "{plan_kind}", message="expected CapacityPlan"),
+    "plan a DLRM trace": plan(
+        "--config", "{plan}", "--trace", "{dlrm}", message="dlrm: trace format 'alibaba-dlrm'"
+    ),
     "plan two documents": plan(
         "--config", "{plan_two_docs}", "--history", "{demand}", message="2 YAML documents"
     ),

@@ -20,7 +20,11 @@ def read_trace(path: str | Path, trace_format: str, time_scale: float, qos_map: 
     if not time_scale > 0:
         raise UserError(f"time scale must be > 0, got {time_scale}")
     if trace_format not in ("openb", "csv"):
-        raise UserError(f"trace format {trace_format!r}: expected openb, csv, demand or auto")
+        # Detected from the header, so the user may not have named a format at all.
+        raise UserError(
+            f"{path}: trace format {trace_format!r}; hybridgpu plan reads openb or csv job "
+            "traces (--trace) and demand histories (--history)"
+        )
     load = load_trace(
         path,
         trace_format,
