@@ -125,6 +125,7 @@ def _files(root: Path) -> dict[str, Path]:
         "trace_huge_job": TRACE + "giant,900,3600,1000,standard\n",
         "trace_crit": TRACE + "c,900,60,1,urgent\n",
         "trace_long": TRACE + "c,900,100000000,1,standard\n",
+        "trace_1e300_long": TRACE + "c,900,1e300,1,standard\n",
         "openb": OPENB,
         "openb_inf": OPENB + "p3,inf,LS,0,10,20\n",
         "openb_bom": "\ufeff" + OPENB,
@@ -254,6 +255,9 @@ CASES: dict[str, Case] = {
         "--trace", "{trace_epoch}", message="looks like Unix epoch seconds", subprocess=True
     ),
     "job runs for years": sim("--trace", "{trace_long}", message="runs 1,157 days"),
+    "job runs 1e300 s": sim(
+        "--trace", "{trace_1e300_long}", message="spans 1.16e+295 days from time 0"
+    ),
     "job larger than every node": sim(
         "--trace", "{trace_huge_job}", message="job 'giant' needs 1000 GPUs on one node"
     ),

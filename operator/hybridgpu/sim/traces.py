@@ -545,6 +545,12 @@ def starting_at_first_arrival(jobs: Sequence[TraceJob]) -> list[TraceJob]:
     return [replace(j, arrival_seconds=j.arrival_seconds - first) for j in jobs]
 
 
+def _days(seconds: float) -> str:
+    """``1,157 days``; past a billion days (a unit mix-up) ``1.16e+295 days``, not 296 digits."""
+    days = seconds / 86400
+    return f"{days:,.0f} days" if days < 1e9 else f"{days:.3g} days"
+
+
 def check_span(
     jobs: Sequence[TraceJob], source: str, *, epoch_flag: str | None = "--epoch"
 ) -> None:
@@ -564,10 +570,10 @@ def check_span(
             f"{offer}subtract it from every arrival"
         )
     elif longest.duration_seconds > MAX_SPAN_DAYS * 86400 / 2:
-        hint = f"job {longest.name!r} runs {longest.duration_seconds / 86400:,.0f} days"
+        hint = f"job {longest.name!r} runs {_days(longest.duration_seconds)}"
     else:
         hint = "cut the trace, or compress it with a larger --time-scale"
     raise UserError(
-        f"{source}: the trace spans {end / 86400:,.0f} days from time 0; the simulator covers at "
+        f"{source}: the trace spans {_days(end)} from time 0; the simulator covers at "
         f"most {MAX_SPAN_DAYS:g} days ({hint})"
     )
