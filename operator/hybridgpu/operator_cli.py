@@ -140,7 +140,12 @@ def use_cluster_config(kubeconfig: str | None, context: str | None) -> str | Non
         paths = [p for p in kubeconfig.split(os.pathsep) if p]
         missing = [p for p in paths if not os.path.isfile(os.path.expanduser(p))]
         if missing:
-            raise UserError(f"--kubeconfig {missing[0]}: no such file")
+            what = (
+                "is a directory; expected a kubeconfig file"
+                if os.path.isdir(os.path.expanduser(missing[0]))
+                else "no such file"
+            )
+            raise UserError(f"--kubeconfig {missing[0]}: {what}")
         tried = f"--kubeconfig {kubeconfig}"
     elif in_cluster and not context:
         return None

@@ -405,6 +405,9 @@ CASES: dict[str, Case] = {
     # --- run and explain: all fail before connecting
     "run without any config": kube("run", message="no Kubernetes configuration: tried"),
     "run kubeconfig missing": kube("run", "--kubeconfig", "/nope/kc", message="no such file"),
+    "run kubeconfig a directory": kube(
+        "run", "--kubeconfig", "{a_dir}", message="is a directory; expected a kubeconfig file"
+    ),
     "run kubeconfig garbage": kube(
         "run", "--kubeconfig", "{kube_garbage}", message="not a usable kubeconfig"
     ),
