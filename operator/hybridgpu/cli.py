@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from hybridgpu.errors import RunsFailed, UserError
+from hybridgpu.inputs import file_name
 
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
@@ -78,9 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
         "directory (created if missing; existing files of the same name are replaced).",
     )
     crds.add_argument(
-        "--output", "-o", default="crds", metavar="DIR", help="directory (default: crds)"
+        "--output",
+        "-o",
+        type=file_name,
+        default="crds",
+        metavar="DIR",
+        help="directory (default: crds)",
     )
-    crds.add_argument("--reference", metavar="FILE", help="also write the Markdown reference")
+    crds.add_argument(
+        "--reference", type=file_name, metavar="FILE", help="also write the Markdown reference"
+    )
     crds.set_defaults(func=_cmd_crds)
 
     # Each area owns its subcommands; a module missing here is a packaging bug, not input.

@@ -115,6 +115,14 @@ def non_negative_number(text: str) -> float:
     return _flag_number(text, minimum=0.0, inclusive=True)
 
 
+def file_name(text: str) -> str:
+    """argparse type: a file, directory or URL the user names. An empty one (``--trace
+    "$TRACE"`` with the variable unset) is an error, not the flag's default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a file name, got an empty string")
+    return text
+
+
 def worker_count(text: str) -> int:
     """argparse type: a whole number of worker processes, at least 1."""
     try:

@@ -15,7 +15,7 @@ import tempfile
 from typing import Any
 
 from hybridgpu.errors import UserError
-from hybridgpu.inputs import positive_number, read_text
+from hybridgpu.inputs import file_name, positive_number, read_text
 
 
 def add_parsers(sub: Any) -> None:
@@ -115,6 +115,7 @@ def add_parsers(sub: Any) -> None:
 def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
+        type=file_name,
         metavar="FILE",
         help="kubeconfig file (default: in-cluster, else $KUBECONFIG, else ~/.kube/config)",
     )

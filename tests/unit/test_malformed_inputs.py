@@ -427,6 +427,19 @@ CASES: dict[str, Case] = {
     "explain kubeconfig without context": kube(
         "explain", "--kubeconfig", "{kube_no_context}", message="not a usable kubeconfig"
     ),
+    # --- an empty file name (an unset shell variable) is an error, never the flag's default
+    "simulate empty --trace": sim("--trace", "", message="argument --trace: expected a file"),
+    "simulate empty --cluster": sim("--cluster", "", message="argument --cluster: expected"),
+    "simulate empty --spot-prices": sim("--spot-prices", "", message="--spot-prices: expected"),
+    "simulate empty --png": Case(("simulate", "--png", ""), "argument --png: expected a file"),
+    "plan empty --history": plan(
+        "--config", "{plan}", "--history", "", message="argument --history: expected a file"
+    ),
+    "plan empty --config": plan("--config", "", message="argument --config/-c: expected"),
+    "crds empty --output": Case(("crds", "-o", ""), "argument --output/-o: expected a file"),
+    "explain empty --kubeconfig": kube(
+        "explain", "--kubeconfig", "", message="argument --kubeconfig: expected a file"
+    ),
     # --- the command line itself
     "no command": Case((), "required: command"),
     "unknown command": Case(("simulat",), "invalid choice"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import RunsFailed, UserError
-from hybridgpu.inputs import positive_number, worker_count
+from hybridgpu.inputs import file_name, positive_number, worker_count
 
 
 def add_parsers(sub: Any) -> None:
@@ -29,12 +29,13 @@ def add_parsers(sub: Any) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--history",
+        type=file_name,
         metavar="FILE",
         help="CSV of GPUs in use over time: time,critical,standard,preemptible "
         "(or time,criticality,gpus)",
     )
-    source.add_argument("--trace", metavar="FILE", help="job trace file")
-    source.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
+    source.add_argument("--trace", type=file_name, metavar="FILE", help="job trace file")
+    source.add_argument("--prometheus", type=file_name, metavar="URL", help="Prometheus base URL")
     parser.add_argument(
         "--trace-format",
         choices=("openb", "csv"),
@@ -60,6 +61,7 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument(
         "--config",
         "-c",
+        type=file_name,
         metavar="PLAN.yaml",
         required=True,
         help="CapacityPlan manifest or spec: candidates, prices, horizon, growth",
@@ -82,7 +84,9 @@ def add_parsers(sub: Any) -> None:
         "the same",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--png", metavar="FILE", help="chart: duration curve and cost curve")
+    parser.add_argument(
+        "--png", type=file_name, metavar="FILE", help="chart: duration curve and cost curve"
+    )
     parser.set_defaults(func=run)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError, one_line
-from hybridgpu.inputs import non_negative_number, positive_number, worker_count
+from hybridgpu.inputs import file_name, non_negative_number, positive_number, worker_count
 from hybridgpu.sim.defaults import (
     DEFAULT_BILLING_MINIMUM_SECONDS,
     DEFAULT_BOOT_SECONDS,
@@ -33,8 +33,12 @@ def add_parsers(sub: Any) -> None:
         "owned_only, autoscaler_spot) and a fluid bound. Without arguments: the bundled "
         "synthetic scenario.",
     )
-    parser.add_argument("--cluster", help="GPUPool/ScalingPolicy manifests (default: bundled)")
-    parser.add_argument("--trace", help="job trace file (default: the synthetic scenario)")
+    parser.add_argument(
+        "--cluster", type=file_name, help="GPUPool/ScalingPolicy manifests (default: bundled)"
+    )
+    parser.add_argument(
+        "--trace", type=file_name, help="job trace file (default: the synthetic scenario)"
+    )
     parser.add_argument(
         "--trace-format",
         choices=TRACE_FORMATS,
@@ -60,9 +64,12 @@ def add_parsers(sub: Any) -> None:
         "(default: such a job is an error)",
     )
     parser.add_argument("--qos-map", help="openb qos mapping, e.g. LS=standard,BE=preemptible")
-    parser.add_argument("--spot-trace", help="measured spot preemption trace (spot-traces JSON)")
+    parser.add_argument(
+        "--spot-trace", type=file_name, help="measured spot preemption trace (spot-traces JSON)"
+    )
     parser.add_argument(
         "--spot-availability",
+        type=file_name,
         help="measured spot availability (spot-traces JSON of counts): a spot pool cannot "
         "launch while none of the group could be had",
     )
@@ -75,11 +82,13 @@ def add_parsers(sub: Any) -> None:
     )
     parser.add_argument(
         "--spot-correlated",
+        type=file_name,
         help="measured multi-node preemptions (spot-traces JSON of counts): a rise of d in a "
         "group of k preempts d/k of a spot pool's nodes at once, instead of one by one",
     )
     parser.add_argument(
         "--spot-prices",
+        type=file_name,
         help="spot price series, CSV seconds,pool,price_per_node_hour (docs/concepts.md): each "
         "listed spot pool is billed per interval at the price in force and the operator sees it "
         "as the provider's price (default: the pools' constant pricing.perNodeHour)",
@@ -156,7 +165,9 @@ def add_parsers(sub: Any) -> None:
         "process); the results are the same",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--png", default=None, help=f"chart path (default {DEFAULT_PNG})")
+    parser.add_argument(
+        "--png", type=file_name, default=None, help=f"chart path (default {DEFAULT_PNG})"
+    )
     parser.add_argument("--no-png", action="store_true", help="do not write the chart")
     parser.set_defaults(func=run)
 
