@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -10,9 +12,15 @@ from tests.support.builders import NOW, node, pending, policy, pool, running, sn
 from hybridgpu.core.apply import apply_plan
 from hybridgpu.core.cost import node_hour_dollars
 from hybridgpu.core.decide import decide
-from hybridgpu.models.actions import MoveJob, ReleaseNode, ScaleUp
+from hybridgpu.core.placement import FreeGPUs, placement_order
+from hybridgpu.models.actions import MoveJob, Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.snapshot import ClusterSnapshot, MetricsHealth, PoolState
+from hybridgpu.models.snapshot import (
+    CRITICALITY_RANK,
+    ClusterSnapshot,
+    MetricsHealth,
+    PoolState,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -240,16 +248,18 @@ def _capped_small_spot_cluster() -> ClusterSnapshot:
 
 
 def test_a_pod_its_cheapest_pool_cannot_take_is_blocked_by_what_holds_it_back() -> None:
-    """p5 gets an 8-GPU spot node and p3 the one 4-GPU node spot-small may have. p4 fits
-    neither; spot could take it but for the per-tick cap, which the next tick lifts. The plan
-    says so (max_per_tick on spot), not that spot-small is at maxNodes: that told the user p4
-    waits for spot-small, and the next tick's spot node for p4 read as a second helping."""
+    """p3 and p4 (4 GPUs each) fill one 8-GPU spot node; p5 (5 GPUs) fits no 4-GPU node and
+    spot could take it but for the per-tick cap, which the next tick lifts. The plan says so
+    (max_per_tick on spot), not that spot-small is at maxNodes: that told the user p5 waits
+    for spot-small, and the next tick's spot node for it read as a second helping. (The
+    packing's own choice, an 8-GPU node for p5 and the one 4-GPU node for p3, the scheduler
+    would not make: it takes p3 and p4 first, p3 to the 4-GPU node and p4 to the 8-GPU one,
+    and p5 finds no room.)"""
     spec = policy(scaleUp={"maxNodesPerTick": 1}, disruption={"maxNodesPerTick": 0})
     snap = _capped_small_spot_cluster()
     plan = decide(snap, spec, NOW)
     assert sorted((a.pool, a.nodes) for a in plan.actions if isinstance(a, ScaleUp)) == [
         ("spot", 1),
-        ("spot-small", 1),
     ]
     assert [(b.pool, b.cause) for b in plan.blocked] == [("spot", "max_per_tick")]
     _assert_no_flap(snap, spec)
@@ -264,11 +274,61 @@ def _three_spot_shapes() -> list[PoolState]:
     ]
 
 
-def test_a_pod_the_packing_left_out_takes_another_pool_when_its_own_is_full() -> None:
-    """The packing buys one 8-GPU and two 4-GPU spot nodes for 16 GPUs of pods, but the next
-    tick places them by best fit and leaves the 2-GPU pod out. Its cheapest pool (4-GPU) is
-    at maxNodes by then, the 8-GPU pool has room: it gets its node there now, not at the
-    next tick after a block saying it waits for the 4-GPU pool."""
+def _after_the_scheduler(
+    snap: ClusterSnapshot, plan: Plan, spec: ScalingPolicySpec, at: float
+) -> ClusterSnapshot:
+    """The cluster once the plan is carried out, its new nodes are up and the scheduler has
+    placed the pending pods as ``sim/engine.py``'s ``_schedule`` does (kube-scheduler with a
+    bin-packing score): most critical and longest pending first, each on the fullest node
+    with room of the first pool in ``placement_order`` that has one."""
+    after = apply_plan(snap, plan, at)
+    nodes = list(after.nodes)
+    for p in after.pools:
+        nodes += [
+            node(f"{p.name}-up{i}", p.name, p.spec.gpu.per_node)
+            for i in range(p.provisioning_nodes)
+        ]
+    pools = [replace(p, provisioning_nodes=0) for p in after.pools]
+    used: dict[str, int] = {}
+    for pod in after.pods:
+        if pod.node is not None:
+            used[pod.node] = used.get(pod.node, 0) + pod.gpus
+    free = {p.name: FreeGPUs[str]() for p in pools}
+    for n in nodes:
+        if not n.cordoned:
+            free[n.pool].put(n.name, n.gpus - used.get(n.name, 0))
+    allow = spec.preemption.allow_on_demand_for_preemptible
+    pods = []
+    waiting = sorted(
+        (p for p in after.pods if p.node is None),
+        key=lambda p: (CRITICALITY_RANK[p.criticality], p.pending_since, p.key),
+    )
+    for pod in waiting:
+        order = placement_order(
+            pools,
+            pod.gpus,
+            pod.criticality,
+            pod.gpu_models,
+            on_demand_for_preemptible=allow,
+            pinned=pod.pool,
+        )
+        where = next((w for w in (free[p.name].take(pod.gpus) for p in order) if w), None)
+        pods.append(pod if where is None else replace(pod, node=where, started_at=at))
+    pods += [p for p in after.pods if p.node is not None]
+    return replace(after, taken_at=at, pools=tuple(pools), nodes=tuple(nodes), pods=tuple(pods))
+
+
+def _gpus_bought(plan: Plan, snap: ClusterSnapshot) -> int:
+    per_node = {p.name: p.spec.gpu.per_node for p in snap.pools}
+    return sum(a.nodes * per_node[a.pool] for a in plan.actions if isinstance(a, ScaleUp))
+
+
+def test_the_scheduler_puts_every_pod_on_the_nodes_the_packing_bought() -> None:
+    """Issue 10: pods of 5, 2, 3, 2 and 4 GPUs; the packing bought an 8-GPU node (5+3) and
+    two 4-GPU ones (4, 2+2), 16 GPUs for 16. The scheduler takes the pods oldest first and
+    each into its cheapest pool with room, so the 3-GPU pod filled a 4-GPU node, a 2-GPU pod
+    found no room, and the next tick bought an 8-GPU node for it alone (24 GPUs for 16).
+    Two 8-GPU nodes hold the pods as the scheduler places them: 16 GPUs, nothing left."""
     pools = _three_spot_shapes()
     work = [
         pending("p0", 5, "preemptible", since=NOW - 13),
@@ -279,31 +339,56 @@ def test_a_pod_the_packing_left_out_takes_another_pool_when_its_own_is_full() ->
     ]
     spec = policy(scaleUp={"maxNodesPerTick": 3})
     snap = snapshot(pools, [], work, metrics=MetricsHealth(available=False))
-    plan = decide(snap, spec, NOW)
-    assert sorted((a.pool, a.nodes) for a in plan.actions if isinstance(a, ScaleUp)) == [
-        ("spot", 2),
-        ("spot-small", 2),
-    ]
-    assert not plan.blocked
-    _assert_no_flap(snap, spec)
+    first = decide(snap, spec, NOW)
+    placed = _after_the_scheduler(snap, first, spec, NOW + 30)
+    second = decide(placed, spec, NOW + 60)
+    bought = _gpus_bought(first, snap) + _gpus_bought(second, placed)
+    assert [p.key for p in placed.pods if p.node is None] == [], first.explain()
+    assert bought == 16, (first.explain(), second.explain())
 
 
-def test_pods_the_packing_left_out_share_the_node_another_pool_opened_for_them() -> None:
-    """As above with two 2-GPU pods left out: the 8-GPU node opened for the first takes the
-    second too; it is not a node each."""
+def test_pods_the_scheduler_would_leave_out_share_one_node() -> None:
+    """Eight pods, 24 GPUs. The packing across shapes (three 8-GPU and two 4-GPU nodes, 32
+    GPUs) left two 2-GPU pods out as the scheduler places them, and they got an 8-GPU node
+    (40 GPUs bought in all). Now: three 8-GPU nodes and one 4-GPU node, every pod placed by
+    the scheduler, nothing bought at the next tick."""
     pools = _three_spot_shapes()
     sizes = {"p0": (2, 10), "p1": (2, 12), "p2": (5, 13), "p3": (2, 12)}
     sizes |= {"p4": (3, 12), "p5": (2, 10), "p6": (3, 11), "p7": (5, 12)}
     work = [pending(n, g, "preemptible", since=NOW - age) for n, (g, age) in sizes.items()]
     spec = policy(scaleUp={"maxNodesPerTick": 3})
     snap = snapshot(pools, [], work, metrics=MetricsHealth(available=False))
-    plan = decide(snap, spec, NOW)
-    assert sorted((a.pool, a.nodes) for a in plan.actions if isinstance(a, ScaleUp)) == [
+    first = decide(snap, spec, NOW)
+    assert sorted((a.pool, a.nodes) for a in first.actions if isinstance(a, ScaleUp)) == [
         ("spot", 3),
-        ("spot-small", 2),
+        ("spot-small", 1),
     ]
-    assert not plan.blocked
+    assert not first.blocked
+    placed = _after_the_scheduler(snap, first, spec, NOW + 30)
+    assert [p.key for p in placed.pods if p.node is None] == [], first.explain()
+    assert _gpus_bought(decide(placed, spec, NOW + 60), placed) == 0
     _assert_no_flap(snap, spec)
+
+
+def test_the_nodes_bought_hold_the_pods_in_the_schedulers_order() -> None:
+    """One 8-GPU shape, pods of 3, 3, 5 and 5 GPUs, the 3-GPU ones pending longest. Packed
+    largest first they fill two nodes (5+3 each), but the scheduler takes the 3-GPU pods
+    first and puts both on one node (best fit), the first 5-GPU pod on the other, and the
+    second finds no room: the next tick bought a third node for it. It is bought now."""
+    pools = [pool("spot", "spot", max_nodes=4)]
+    work = [
+        pending("a", 3, "preemptible", since=NOW - 20),
+        pending("b", 3, "preemptible", since=NOW - 20),
+        pending("c", 5, "preemptible", since=NOW - 15),
+        pending("d", 5, "preemptible", since=NOW - 15),
+    ]
+    spec = policy()
+    snap = snapshot(pools, [], work, metrics=MetricsHealth(available=False))
+    first = decide(snap, spec, NOW)
+    placed = _after_the_scheduler(snap, first, spec, NOW + 30)
+    assert [p.key for p in placed.pods if p.node is None] == [], first.explain()
+    assert _gpus_bought(first, snap) == 24
+    assert _gpus_bought(decide(placed, spec, NOW + 60), placed) == 0
 
 
 def test_a_consolidation_the_scale_up_cap_held_back_may_come_next_tick() -> None:

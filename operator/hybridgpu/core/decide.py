@@ -100,6 +100,11 @@ PREEMPTIBLE = Criticality.PREEMPTIBLE
 # keeps a tick on a 10,000-node cluster well under a second.
 PREEMPTION_SEARCH_NODES = 64
 
+# Times a packing the scheduler would leave pods out of is packed again for them
+# (``_Decider._buy_for_the_scheduler``): each round costs one more pass over the pods placed
+# on nodes on their way.
+REPAIR_ROUNDS = 3
+
 # A node that is not Ready yet, or whose GPUs are not reported yet, counts as capacity on
 # its way for this long after it appears.
 JOINING_GRACE_SECONDS = 600.0
@@ -152,6 +157,12 @@ class _Demand:
 _by_key = attrgetter("key")
 _by_since = attrgetter("since")
 _by_gpus = attrgetter("gpus")
+
+
+def _by_rank(demand: _Demand) -> int:
+    return CRITICALITY_RANK[demand.criticality]
+
+
 _RANKS = range(max(CRITICALITY_RANK.values()) + 1)
 
 
@@ -167,6 +178,16 @@ def _in_order(demands: Iterable[_Demand]) -> list[_Demand]:
     for demand in order:
         by_rank[CRITICALITY_RANK[demand.criticality]].append(demand)
     return [demand for same_rank in by_rank for demand in same_rank]
+
+
+def _scheduler_order(demands: Iterable[_Demand]) -> list[_Demand]:
+    """``demands`` in the order the scheduler takes pending pods: the most critical first,
+    then the longest pending (kube-scheduler's PrioritySort: priority, then when the pod
+    entered its queue; the simulator's ``_schedule``), then by name."""
+    order = sorted(demands, key=_by_key)
+    order.sort(key=_by_since)
+    order.sort(key=_by_rank)
+    return order
 
 
 @dataclass(frozen=True, slots=True)
@@ -1214,8 +1235,9 @@ class _Decider:
 
     def _fill_future(self, demands: list[_Demand]) -> list[str | None]:
         """Each pod in order on the fullest node on its way that takes it, cheapest pool
-        first: how the next tick will place them, so it asks for no more. Returns the node
-        each got, or None, in the order of ``demands``."""
+        first: how the scheduler will place them once those nodes are up (``demands`` in
+        ``_scheduler_order``), so the next tick asks for no more. Returns the node each got,
+        or None, in the order of ``demands``."""
         placed: list[str | None] = []
         full: set[int] = set()  # kinds of pods no node on its way had room for
         for demand in demands:
@@ -1231,16 +1253,19 @@ class _Decider:
             placed.append(where)
         return placed
 
+    def _unfill(self, demands: list[_Demand], placed: list[str | None]) -> None:
+        """Give back what ``_fill_future`` took."""
+        for demand, where in zip(demands, placed, strict=True):
+            if where is not None:
+                self._adjust(where, demand.gpus)
+
     def _place_on_the_way(self, demands: list[_Demand]) -> None:
+        # The scheduler, not this tick, places the pods on the nodes on their way, in its
+        # own order: the nodes bought must hold them in that order.
+        demands = _scheduler_order(demands)
         placed = self._fill_future(demands)
-        if None in placed and self._buy_for(
-            [d for d, where in zip(demands, placed, strict=True) if where is None]
-        ):
-            # Place them all again as the next tick will, over every node on its way.
-            for demand, where in zip(demands, placed, strict=True):
-                if where is not None:
-                    self._adjust(where, demand.gpus)
-            placed = self._fill_future(demands)
+        if None in placed:
+            placed = self._buy_for_the_scheduler(demands, placed)
         blocked: dict[int, _Blocks] = {}
         for demand, where in zip(demands, placed, strict=True):
             if where is None:
@@ -1251,11 +1276,75 @@ class _Decider:
                 reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
                 ledger.scale_gpus += demand.gpus
 
-    def _buy_for(self, demands: list[_Demand]) -> bool:
+    def _buy_for_the_scheduler(
+        self, demands: list[_Demand], placed: list[str | None]
+    ) -> list[str | None]:
+        """New nodes for the pods ``placed`` left out (None), such that the scheduler, taking
+        every pod of ``demands`` in its order into the cheapest pool with room (best fit),
+        leaves none out: the packing counts on pods going where it put them, the scheduler
+        may put them elsewhere (a 3-GPU pod the packing put beside a 5-GPU one on an 8-GPU
+        node takes a 4-GPU node first, and the 2-GPU pod meant for that one has no room).
+        Each packing is checked by placing the pods in the scheduler's order, and what it
+        leaves out is packed again onto more nodes (``REPAIR_ROUNDS``); when the packing
+        across every shape leaves pods out, the packing into each single shape is tried too,
+        and the cheapest one that leaves out the fewest GPUs is bought. Returns the node each
+        pod of ``demands`` gets, or None."""
+        left = [d for d, where in zip(demands, placed, strict=True) if where is None]
+        self._unfill(demands, placed)
+        closed = dict(self._closed)
+        best: tuple[tuple[int, float, int], list[str]] | None = None
+        for only in (None, *self._single_shapes(left)):
+            opened = self._buy_for(left, only)
+            if not opened:
+                continue
+            placed = self._fill_future(demands)
+            if only is None and None not in placed:
+                return placed  # the packing holds as the scheduler places: the usual case
+            for _ in range(REPAIR_ROUNDS):
+                out = [d for d, where in zip(demands, placed, strict=True) if where is None]
+                if not out:
+                    break
+                more = self._buy_for(out)
+                if not more:
+                    break
+                opened += more
+                self._unfill(demands, placed)
+                placed = self._fill_future(demands)
+            out_gpus = sum(d.gpus for d, where in zip(demands, placed, strict=True) if not where)
+            score = (
+                out_gpus,
+                sum(self.pools[self.node_pool[name]].launch_price for name in opened),
+                sum(self.pools[self.node_pool[name]].per_node for name in opened),
+            )
+            if best is None or score < best[0]:
+                best = (score, [self.node_pool[name] for name in opened])
+            self._unfill(demands, placed)
+            for name in reversed(opened):
+                self._close_new_node(name)
+            self._closed = dict(closed)
+        if best is not None:
+            for pool in best[1]:
+                self._open_node(self.pools[pool])
+        return self._fill_future(demands)
+
+    def _single_shapes(self, demands: list[_Demand]) -> list[str]:
+        """The cloud pools some of ``demands`` may be packed into, by name: each one a
+        packing into that pool's shape alone is tried for (``_buy_for_the_scheduler``)."""
+        return sorted(
+            {
+                name
+                for demand in demands
+                for name in self._launch_candidates(demand)
+                if is_cloud(self.pools[name].tier)
+            }
+        )
+
+    def _buy_for(self, demands: list[_Demand], only: str | None = None) -> list[str]:
         """Open new nodes for pods that fit nowhere: per set of pools they may grow, the
         packing across those pools' node shapes with the fewest dollars per hour (a
-        half-empty big node only when that is cheaper than smaller ones). False when no
-        node was opened."""
+        half-empty big node only when that is cheaper than smaller ones); with ``only``,
+        into that pool's shape alone for the sets it is in. Returns the nodes opened, in
+        order."""
         groups: dict[tuple[str, ...], dict[int, int]] = {}
         for demand in demands:
             pools = self._launch_candidates(demand)
@@ -1264,19 +1353,21 @@ class _Decider:
                 if sizes is None:
                     sizes = groups[pools] = {}
                 sizes[demand.gpus] = sizes.get(demand.gpus, 0) + 1
-        opened = 0
+        opened: list[str] = []
 
         def open_node(shape: Shape) -> bool:
-            nonlocal opened
-            if self._open_node(self.pools[shape.pool]) is not None:
+            ledger = self.pools[shape.pool]
+            if self._open_node(ledger) is not None:
                 return False
-            opened += 1
+            opened.append(f"{ledger.name}/new-{ledger.new_nodes}")
             return True
 
         for pools, sizes in sorted(groups.items()):
+            if only is not None and only in pools:
+                pools = (only,)
             ledgers = [self.pools[name] for name in pools]
             pack(sizes, [Shape(p.name, p.per_node, p.launch_price) for p in ledgers], open_node)
-        return opened > 0
+        return opened
 
     def _launch_one(self, demand: _Demand, blocked: dict[int, _Blocks]) -> str | None:
         """A pod the packing left out (a limit stopped it, or the next tick would place it
