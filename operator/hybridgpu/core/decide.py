@@ -159,10 +159,6 @@ _by_since = attrgetter("since")
 _by_gpus = attrgetter("gpus")
 
 
-def _by_rank(demand: _Demand) -> int:
-    return CRITICALITY_RANK[demand.criticality]
-
-
 _RANKS = range(max(CRITICALITY_RANK.values()) + 1)
 
 
@@ -180,14 +176,17 @@ def _in_order(demands: Iterable[_Demand]) -> list[_Demand]:
     return [demand for same_rank in by_rank for demand in same_rank]
 
 
+def _gpus_out(demands: list[_Demand], placed: list[str | None]) -> int:
+    """The GPUs of the pods of ``demands`` that ``placed`` (a node each, or None) leaves out."""
+    return sum(d.gpus for d, where in zip(demands, placed, strict=True) if where is None)
+
+
 def _scheduler_order(demands: Iterable[_Demand]) -> list[_Demand]:
     """``demands`` in the order the scheduler takes pending pods: the most critical first,
     then the longest pending (kube-scheduler's PrioritySort: priority, then when the pod
     entered its queue; the simulator's ``_schedule``), then by name."""
-    order = sorted(demands, key=_by_key)
-    order.sort(key=_by_since)
-    order.sort(key=_by_rank)
-    return order
+    rank = CRITICALITY_RANK
+    return sorted(demands, key=lambda d: (rank[d.criticality], d.since, d.key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1293,26 +1292,25 @@ class _Decider:
         self._unfill(demands, placed)
         closed = dict(self._closed)
         best: tuple[tuple[int, float, int], list[str]] | None = None
-        for only in (None, *self._single_shapes(left)):
-            opened = self._buy_for(left, only)
+        for only in self._packings(left):
+            opened, unpacked_gpus = self._buy_for(left, only)
             if not opened:
                 continue
             placed = self._fill_future(demands)
-            if only is None and None not in placed:
-                return placed  # the packing holds as the scheduler places: the usual case
+            if only is None and _gpus_out(demands, placed) <= unpacked_gpus:
+                # The scheduler leaves out no more than the packing did (a limit held those
+                # back): the packing holds as the scheduler places, the usual case.
+                return placed
             for _ in range(REPAIR_ROUNDS):
                 out = [d for d, where in zip(demands, placed, strict=True) if where is None]
-                if not out:
-                    break
-                more = self._buy_for(out)
+                more, _ = self._buy_for(out)
                 if not more:
                     break
                 opened += more
                 self._unfill(demands, placed)
                 placed = self._fill_future(demands)
-            out_gpus = sum(d.gpus for d, where in zip(demands, placed, strict=True) if not where)
             score = (
-                out_gpus,
+                _gpus_out(demands, placed),
                 sum(self.pools[self.node_pool[name]].launch_price for name in opened),
                 sum(self.pools[self.node_pool[name]].per_node for name in opened),
             )
@@ -1327,10 +1325,12 @@ class _Decider:
                 self._open_node(self.pools[pool])
         return self._fill_future(demands)
 
-    def _single_shapes(self, demands: list[_Demand]) -> list[str]:
-        """The cloud pools some of ``demands`` may be packed into, by name: each one a
-        packing into that pool's shape alone is tried for (``_buy_for_the_scheduler``)."""
-        return sorted(
+    def _packings(self, demands: list[_Demand]) -> Iterator[str | None]:
+        """The packings ``_buy_for_the_scheduler`` tries for ``demands``: across every shape
+        (None), then into each cloud pool's shape alone, by pool name (found only when the
+        first is not kept)."""
+        yield None
+        yield from sorted(
             {
                 name
                 for demand in demands
@@ -1339,13 +1339,15 @@ class _Decider:
             }
         )
 
-    def _buy_for(self, demands: list[_Demand], only: str | None = None) -> list[str]:
+    def _buy_for(self, demands: list[_Demand], only: str | None = None) -> tuple[list[str], int]:
         """Open new nodes for pods that fit nowhere: per set of pools they may grow, the
         packing across those pools' node shapes with the fewest dollars per hour (a
         half-empty big node only when that is cheaper than smaller ones); with ``only``,
         into that pool's shape alone for the sets it is in. Returns the nodes opened, in
-        order."""
+        order, and the GPUs of the pods no node was opened for (no pool may grow for them,
+        or a limit stopped it)."""
         groups: dict[tuple[str, ...], dict[int, int]] = {}
+        unpacked_gpus = 0
         for demand in demands:
             pools = self._launch_candidates(demand)
             if pools:
@@ -1353,6 +1355,8 @@ class _Decider:
                 if sizes is None:
                     sizes = groups[pools] = {}
                 sizes[demand.gpus] = sizes.get(demand.gpus, 0) + 1
+            else:
+                unpacked_gpus += demand.gpus
         opened: list[str] = []
 
         def open_node(shape: Shape) -> bool:
@@ -1366,8 +1370,10 @@ class _Decider:
             if only is not None and only in pools:
                 pools = (only,)
             ledgers = [self.pools[name] for name in pools]
-            pack(sizes, [Shape(p.name, p.per_node, p.launch_price) for p in ledgers], open_node)
-        return opened
+            shapes = [Shape(p.name, p.per_node, p.launch_price) for p in ledgers]
+            unpacked = pack(sizes, shapes, open_node)
+            unpacked_gpus += sum(gpus * n for gpus, n in unpacked.items())
+        return opened, unpacked_gpus
 
     def _launch_one(self, demand: _Demand, blocked: dict[int, _Blocks]) -> str | None:
         """A pod the packing left out (a limit stopped it, or the next tick would place it
