@@ -1424,11 +1424,12 @@ class Simulation:
 
         The scheduler has left each pending pod no room on the nodes that are up, and
         decide() sees the same free GPUs there (less on nodes under a notice), so it tries
-        them all on the nodes on their way, as ``core.decide`` does: in ``_in_order``'s order
-        (criticality, the largest first, the oldest, the name; firm work before preemptible
-        work is the same order), each on the fullest such node of the first of its pools
-        (``placement_order``, ``_eligible_pools``) that has room. Nodes of one pool on their
-        way differ only by their free GPUs, so counts by free GPUs tell the same."""
+        them all on the nodes on their way, as ``core.decide`` does: in the scheduler's own
+        order (``_scheduler_order``: criticality, the longest pending, the name; firm work
+        before preemptible work is the same order), each on the fullest such node of the
+        first of its pools (``placement_order``, ``_eligible_pools``) that has room. Nodes of
+        one pool on their way differ only by their free GPUs, so counts by free GPUs tell the
+        same."""
         if not self._pending_only_buys or not self._booting:
             return False
         on_the_way: dict[str, list[int]] = {}  # per pool, its nodes on their way by free GPUs
@@ -1441,7 +1442,7 @@ class Simulation:
                 counts[-1] += 1
         now = self.now
         grace = self.grace
-        waiting: list[tuple[int, int, float, str, int]] = []
+        waiting: list[tuple[int, float, str, int]] = []
         for index in self.pending:
             job = self.jobs[index]
             since = self._queued_since(job)
@@ -1451,9 +1452,9 @@ class Simulation:
                 return False  # a pinned pod: decide() may move its Job to owned nodes
             trace = job.trace
             rank = CRITICALITY_RANK[trace.criticality]
-            waiting.append((rank, -trace.gpus, since, trace.name, index))
+            waiting.append((rank, since, trace.name, index))
         waiting.sort()  # the index last: the snapshot's order among equal names
-        for _, _, _, _, index in waiting:
+        for _, _, _, index in waiting:
             job = self.jobs[index]
             need = job.trace.gpus
             for pool in self._eligible_pools(job):
