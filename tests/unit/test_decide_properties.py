@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.builders import NOW, node, pending, policy, pool, running, snapshot
+from tests.support.builders import NOW, PRICES, node, pending, policy, pool, running, snapshot
 
 from hybridgpu.core.apply import apply_plan
 from hybridgpu.core.cost import node_hour_dollars
@@ -389,6 +389,51 @@ def test_the_nodes_bought_hold_the_pods_in_the_schedulers_order() -> None:
     assert [p.key for p in placed.pods if p.node is None] == [], first.explain()
     assert _gpus_bought(first, snap) == 24
     assert _gpus_bought(decide(placed, spec, NOW + 60), placed) == 0
+
+
+@st.composite
+def pods_and_shapes(draw: st.DrawFn) -> tuple[ClusterSnapshot, ScalingPolicySpec]:
+    """Pending pods of every class and cloud pools of several node shapes and prices, with
+    room for every node the pods could need (no limit in the way)."""
+    pools = []
+    for tier in ("elastic", "spot"):
+        sizes = draw(
+            st.lists(st.sampled_from([1, 2, 3, 4, 5, 8]), min_size=1, max_size=3, unique=True)
+        )
+        for size in sizes:
+            per_gpu = draw(st.sampled_from([0.8, 0.9, 1.0, 1.1]))
+            price = PRICES[tier] / 8 * size * per_gpu
+            pools.append(pool(f"{tier}-{size}", tier, per_node=size, max_nodes=40, price=price))
+    largest = min(
+        max(p.spec.gpu.per_node for p in pools if p.spec.tier == t) for t in ("elastic", "spot")
+    )
+    work = [
+        pending(
+            f"p{i}",
+            draw(st.integers(1, largest)),
+            draw(CRITS),
+            since=NOW - draw(st.sampled_from([10, 20, 30])),
+        )
+        for i in range(draw(st.integers(1, 14)))
+    ]
+    spec = policy(
+        scaleUp={"maxNodesPerTick": 40},
+        waitBudget={"critical": "0s", "standard": "0s", "preemptible": "0s"},
+    )
+    return snapshot(pools, [], work, metrics=MetricsHealth(available=False)), spec
+
+
+@SETTINGS
+@given(pods_and_shapes())
+def test_the_scheduler_leaves_no_pod_out_of_the_nodes_bought_for_them(case) -> None:
+    """Whatever the shapes, prices and pods, when no limit holds anything back the nodes
+    decide() buys hold every pending pod as the scheduler places them (its order, its
+    pools' order, best fit): the next tick buys nothing for them."""
+    snap, spec = case
+    first = decide(snap, spec, NOW)
+    assert not first.blocked
+    placed = _after_the_scheduler(snap, first, spec, NOW + 30)
+    assert [p.key for p in placed.pods if p.node is None] == [], first.explain()
 
 
 def test_a_consolidation_the_scale_up_cap_held_back_may_come_next_tick() -> None:
