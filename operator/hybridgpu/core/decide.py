@@ -157,8 +157,6 @@ class _Demand:
 _by_key = attrgetter("key")
 _by_since = attrgetter("since")
 _by_gpus = attrgetter("gpus")
-
-
 _RANKS = range(max(CRITICALITY_RANK.values()) + 1)
 
 
@@ -1295,6 +1293,8 @@ class _Decider:
         for only in self._packings(left):
             opened, unpacked_gpus = self._buy_for(left, only)
             if not opened:
+                if only is None:
+                    break  # every shape any pod fits is at a limit: no single one is not
                 continue
             placed = self._fill_future(demands)
             if only is None and _gpus_out(demands, placed) <= unpacked_gpus:
