@@ -119,14 +119,19 @@ def test_shares_and_whole_gpus_never_meet_on_a_pool(milli: list[int], whole: int
     if whole:
         assert ups["od-t4"].nodes == whole  # one whole T4 a pod
     if units:
-        # Packed: every unit has a place, and no more nodes than first-fit decreasing needs.
+        # Packed: every unit has a place, and no more nodes than the scheduler needs to place
+        # the pods on new nodes: in its order (the longest pending, then by name), each on
+        # the fullest node with room (first-fit decreasing would need fewer for some pods,
+        # which the scheduler then does not place: 1,1,1,1,1,2,2,3 units fill three 4-unit
+        # nodes largest first, but in the scheduler's order the 3-unit pod finds no room).
         bins: list[int] = []
-        for size in sorted((p.gpus for p in pods if p.gpu_models), reverse=True):
-            fit = next((i for i, free in enumerate(bins) if free >= size), None)
-            if fit is None:
+        shares = sorted((p for p in pods if p.gpu_models), key=lambda p: (p.pending_since, p.key))
+        for size in (p.gpus for p in shares):
+            room = [(free, i) for i, free in enumerate(bins) if free >= size]
+            if not room:
                 bins.append(4 - size)
             else:
-                bins[fit] -= size
+                bins[min(room)[1]] -= size
         # Both capped by the pool's maxNodes; what the cap holds back is reported blocked.
         cap = next(p.spec.max_nodes for p in _pools() if p.name == "od-t4-shared")
         assert min(-(-units // 4), cap) <= ups["od-t4-shared"].nodes <= min(len(bins), cap)
