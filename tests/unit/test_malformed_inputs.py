@@ -249,7 +249,11 @@ CASES: dict[str, Case] = {
     "trace header unknown": sim("--trace", "{trace_header}", message="cannot tell the trace"),
     "trace empty": sim("--trace", "{trace_empty}", message="cannot tell the trace format"),
     "trace without jobs": sim("--trace", "{trace_no_jobs}", message="no GPU jobs"),
-    "trace of zero durations": sim("--trace", "{trace_zero_durations}", message="no GPU jobs"),
+    "trace of zero durations": sim(
+        "--trace",
+        "{trace_zero_durations}",
+        message="no GPU jobs to simulate (skipped: 2 zero duration)",
+    ),
     "criticality unknown": sim("--trace", "{trace_crit}", message="'criticality' is 'urgent'"),
     "epoch seconds": sim(
         "--trace", "{trace_epoch}", message="looks like Unix epoch seconds", subprocess=True

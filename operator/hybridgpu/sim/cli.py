@@ -308,7 +308,9 @@ def run(args: argparse.Namespace) -> int:
             config = load_cluster(path)
     jobs = _feasible(args, jobs, source, config.pools, notes)
     if not jobs:
-        raise UserError(f"{args.trace or 'trace'}: no GPU jobs to simulate")
+        # Say why: every row may have been left out (no GPU, never scheduled, 0 s).
+        why = f" ({'; '.join(notes)})" if notes else ""
+        raise UserError(f"{args.trace or 'trace'}: no GPU jobs to simulate{why}")
     spot_trace = load_spot_trace(args.spot_trace) if args.spot_trace else None
     from hybridgpu.sim.prices import load_spot_prices
 
