@@ -334,6 +334,13 @@ CASES: dict[str, Case] = {
         "--config", "{plan_price_nan}", "--history", "{demand}", message="not a finite number"
     ),
     "plan wrong kind": plan("--config", "{plan_kind}", message="expected CapacityPlan"),
+    "plan trace of zero durations": plan(
+        "--config",
+        "{plan}",
+        "--trace",
+        "{trace_zero_durations}",
+        message="no GPU jobs in the trace (skipped: 2 zero duration)",
+    ),
     "plan a DLRM trace": plan(
         "--config", "{plan}", "--trace", "{dlrm}", message="dlrm: trace format 'alibaba-dlrm'"
     ),
