@@ -123,6 +123,17 @@ def file_name(text: str) -> str:
     return text
 
 
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return value
+
+
 def worker_count(text: str) -> int:
     """argparse type: a whole number of worker processes, at least 1."""
     try:

@@ -12,10 +12,11 @@ import json
 import os
 import sys
 import tempfile
+import urllib.parse
 from typing import Any
 
 from hybridgpu.errors import UserError
-from hybridgpu.inputs import file_name, positive_number, read_text
+from hybridgpu.inputs import file_name, port_number, positive_number, read_text
 
 
 def add_parsers(sub: Any) -> None:
@@ -30,6 +31,7 @@ def add_parsers(sub: Any) -> None:
     _add_cluster_flags(run)
     run.add_argument(
         "--liveness",
+        type=_liveness_url,
         default="http://127.0.0.1:8080/healthz",
         help="liveness/readiness endpoint (default http://127.0.0.1:8080/healthz; "
         "use http://0.0.0.0:8080/healthz in a pod)",
@@ -67,7 +69,7 @@ def add_parsers(sub: Any) -> None:
         "sharing a cloud account",
     )
     run.add_argument(
-        "--metrics-port", type=int, help="serve /metrics on this port (default: not served)"
+        "--metrics-port", type=port_number, help="serve /metrics on this port (default: not served)"
     )
     run.add_argument(
         "--metrics-address",
@@ -77,7 +79,7 @@ def add_parsers(sub: Any) -> None:
     webhook = run.add_mutually_exclusive_group()
     webhook.add_argument(
         "--webhook-port",
-        type=int,
+        type=port_number,
         metavar="PORT",
         help="serve the admission webhook (priority class and tier per criticality) on this "
         "port, 0 for any free one (default: $HYBRIDGPU_WEBHOOK_PORT, else not served)",
@@ -110,6 +112,23 @@ def add_parsers(sub: Any) -> None:
     _add_cluster_flags(explain)
     explain.add_argument("--json", action="store_true", help="print the status as JSON")
     explain.set_defaults(func=_explain)
+
+
+def _liveness_url(text: str) -> str:
+    """argparse type: kopf's liveness endpoint, http://HOST:PORT/PATH (kopf serves http only,
+    and only fails on a bad one after start, in its log); empty: none."""
+    if not text:
+        return text
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 (raises ValueError on a port out of range)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme != "http":
+        raise argparse.ArgumentTypeError(
+            f"expected http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz, got {text!r}"
+        )
+    return text
 
 
 def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:

@@ -428,6 +428,18 @@ CASES: dict[str, Case] = {
     ),
     "run lease seconds nan": kube("run", "--lease-seconds", "nan", message="--lease-seconds"),
     "run metrics port a word": kube("run", "--metrics-port", "x", message="--metrics-port"),
+    "run metrics port 99999": kube(
+        "run", "--metrics-port", "99999", message="--metrics-port: expected a port from 0 to 65535"
+    ),
+    "run webhook port 70000": kube(
+        "run", "--webhook-port", "70000", message="--webhook-port: expected a port from 0"
+    ),
+    "run liveness not a URL": kube(
+        "run", "--liveness", "healthz", message="--liveness: expected http://HOST:PORT/PATH"
+    ),
+    "run liveness https": kube(
+        "run", "--liveness", "https://0.0.0.0:8080/healthz", message="--liveness: expected http"
+    ),
     "explain without any config": kube("explain", message="no Kubernetes configuration"),
     "explain $KUBECONFIG missing": kube(
         "explain", message="$KUBECONFIG (/nope/config)", env={"KUBECONFIG": "/nope/config"}
