@@ -249,6 +249,17 @@ def _run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    if args.webhook_cert_dir and not args.no_webhook:
+        # Before anything is imported or connected: kopf would only fail on them once its
+        # webhook server starts, in its log.
+        files = ("tls.crt", "tls.key", "ca.crt")
+        cert_dir = args.webhook_cert_dir
+        missing = [f for f in files if not os.path.isfile(os.path.join(cert_dir, f))]
+        if missing:
+            raise UserError(
+                f"--webhook-cert-dir {cert_dir}: no {', '.join(missing)}; expected "
+                f"{', '.join(files)} (the chart mounts its Secret there)"
+            )
     kubeconfig = use_cluster_config(args.kubeconfig, args.context)
     import kopf
 

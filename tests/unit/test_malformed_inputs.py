@@ -434,6 +434,9 @@ CASES: dict[str, Case] = {
     "run webhook port 70000": kube(
         "run", "--webhook-port", "70000", message="--webhook-port: expected a port from 0"
     ),
+    "run webhook cert dir without certificates": kube(
+        "run", "--webhook-cert-dir", "{a_dir}", message="no tls.crt, tls.key, ca.crt"
+    ),
     "run liveness not a URL": kube(
         "run", "--liveness", "healthz", message="--liveness: expected http://HOST:PORT/PATH"
     ),
