@@ -645,3 +645,24 @@ def test_bad_input_is_reported_before_the_heavy_imports(files: dict[str, Path]) 
             check=False,
         )
         assert done.stdout.split()[-2:] in (["0", "-"], ["2", "-"]), (argv, done.stdout)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HYBRIDGPU_METRICS_PORT",
+        "HYBRIDGPU_WEBHOOK_PORT",
+        "HYBRIDGPU_WATCH_SECONDS",
+        "HYBRIDGPU_LEASE_SECONDS",
+        "HYBRIDGPU_DEBOUNCE_SECONDS",
+    ],
+)
+def test_a_bad_number_in_the_environment_names_the_variable(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hybridgpu.errors import UserError
+    from hybridgpu.handlers.options import OperatorOptions
+
+    monkeypatch.setenv(name, "abc")
+    with pytest.raises(UserError, match=rf"^\${name} is 'abc'; expected"):
+        OperatorOptions.from_env()

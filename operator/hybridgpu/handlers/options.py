@@ -3,9 +3,13 @@ when started as ``kopf run -m hybridgpu.handlers``."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from hybridgpu.errors import UserError
 
 DEFAULT_FAKE_PROVIDER = "hybridgpu.cloud.fake:FakeProvider"
 
@@ -56,22 +60,41 @@ class OperatorOptions:
 
     @classmethod
     def from_env(cls) -> OperatorOptions:
+        """The options the environment sets; UserError naming a variable that is no number."""
         env = os.environ
+        try:
+            return cls._from(env)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+
+    @classmethod
+    def _from(cls, env: Mapping[str, str]) -> OperatorOptions:
+        def number(name: str, default: str, kind: type[int] | type[float] = float) -> float:
+            raw = env.get(name, default)
+            try:
+                value = kind(raw)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value < 0:
+                what = "a whole number" if kind is int else "a number"
+                raise ValueError(f"${name} is {raw!r}; expected {what} >= 0") from None
+            return value
+
         return cls(
             kubeconfig=env.get("KUBECONFIG") or None,
             identity=env.get("HYBRIDGPU_IDENTITY") or default_identity(),
             lease_namespace=env.get("HYBRIDGPU_LEASE_NAMESPACE")
             or env.get("POD_NAMESPACE")
             or "default",
-            lease_seconds=float(env.get("HYBRIDGPU_LEASE_SECONDS", "15")),
+            lease_seconds=number("HYBRIDGPU_LEASE_SECONDS", "15"),
             fake_provider=env.get("HYBRIDGPU_FAKE_PROVIDER", DEFAULT_FAKE_PROVIDER),
             cluster_name=env.get("HYBRIDGPU_CLUSTER_NAME") or "default",
-            trigger_debounce_seconds=float(env.get("HYBRIDGPU_DEBOUNCE_SECONDS", "0.3")),
+            trigger_debounce_seconds=number("HYBRIDGPU_DEBOUNCE_SECONDS", "0.3"),
             metrics_address=env.get("HYBRIDGPU_METRICS_ADDRESS", "127.0.0.1"),
-            metrics_port=int(env["HYBRIDGPU_METRICS_PORT"])
+            metrics_port=int(number("HYBRIDGPU_METRICS_PORT", "", int))
             if env.get("HYBRIDGPU_METRICS_PORT")
             else None,
-            webhook_port=int(env["HYBRIDGPU_WEBHOOK_PORT"])
+            webhook_port=int(number("HYBRIDGPU_WEBHOOK_PORT", "", int))
             if env.get("HYBRIDGPU_WEBHOOK_PORT")
             else None,
             webhook_address=env.get("HYBRIDGPU_WEBHOOK_ADDRESS", "127.0.0.1"),
@@ -79,7 +102,7 @@ class OperatorOptions:
             webhook_cert_dir=env.get("HYBRIDGPU_WEBHOOK_CERT_DIR") or None,
             profile_ticks=env.get("HYBRIDGPU_PROFILE_TICKS") or None,
             freeze_heap=env.get("HYBRIDGPU_FREEZE_HEAP", "1") != "0",
-            watch_seconds=int(env["HYBRIDGPU_WATCH_SECONDS"])
+            watch_seconds=int(number("HYBRIDGPU_WATCH_SECONDS", "", int))
             if env.get("HYBRIDGPU_WATCH_SECONDS")
             else None,
         )
