@@ -22,12 +22,38 @@ def read_yaml_documents(path: str | Path, what: str) -> list[Any]:
     path = Path(path)
     text = read_text(path, what)
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        return [doc for doc in yaml.load_all(text, Loader=_unique_key_loader()) if doc is not None]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark is not None else ""
         problem = getattr(err, "problem", None) or "syntax error"
         raise UserError(f"{path}:{where} not valid YAML ({problem})") from None
+
+
+def _unique_key_loader() -> Any:
+    """PyYAML's safe loader, refusing a key twice in one mapping: kubectl refuses such a
+    manifest, and PyYAML alone keeps the last value without a word."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults`: its keys may be overridden
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: PyYAML itself refuses it below
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} twice in one mapping", key_node.start_mark
+                    )
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def describe_validation_error(err: ValidationError, prefix: str = "") -> str:

@@ -97,6 +97,7 @@ def _files(root: Path) -> dict[str, Path]:
         "bad_yaml": "kind: GPUPool\nspec: [unclosed\n",
         "kind_unknown": CLUSTER.replace("kind: GPUPool", "kind: GPUPol", 1),
         "per_node_word": CLUSTER.replace("perNode: 8}", "perNode: eight}", 1),
+        "dup_key": CLUSTER.replace("maxNodes: 2\n", "maxNodes: 2\n  maxNodes: 20\n", 1),
         "dup_pools": CLUSTER.replace("metadata: {name: elastic}", "metadata: {name: core}"),
         "dup_policies": CLUSTER
         + "---\n"
@@ -143,6 +144,7 @@ def _files(root: Path) -> dict[str, Path]:
         "plan_schedule0": PLAN + "schedule: 0s\n",
         "plan_capex_inf": PLAN.replace("capexPerNode: 280000", "capexPerNode: .inf"),
         "plan_price_nan": PLAN.replace("spotPerGpuHour: 1.0", "spotPerGpuHour: .nan"),
+        "plan_dup_key": PLAN + "horizonMonths: 24\n",
         "plan_kind": "kind: GPUPool\nspec: {}\n",
         "dlrm": "instance_sn,role,app_name,gpu_request,creation_time,scheduled_time,"
         "deletion_time\ni1,HN,app,1,0,0,3600\n",
@@ -225,6 +227,16 @@ CASES: dict[str, Case] = {
     "cluster not YAML": sim("--cluster", "{bad_yaml}", message="not valid YAML"),
     "cluster unknown kind": sim("--cluster", "{kind_unknown}", message="is not GPUPool"),
     "perNode a word": sim("--cluster", "{per_node_word}", message="spec.gpu.perNode"),
+    "a key twice in one mapping": sim(
+        "--cluster", "{dup_key}", message="line 17: not valid YAML (key 'maxNodes' twice"
+    ),
+    "plan key twice": plan(
+        "--config",
+        "{plan_dup_key}",
+        "--history",
+        "{demand}",
+        message="not valid YAML (key 'horizonMonths' twice in one mapping)",
+    ),
     "pool named twice": sim("--cluster", "{dup_pools}", message="used twice"),
     "policy named twice": sim(
         "--cluster", "{dup_policies}", message="ScalingPolicy name(s) used twice: default"
@@ -666,3 +678,12 @@ def test_a_bad_number_in_the_environment_names_the_variable(
     monkeypatch.setenv(name, "abc")
     with pytest.raises(UserError, match=rf"^\${name} is 'abc'; expected"):
         OperatorOptions.from_env()
+
+
+def test_a_merge_key_may_be_overridden(tmp_path: Path) -> None:
+    from hybridgpu.inputs import read_yaml_documents
+
+    path = tmp_path / "anchors.yaml"
+    path.write_text("base: &b {maxNodes: 2, minNodes: 0}\npool: {<<: *b, maxNodes: 4}\n")
+    (doc,) = read_yaml_documents(path, "cluster file")
+    assert doc["pool"] == {"maxNodes": 4, "minNodes": 0}
