@@ -38,6 +38,12 @@ def _cmd_crds(args: argparse.Namespace) -> int:
         raise UserError(f"--output {out}: is a file; expected a directory for the CRD files")
     if args.reference and Path(args.reference).is_dir():
         raise UserError(f"--reference {args.reference}: is a directory; expected a file name")
+    if args.reference and not Path(args.reference).absolute().parent.is_dir():
+        # Checked before --output is created: nothing is written when one of them is wrong.
+        raise UserError(
+            f"--reference {args.reference}: no directory {Path(args.reference).parent}; "
+            "expected a file name in an existing directory"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -422,6 +422,10 @@ CASES: dict[str, Case] = {
     # --- crds
     "crds onto a file": Case(("crds", "-o", "{a_file}"), "is a file"),
     "crds under a file": Case(("crds", "-o", "{a_file}/crds"), "cannot create the directory"),
+    "crds reference in a missing directory": Case(
+        ("crds", "-o", "{a_dir}/crds-new", "--reference", "{a_dir}/missing/crd-reference.md"),
+        "missing/crd-reference.md: no directory",
+    ),
     "crds reference a directory": Case(
         ("crds", "-o", "{a_dir}/crds", "--reference", "{a_dir}"), "is a directory"
     ),
@@ -687,3 +691,9 @@ def test_a_merge_key_may_be_overridden(tmp_path: Path) -> None:
     path.write_text("base: &b {maxNodes: 2, minNodes: 0}\npool: {<<: *b, maxNodes: 4}\n")
     (doc,) = read_yaml_documents(path, "cluster file")
     assert doc["pool"] == {"maxNodes": 4, "minNodes": 0}
+
+
+def test_crds_with_a_reference_in_a_missing_directory_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "crds"
+    assert main(["crds", "-o", str(out), "--reference", str(tmp_path / "no" / "ref.md")]) == 2
+    assert not out.exists()
