@@ -272,3 +272,41 @@ def test_pods_are_admitted_while_the_webhook_is_down(
     cluster.kube.core.delete_namespaced_pod("while-down", ns, grace_period_seconds=0)
     gone = 'hybridgpu_pods_admitted_without_webhook{criticality="preemptible"} 0.0'
     wait_for(lambda: gone in back.metrics(), 30, "the gauge back at 0")
+
+
+def test_labelled_pods_take_free_owned_gpus_before_a_cloud_node_the_scheduler_prefers(
+    cluster: Cluster, operators: Operators, priority_classes: dict[str, str]
+) -> None:
+    """kube-scheduler knows no prices: its default score puts a pod on the node with the
+    fewest requests, here an empty on-demand node beside an owned node with GPUs free. The
+    webhook's preferred node affinity to core outweighs that score, so a labelled pod takes
+    the owned GPUs; a pod without the label, placed right after in the same state, does not
+    (the control: without the preference the scheduler would have chosen the cloud)."""
+    policy = cluster.policy()
+    core = cluster.pool("core", tier="core", policy=policy)
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, idle_for="10m")
+    (owned,) = cluster.core_nodes(core, 1, gpus=4)
+    (cloud,) = cluster.cloud_nodes(elastic, 1)
+    start_with_webhook(cluster, operators, policy)
+
+    # Two pods pinned to the owned node: it has 2 of 4 GPUs free and more requests than the
+    # empty cloud node, which kube-scheduler's default scoring (LeastAllocated) prefers.
+    cluster.kube.create_job(
+        gpu_job("filler", gpus=1, pool=core, parallelism=2, completions=2, run_duration="600s")
+    )
+    wait_for(lambda: placed(cluster, "filler") == [owned, owned], 60, "the filler on core")
+
+    cluster.kube.create_job(
+        gpu_job("work", gpus=1, run_duration="600s", labels={CRITICALITY: "standard"})
+    )
+    wait_for(lambda: placed(cluster, "work"), 60, "the labelled pod placed")
+    (pod,) = cluster.job_pods("work")
+    terms = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
+    assert [(t.weight, t.preference.match_expressions[0].values) for t in terms] == [
+        (100, ["core"])
+    ]
+    assert placed(cluster, "work") == [owned], "a labelled pod went to the cloud node"
+
+    cluster.kube.create_job(gpu_job("plain", gpus=1, run_duration="600s"))
+    wait_for(lambda: placed(cluster, "plain"), 60, "the unlabelled pod placed")
+    assert placed(cluster, "plain") == [cloud], "the control: the default score chose core"

@@ -153,6 +153,66 @@ MUTATION_CASES = {
 }
 
 
+PREFER_CORE = {
+    "weight": 100,
+    "preference": {"matchExpressions": [{"key": TIER, "operator": "In", "values": ["core"]}]},
+}
+ZONE_A = {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}  # fmt: skip
+
+
+def preferred(*terms: dict[str, Any], required: dict[str, Any] | None = None) -> dict[str, Any]:
+    node_affinity = dict((required or {}).get("nodeAffinity") or {})
+    node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = list(terms)
+    return {"nodeAffinity": node_affinity}
+
+
+def owned_first(**overrides: Any) -> AdmissionRules:
+    """The webhook's rules: every labelled pod prefers owned nodes."""
+    return rules(preferred_tier="core", **overrides)
+
+
+MUTATION_CASES |= {
+    "owned first: a critical pod prefers core nodes": MutationCase(
+        Criticality.CRITICAL,
+        spec=pod_spec(priorityClassName="x"),
+        rules=owned_first(),
+        want_affinity=preferred(PREFER_CORE),
+    ),
+    "owned first: preemptible gets both, in one affinity": MutationCase(
+        Criticality.PREEMPTIBLE,
+        spec=pod_spec(priorityClassName="x"),
+        rules=owned_first(),
+        want_affinity=preferred(PREFER_CORE, required=required_terms([TO_CORE_OR_SPOT])),
+    ),
+    "owned first: the pod's own preferences are kept, the tier's added": MutationCase(
+        Criticality.STANDARD,
+        spec=pod_spec(priorityClassName="x", affinity=preferred(ZONE_A)),
+        rules=owned_first(),
+        want_affinity=preferred(ZONE_A, PREFER_CORE),
+    ),
+    "owned first: a pod preferring a tier itself keeps its choice": MutationCase(
+        Criticality.STANDARD,
+        spec=pod_spec(
+            priorityClassName="x",
+            affinity=preferred(
+                {"weight": 5, "preference": {"matchExpressions": [TO_CORE_OR_SPOT]}}
+            ),
+        ),
+        rules=owned_first(),
+    ),
+    "owned first: a pod selecting its tier is not told to prefer another": MutationCase(
+        Criticality.STANDARD,
+        spec=pod_spec(priorityClassName="x", nodeSelector={TIER: "elastic"}),
+        rules=owned_first(),
+    ),
+    "owned first: a pod pinned to a pool (a move) is left as the pin says": MutationCase(
+        Criticality.PREEMPTIBLE,
+        spec=pod_spec(priorityClassName="x", nodeSelector={POOL: "elastic-a"}),
+        rules=owned_first(),
+    ),
+}
+
+
 @pytest.mark.parametrize("case", MUTATION_CASES.values(), ids=MUTATION_CASES.keys())
 def test_mutation(case: MutationCase) -> None:
     ops = mutation(case.criticality, case.spec, case.rules)
@@ -334,10 +394,24 @@ def test_a_pod_the_webhook_never_saw_is_told_apart_from_one_it_mutated(
     assert not_admitted(criticality, spec, rules()) == missing
 
 
-def test_not_admitted_is_empty_after_the_mutation_is_applied() -> None:
+@pytest.mark.parametrize("admission", [rules(), owned_first()], ids=["as-is", "owned first"])
+def test_not_admitted_is_empty_after_the_mutation_is_applied(admission: AdmissionRules) -> None:
     for criticality in Criticality:
         pod: dict[str, Any] = {"spec": {"containers": [{"name": "c"}]}}
-        ops = mutation(criticality, pod["spec"], rules())
+        ops = mutation(criticality, pod["spec"], admission)
         patched = jsonpatch.apply_patch(pod, ops)
-        assert not_admitted(criticality, patched["spec"], rules()) == []
-        assert not_admitted(criticality, pod["spec"], rules()) != []
+        assert not_admitted(criticality, patched["spec"], admission) == []
+        assert not_admitted(criticality, pod["spec"], admission) != []
+
+
+def test_a_pod_missing_only_the_preference_for_owned_nodes_is_not_called_unadmitted() -> None:
+    """The preference is how free owned GPUs are taken first, not what the pod must have: a
+    pod admitted with everything else is not reported as having bypassed the webhook."""
+    spec = pod_spec(priorityClassName="hybridgpu-standard")
+    assert mutation(Criticality.STANDARD, spec, owned_first()) != []
+    assert not_admitted(Criticality.STANDARD, spec, owned_first()) == []
+    held = pod_spec(priorityClassName="p", affinity=required_terms([TO_CORE_OR_SPOT]))
+    assert not_admitted(Criticality.PREEMPTIBLE, held, owned_first()) == []
+    assert not_admitted(
+        Criticality.PREEMPTIBLE, pod_spec(priorityClassName="p"), owned_first()
+    ) == ["node affinity to tiers core/spot"]

@@ -5,7 +5,11 @@ functions make the scheduler follow the plan: a labelled pod gets its criticalit
 PriorityClass (so pending pods are ordered, and preempted, as decide() orders them), and a
 preemptible pod may only land on core or spot nodes unless the policy allows on-demand for
 it (so elastic nodes bought for critical work are not taken by preemptible pods). A critical
-pod that could only run on spot is refused: spot nodes vanish at two minutes' notice.
+pod that could only run on spot is refused: spot nodes vanish at two minutes' notice. Every
+labelled pod also prefers owned (core) nodes: kube-scheduler knows no prices, and its default
+score puts a pod on the emptiest node it may use, a cloud node beside free owned GPUs as
+readily as an owned one; a preferred node affinity outweighs that score, so free owned GPUs
+are taken first, as decide() and the simulator's scheduler take them.
 
 Pure: a pod's spec and the rules in, RFC 6902 JSON patch operations or a reason out.
 """
@@ -59,15 +63,28 @@ class AdmissionRules:
     reservation_taint: str | None = None
     """The key of the taint that keeps a node for one Job (core/reserve.py): critical pods
     tolerate it, so critical work comes first even on such a node. None: not added."""
+    preferred_tier: str | None = None
+    """The tier every labelled pod prefers (a preferred node affinity of weight
+    PREFERRED_WEIGHT): the owned one, whose GPUs are paid for whether used or not. None: no
+    preference added."""
+
+
+PREFERRED_WEIGHT = 100
+"""The preference's weight, the most allowed: kube-scheduler multiplies the NodeAffinity
+score (0-100 after normalising) by its plugin weight, 2 by default, against at most 100 for
+each of NodeResourcesFit and NodeResourcesBalancedAllocation (weight 1), so a node of the
+preferred tier outscores any other the pod may use."""
+NODE_AFFINITY_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 def mutation(
     criticality: Criticality | None, pod_spec: Mapping[str, Any], rules: AdmissionRules
 ) -> list[PatchOperation]:
     """JSON patch operations that give a pod of ``criticality`` its priority class, when
-    critical a toleration of nodes kept for a Job (``rules.reservation_taint``), and, when
-    preemptible, a required node affinity to core and spot nodes (unless a node selector pins
-    it to one pool). No operations when the pod has no criticality or already has what it
+    critical a toleration of nodes kept for a Job (``rules.reservation_taint``), when
+    preemptible a required node affinity to core and spot nodes, and a preferred node
+    affinity to ``rules.preferred_tier`` (neither affinity when a node selector pins it to
+    one pool). No operations when the pod has no criticality or already has what it
     needs; a priority class the pod names itself is kept."""
     if criticality is None:
         return []
@@ -91,15 +108,33 @@ def mutation(
                 if tolerations
                 else _add("/spec/tolerations", [toleration])
             )
+    affinity = _affinity(criticality, pod_spec, rules)
+    if affinity is not None:
+        ops.append(_add("/spec/affinity", affinity))
+    return ops
+
+
+def _affinity(
+    criticality: Criticality, pod_spec: Mapping[str, Any], rules: AdmissionRules
+) -> dict[str, Any] | None:
+    """The pod's affinity after admission, or None when admission leaves it as it is."""
     # A pod pinned to one pool by name (the operator's move, e.g. a Job whose deadline sent
     # it to on-demand) goes where the pin says: the pool decides its tier.
-    pinned = (pod_spec.get("nodeSelector") or {}).get(rules.pool_label)
-    preemptible = criticality == Criticality.PREEMPTIBLE
-    if preemptible and not rules.allow_on_demand_for_preemptible and not pinned:
+    if (pod_spec.get("nodeSelector") or {}).get(rules.pool_label):
+        return None
+    affinity = None
+    if _held_to_preemptible_tiers(criticality, rules):
         affinity = _restricted_to_tiers(pod_spec, rules.tier_label, PREEMPTIBLE_TIERS)
-        if affinity is not None:
-            ops.append(_add("/spec/affinity", affinity))
-    return ops
+    if rules.preferred_tier is not None:
+        current = pod_spec.get("affinity") if affinity is None else affinity
+        preferring = _preferring(current, pod_spec, rules.tier_label, rules.preferred_tier)
+        if preferring is not None:
+            affinity = preferring
+    return affinity
+
+
+def _held_to_preemptible_tiers(criticality: Criticality, rules: AdmissionRules) -> bool:
+    return criticality == Criticality.PREEMPTIBLE and not rules.allow_on_demand_for_preemptible
 
 
 def not_admitted(
@@ -113,7 +148,12 @@ def not_admitted(
     for op in mutation(criticality, pod_spec, rules):
         if op["path"] == "/spec/priorityClassName":
             missing.append(f"PriorityClass {op['value']}")
-        elif op["path"] == "/spec/affinity":
+        elif op["path"] == "/spec/affinity" and (
+            criticality is not None
+            and _held_to_preemptible_tiers(criticality, rules)
+            and _restricted_to_tiers(pod_spec, rules.tier_label, PREEMPTIBLE_TIERS) is not None
+        ):
+            # The tier preference alone is an optimisation, not what the pod must have.
             missing.append(f"node affinity to tiers {'/'.join(PREEMPTIBLE_TIERS)}")
     return missing
 
@@ -168,6 +208,32 @@ def _restricted_to_tiers(
             changed = True
     required["nodeSelectorTerms"] = terms
     return affinity if changed else None
+
+
+def _preferring(
+    affinity: Mapping[str, Any] | None, pod_spec: Mapping[str, Any], tier_label: str, tier: str
+) -> dict[str, Any] | None:
+    """``affinity`` with a preferred node affinity to nodes of ``tier``; None when the pod
+    states its own choice of tier (a node selector or a preferred term on the tier label).
+    Where its required affinity admits no node of ``tier``, the preference weighs nothing."""
+    if tier_label in (pod_spec.get("nodeSelector") or {}):
+        return None
+    preferring: dict[str, Any] = copy.deepcopy(dict(affinity or {}))
+    node_affinity = preferring.setdefault("nodeAffinity", {})
+    preferred = node_affinity.setdefault(NODE_AFFINITY_PREFERRED, [])
+    for term in preferred:
+        expressions = (term.get("preference") or {}).get("matchExpressions") or []
+        if any(e.get("key") == tier_label for e in expressions):
+            return None
+    preferred.append(
+        {
+            "weight": PREFERRED_WEIGHT,
+            "preference": {
+                "matchExpressions": [{"key": tier_label, "operator": "In", "values": [tier]}]
+            },
+        }
+    )
+    return preferring
 
 
 def _within(expression: Mapping[str, Any], label: str, values: Sequence[str]) -> bool:

@@ -41,7 +41,7 @@ from hybridgpu.kube.names import (
     VERSION,
 )
 from hybridgpu.metrics.exported import METRICS, AdmissionOutcome
-from hybridgpu.models.pool import Taint
+from hybridgpu.models.pool import Taint, Tier
 from hybridgpu.models.snapshot import Criticality
 
 MANAGED_CONFIGURATION = "admission.hybridgpu.io"
@@ -107,6 +107,7 @@ def admission_rules(
         allow_on_demand_for_preemptible=allow,
         spot_pools={name: next(iter(store)) for name, store in spot_pools.items()},
         reservation_taint=RESERVED_TAINT,
+        preferred_tier=Tier.CORE.value,
     )
 
 
