@@ -157,7 +157,10 @@ PREFER_CORE = {
     "weight": 100,
     "preference": {"matchExpressions": [{"key": TIER, "operator": "In", "values": ["core"]}]},
 }
-ZONE_A = {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}  # fmt: skip
+ZONE_A = {
+    "weight": 10,
+    "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+}
 
 
 def preferred(*terms: dict[str, Any], required: dict[str, Any] | None = None) -> dict[str, Any]:
