@@ -377,6 +377,9 @@ CASES: dict[str, Case] = {
     "plan job larger than every node": plan(
         "--config", "{plan}", "--trace", "{trace_huge_job}", message="largest candidate node (8x)"
     ),
+    "plan search with a demand history": plan(
+        "--config", "{plan}", "--history", "{demand}", "--search", "fast", message="--search choos"
+    ),
     "plan time scale without trace": plan(
         "--config", "{plan}", "--history", "{demand}", "--time-scale", "2", message="--trace"
     ),

@@ -79,9 +79,9 @@ def add_parsers(sub: Any) -> None:
         "--workers",
         type=worker_count,
         default=None,
-        help="the fast search: replays made at once, each in a process of its own (default: "
-        "the CPUs this process may use; 1: one after the other, in this process); the plan is "
-        "the same",
+        help="the fast search's replays, or a demand history's flip-point searches, made at "
+        "once, each in a process of its own (default: the CPUs this process may use; 1: one "
+        "after the other, in this process); the plan is the same",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -212,6 +212,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--time-scale needs --trace FILE")
     if (args.trace_format or args.qos_map or args.skip_infeasible) and not args.trace:
         raise UserError("--trace-format, --qos-map and --skip-infeasible need --trace FILE")
+    if args.search != "auto" and (args.history or args.prometheus):
+        # A demand history is planned on duration curves (choose_search: always exact).
+        source = "--history" if args.history else "--prometheus"
+        raise UserError(
+            f"--search chooses how a job trace is replayed; {source} gives GPUs in use, "
+            "planned without replays: pass --trace FILE, or no --search"
+        )
     if args.png is not None:
         _check_png(args.png)
     skipped: list[str] | None = [] if args.skip_infeasible else None
