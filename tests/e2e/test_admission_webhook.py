@@ -274,6 +274,15 @@ def test_pods_are_admitted_while_the_webhook_is_down(
     wait_for(lambda: gone in back.metrics(), 30, "the gauge back at 0")
 
 
+def with_cpus(job: dict[str, Any], cpus: int) -> dict[str, Any]:
+    """``job`` with its pods requesting ``cpus`` CPUs, as GPU pods do: the scheduler's
+    resource scores then tell nodes apart (with nothing requested, its 100m default on a
+    96-CPU node rounds to the same score on every node, and a tie is drawn at random)."""
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    container["resources"]["requests"]["cpu"] = str(cpus)
+    return job
+
+
 def test_labelled_pods_take_free_owned_gpus_before_a_cloud_node_the_scheduler_prefers(
     cluster: Cluster, operators: Operators, priority_classes: dict[str, str]
 ) -> None:
@@ -289,16 +298,15 @@ def test_labelled_pods_take_free_owned_gpus_before_a_cloud_node_the_scheduler_pr
     (cloud,) = cluster.cloud_nodes(elastic, 1)
     start_with_webhook(cluster, operators, policy)
 
-    # Two pods pinned to the owned node: it has 2 of 4 GPUs free and more requests than the
-    # empty cloud node, which kube-scheduler's default scoring (LeastAllocated) prefers.
-    cluster.kube.create_job(
-        gpu_job("filler", gpus=1, pool=core, parallelism=2, completions=2, run_duration="600s")
-    )
+    # Two pods pinned to the owned node: it has 2 of 4 GPUs free and 32 of its 96 CPUs
+    # requested, the cloud node none, which kube-scheduler's default scoring (LeastAllocated
+    # on CPU and memory) prefers.
+    filler = gpu_job("filler", gpus=1, pool=core, parallelism=2, completions=2, run_duration="600s")
+    cluster.kube.create_job(with_cpus(filler, 16))
     wait_for(lambda: placed(cluster, "filler") == [owned, owned], 60, "the filler on core")
 
-    cluster.kube.create_job(
-        gpu_job("work", gpus=1, run_duration="600s", labels={CRITICALITY: "standard"})
-    )
+    work = gpu_job("work", gpus=1, run_duration="600s", labels={CRITICALITY: "standard"})
+    cluster.kube.create_job(with_cpus(work, 16))
     wait_for(lambda: placed(cluster, "work"), 60, "the labelled pod placed")
     (pod,) = cluster.job_pods("work")
     terms = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
@@ -307,6 +315,6 @@ def test_labelled_pods_take_free_owned_gpus_before_a_cloud_node_the_scheduler_pr
     ]
     assert placed(cluster, "work") == [owned], "a labelled pod went to the cloud node"
 
-    cluster.kube.create_job(gpu_job("plain", gpus=1, run_duration="600s"))
+    cluster.kube.create_job(with_cpus(gpu_job("plain", gpus=1, run_duration="600s"), 16))
     wait_for(lambda: placed(cluster, "plain"), 60, "the unlabelled pod placed")
     assert placed(cluster, "plain") == [cloud], "the control: the default score chose core"
