@@ -503,3 +503,20 @@ def test_the_progress_bar_starts_no_thread_the_workers_would_be_forked_beside() 
         assert not [t for t in threading.enumerate() if type(t).__name__ == "TMonitor"]
     finally:
         bar.close()
+
+
+def test_a_run_of_jobs_that_all_end_at_zero_reports_its_progress() -> None:
+    """The loaders skip 0 s jobs; a caller of the engine need not: its progress divided by
+    the trace's end, 0 here (ZeroDivisionError before)."""
+    from hybridgpu.models.snapshot import Criticality
+    from hybridgpu.sim.compare import simulation
+    from hybridgpu.sim.traces import TraceJob
+
+    config = load_cluster(BUNDLED_CLUSTER)
+    jobs = [TraceJob("instant", 0, 0, 1, Criticality.STANDARD)]
+    seen: list[float] = []
+    result = simulation(
+        "hybridgpu", config.pools, config.policy.spec, jobs, SimSettings(), seen.append
+    ).run()
+    assert seen and all(f == 1.0 for f in seen)
+    assert result.unfinished_jobs == 0

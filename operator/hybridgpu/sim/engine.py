@@ -1836,7 +1836,9 @@ class Simulation:
                 self._sample()
                 next_sample += SERIES_STEP_SECONDS
                 if self.progress is not None:
-                    self.progress(min(1.0, t / trace_end))
+                    # A trace of jobs that all end at 0 (the loaders skip 0 s jobs; a caller
+                    # of the engine may not) is all simulated from the start.
+                    self.progress(min(1.0, t / trace_end) if trace_end > 0 else 1.0)
             while self.events and self.events[0][0] <= t:
                 _, _, kind, payload = heapq.heappop(self.events)
                 outstanding -= self._handle(kind, payload)
