@@ -174,9 +174,14 @@ def _in_order(demands: Iterable[_Demand]) -> list[_Demand]:
     return [demand for same_rank in by_rank for demand in same_rank]
 
 
+def _left_out(demands: list[_Demand], placed: list[str | None]) -> list[_Demand]:
+    """The pods of ``demands`` that ``placed`` (a node each, or None) leaves out."""
+    return [d for d, where in zip(demands, placed, strict=True) if where is None]
+
+
 def _gpus_out(demands: list[_Demand], placed: list[str | None]) -> int:
-    """The GPUs of the pods of ``demands`` that ``placed`` (a node each, or None) leaves out."""
-    return sum(d.gpus for d, where in zip(demands, placed, strict=True) if where is None)
+    """The GPUs of the pods of ``demands`` that ``placed`` leaves out."""
+    return sum(d.gpus for d in _left_out(demands, placed))
 
 
 def _scheduler_order(demands: Iterable[_Demand]) -> list[_Demand]:
@@ -268,6 +273,11 @@ class _PoolLedger:
     scale_gpus: int = 0
     paid: bool = False
     """Paid for whether used or not (owned, committed: ``paid_whether_used``)."""
+
+    @property
+    def newest_node(self) -> str:
+        """The name of the node this tick opened last in the pool (``_Decider._open_node``)."""
+        return f"{self.name}/new-{self.new_nodes}"
 
 
 class _PodsByJob:
@@ -1286,7 +1296,7 @@ class _Decider:
         across every shape leaves pods out, the packing into each single shape is tried too,
         and the cheapest one that leaves out the fewest GPUs is bought. Returns the node each
         pod of ``demands`` gets, or None."""
-        left = [d for d, where in zip(demands, placed, strict=True) if where is None]
+        left = _left_out(demands, placed)
         self._unfill(demands, placed)
         closed = dict(self._closed)
         best: tuple[tuple[int, float, int], list[str]] | None = None
@@ -1302,20 +1312,20 @@ class _Decider:
                 # back): the packing holds as the scheduler places, the usual case.
                 return placed
             for _ in range(REPAIR_ROUNDS):
-                out = [d for d, where in zip(demands, placed, strict=True) if where is None]
-                more, _ = self._buy_for(out)
+                more, _ = self._buy_for(_left_out(demands, placed))
                 if not more:
                     break
                 opened += more
                 self._unfill(demands, placed)
                 placed = self._fill_future(demands)
+            ledgers = [self.pools[self.node_pool[name]] for name in opened]
             score = (
                 _gpus_out(demands, placed),
-                sum(self.pools[self.node_pool[name]].launch_price for name in opened),
-                sum(self.pools[self.node_pool[name]].per_node for name in opened),
+                sum(ledger.launch_price for ledger in ledgers),
+                sum(ledger.per_node for ledger in ledgers),
             )
             if best is None or score < best[0]:
-                best = (score, [self.node_pool[name] for name in opened])
+                best = (score, [ledger.name for ledger in ledgers])
             self._unfill(demands, placed)
             for name in reversed(opened):
                 self._close_new_node(name)
@@ -1363,7 +1373,7 @@ class _Decider:
             ledger = self.pools[shape.pool]
             if self._open_node(ledger) is not None:
                 return False
-            opened.append(f"{ledger.name}/new-{ledger.new_nodes}")
+            opened.append(ledger.newest_node)
             return True
 
         for pools, sizes in sorted(groups.items()):
@@ -1449,7 +1459,7 @@ class _Decider:
             self._closed[ledger.name] = cause
             return cause
         ledger.new_nodes += 1
-        name = f"{ledger.name}/new-{ledger.new_nodes}"
+        name = ledger.newest_node
         self.new_node_names.add(name)
         self._add_node(ledger, name)
         return None
@@ -1607,7 +1617,7 @@ class _Decider:
                     blocker = demand.pool or "-" if target is None else target
                     cause = "no_pool" if target is None else self._open_node(target)
                     if target is not None and cause is None:
-                        opened.append(f"{target.name}/new-{target.new_nodes}")
+                        opened.append(target.newest_node)
                         where = self._take_best_fit(target, demand.gpus, future=True)
             if where is None:
                 break
