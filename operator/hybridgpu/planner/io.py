@@ -153,10 +153,7 @@ def load_trace(
             trace_jobs = [j for j in trace_jobs if j.gpus <= per_node]
     jobs = jobs_of_trace(trace_jobs, share_replicas)
     if not jobs:
-        left_out = ", ".join(
-            f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items())
-        )
-        why = f" (skipped: {left_out})" if left_out else ""
+        why = f" (skipped: {load.skipped_text()})" if load.skipped else ""
         raise UserError(f"{path}: no GPU jobs in the trace{why}")
     return history_from_jobs(jobs), jobs
 

@@ -253,10 +253,7 @@ def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], 
     load = load_trace(args.trace, trace_format, time_scale=scale, qos_map=qos_map)
     jobs = starting_at_first_arrival(load.jobs) if args.epoch else load.jobs
     if load.skipped:
-        notes.append(
-            "skipped: "
-            + ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(load.skipped.items()))
-        )
+        notes.append(f"skipped: {load.skipped_text()}")
     source = f"{args.trace} ({trace_format}, time scale {scale:g})"
     if not args.skip_infeasible:
         # Without --skip-infeasible no job is dropped later, so the span can be checked now,

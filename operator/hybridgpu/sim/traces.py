@@ -97,6 +97,10 @@ class TraceLoad:
     jobs: list[TraceJob]
     skipped: dict[str, int]
 
+    def skipped_text(self) -> str:
+        """What was left out, for a person: ``3 no gpu, 1 zero duration`` (empty: nothing)."""
+        return ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(self.skipped.items()))
+
 
 def parse_qos_map(text: str | None) -> dict[str, Criticality]:
     """``LS=critical,BE=preemptible`` on top of the default openb mapping."""
