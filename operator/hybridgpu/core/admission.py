@@ -118,23 +118,33 @@ def _affinity(
     criticality: Criticality, pod_spec: Mapping[str, Any], rules: AdmissionRules
 ) -> dict[str, Any] | None:
     """The pod's affinity after admission, or None when admission leaves it as it is."""
-    # A pod pinned to one pool by name (the operator's move, e.g. a Job whose deadline sent
-    # it to on-demand) goes where the pin says: the pool decides its tier.
-    if (pod_spec.get("nodeSelector") or {}).get(rules.pool_label):
+    affinity = _restriction(criticality, pod_spec, rules)
+    if rules.preferred_tier is None or _pinned(pod_spec, rules):
+        return affinity
+    current = pod_spec.get("affinity") if affinity is None else affinity
+    preferring = _preferring(current, pod_spec, rules.tier_label, rules.preferred_tier)
+    return affinity if preferring is None else preferring
+
+
+def _pinned(pod_spec: Mapping[str, Any], rules: AdmissionRules) -> bool:
+    """Whether a node selector pins the pod to one pool by name (the operator's move, e.g. a
+    Job whose deadline sent it to on-demand): it goes where the pin says, the pool decides
+    its tier, and admission adds no affinity."""
+    return bool((pod_spec.get("nodeSelector") or {}).get(rules.pool_label))
+
+
+def _restriction(
+    criticality: Criticality, pod_spec: Mapping[str, Any], rules: AdmissionRules
+) -> dict[str, Any] | None:
+    """The pod's affinity held to core and spot nodes, when the policy holds preemptible pods
+    there and this one is not held yet; else None."""
+    if (
+        criticality != Criticality.PREEMPTIBLE
+        or rules.allow_on_demand_for_preemptible
+        or _pinned(pod_spec, rules)
+    ):
         return None
-    affinity = None
-    if _held_to_preemptible_tiers(criticality, rules):
-        affinity = _restricted_to_tiers(pod_spec, rules.tier_label, PREEMPTIBLE_TIERS)
-    if rules.preferred_tier is not None:
-        current = pod_spec.get("affinity") if affinity is None else affinity
-        preferring = _preferring(current, pod_spec, rules.tier_label, rules.preferred_tier)
-        if preferring is not None:
-            affinity = preferring
-    return affinity
-
-
-def _held_to_preemptible_tiers(criticality: Criticality, rules: AdmissionRules) -> bool:
-    return criticality == Criticality.PREEMPTIBLE and not rules.allow_on_demand_for_preemptible
+    return _restricted_to_tiers(pod_spec, rules.tier_label, PREEMPTIBLE_TIERS)
 
 
 def not_admitted(
@@ -144,17 +154,14 @@ def not_admitted(
     while the webhook was down: ``failurePolicy: Ignore``), in words; empty when the pod has
     what its criticality needs. Such a pod keeps default priority and may land on any tier
     until it is recreated."""
-    missing = []
-    for op in mutation(criticality, pod_spec, rules):
-        if op["path"] == "/spec/priorityClassName":
-            missing.append(f"PriorityClass {op['value']}")
-        elif op["path"] == "/spec/affinity" and (
-            criticality is not None
-            and _held_to_preemptible_tiers(criticality, rules)
-            and _restricted_to_tiers(pod_spec, rules.tier_label, PREEMPTIBLE_TIERS) is not None
-        ):
-            # The tier preference alone is an optimisation, not what the pod must have.
-            missing.append(f"node affinity to tiers {'/'.join(PREEMPTIBLE_TIERS)}")
+    missing = [
+        f"PriorityClass {op['value']}"
+        for op in mutation(criticality, pod_spec, rules)
+        if op["path"] == "/spec/priorityClassName"
+    ]
+    # The tier preference alone is an optimisation, not what the pod must have.
+    if criticality is not None and _restriction(criticality, pod_spec, rules) is not None:
+        missing.append(f"node affinity to tiers {'/'.join(PREEMPTIBLE_TIERS)}")
     return missing
 
 
