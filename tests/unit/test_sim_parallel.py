@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -268,15 +268,8 @@ def test_the_cli_says_a_run_failed_while_the_others_go_on(monkeypatch, capsys) -
     from hybridgpu.sim import cli
 
     monkeypatch.setattr(cli._ProgressLines, "__init__", _no_quiet(cli._ProgressLines.__init__))
-    run = Simulation.run
-
-    def failing(self: Simulation) -> object:
-        if self.name == "hybridgpu":
-            raise UserError("hybridgpu: cannot simulate this")
-        return run(self)
-
-    monkeypatch.setattr(Simulation, "run", failing)  # the forked workers inherit it
-    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 2
+    failing = {"hybridgpu": UserError("hybridgpu: cannot simulate this")}
+    assert _simulate_failing(monkeypatch, failing) == 2
     err = capsys.readouterr().err
     told = "hybridgpu simulate: hybridgpu failed: hybridgpu: cannot simulate this; the "
     assert err.count(told) == 1
@@ -333,30 +326,34 @@ def test_the_workers_are_named_after_the_work_they_do() -> None:
     assert raised.value.__notes__[0].startswith("raised in the process replaying fleet:")
 
 
-def test_a_user_error_in_a_worker_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+def _simulate_failing(monkeypatch: pytest.MonkeyPatch, errors: Mapping[str, Exception]) -> int:
+    """`hybridgpu simulate --hours 2 --workers 2`'s exit code with the policies named in
+    ``errors`` raising their error (the forked workers inherit the patched run)."""
     run = Simulation.run
 
     def failing(self: Simulation) -> object:
-        if self.name == "reactive":
-            raise UserError("reactive: cannot simulate this")
+        if self.name in errors:
+            raise errors[self.name]
         return run(self)
 
-    monkeypatch.setattr(Simulation, "run", failing)  # the forked workers inherit it
-    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 2
+    monkeypatch.setattr(Simulation, "run", failing)
+    return main(["simulate", "--no-png", "--hours", "2", "--workers", "2"])
+
+
+def test_a_user_error_in_a_worker_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+    assert (
+        _simulate_failing(monkeypatch, {"reactive": UserError("reactive: cannot simulate this")})
+        == 2
+    )
     err = capsys.readouterr().err
     assert err == "hybridgpu: error: reactive: cannot simulate this\n"
 
 
 def test_policies_failing_side_by_side_are_a_line_each_and_exit_2(monkeypatch, capsys) -> None:
-    run = Simulation.run
-
-    def failing(self: Simulation) -> object:
-        if self.name in ("owned_only", "reactive"):
-            raise UserError(f"{self.name}: cannot simulate this")
-        return run(self)
-
-    monkeypatch.setattr(Simulation, "run", failing)  # the forked workers inherit it
-    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 2
+    failing = {
+        name: UserError(f"{name}: cannot simulate this") for name in ("owned_only", "reactive")
+    }
+    assert _simulate_failing(monkeypatch, failing) == 2
     assert capsys.readouterr().err == (
         "hybridgpu: error: 2 of 5 runs failed:\n"
         "  simulating reactive: reactive: cannot simulate this\n"
@@ -367,17 +364,11 @@ def test_policies_failing_side_by_side_are_a_line_each_and_exit_2(monkeypatch, c
 def test_a_bug_among_failed_policies_is_exit_1_with_the_way_to_its_traceback(
     monkeypatch, capsys
 ) -> None:
-    run = Simulation.run
-
-    def failing(self: Simulation) -> object:
-        if self.name == "hybridgpu":
-            raise ZeroDivisionError("division by zero")
-        if self.name == "on_demand":
-            raise UserError("on_demand: cannot simulate this")
-        return run(self)
-
-    monkeypatch.setattr(Simulation, "run", failing)
-    assert main(["simulate", "--no-png", "--hours", "2", "--workers", "2"]) == 1
+    failing = {
+        "hybridgpu": ZeroDivisionError("division by zero"),
+        "on_demand": UserError("on_demand: cannot simulate this"),
+    }
+    assert _simulate_failing(monkeypatch, failing) == 1
     assert capsys.readouterr().err == (
         "hybridgpu: error: 2 of 5 runs failed:\n"
         "  simulating hybridgpu: ZeroDivisionError: division by zero\n"
