@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import codecs
 import math
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hybridgpu.errors import UserError
 
 if TYPE_CHECKING:  # every command's parser imports this module: no pydantic at import
     from pydantic import ValidationError
+
+T = TypeVar("T")
 
 
 def read_yaml_documents(path: str | Path, what: str) -> list[Any]:
@@ -160,12 +164,62 @@ def port_number(text: str) -> int:
     return value
 
 
-def worker_count(text: str) -> int:
-    """argparse type: a whole number of worker processes, at least 1."""
+def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
     return value
+
+
+def worker_count(text: str) -> int:
+    """argparse type: a whole number of worker processes, at least 1."""
+    return _whole_number(text, 1)
+
+
+def non_negative_whole_number(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    return _whole_number(text, 0)
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def switch(text: str) -> bool:
+    """argparse type: on or off, as 1/0, true/false, yes/no or on/off (any case)."""
+    word = text.strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise argparse.ArgumentTypeError(
+            f"expected 1 or 0 (true/false, yes/no, on/off), got {text!r}"
+        )
+    return word in _TRUE
+
+
+WEBHOOK_CERT_FILES = ("tls.crt", "tls.key", "ca.crt")
+
+
+def check_webhook_cert_dir(path: str, where: str) -> None:
+    """UserError at ``where`` (a flag or $VARIABLE) when the webhook's certificate directory
+    lacks one of its files: kopf would only fail on it once its webhook server starts."""
+    missing = [f for f in WEBHOOK_CERT_FILES if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        raise UserError(
+            f"{where} {path}: no {', '.join(missing)}; expected "
+            f"{', '.join(WEBHOOK_CERT_FILES)} (the chart mounts its Secret there)"
+        )
+
+
+def from_environment(env: Mapping[str, str], name: str, parse: Callable[[str], T]) -> T | None:
+    """$``name`` read with an argparse type (the one its flag uses, so both accept the same
+    values); None when unset or empty. UserError naming the variable, in the words of the
+    flag's error, when the value is bad."""
+    raw = env.get(name)
+    if not raw:
+        return None
+    try:
+        return parse(raw)
+    except argparse.ArgumentTypeError as err:
+        raise UserError(f"${name}: {err}") from None

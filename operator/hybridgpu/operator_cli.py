@@ -16,7 +16,13 @@ import urllib.parse
 from typing import Any
 
 from hybridgpu.errors import UserError
-from hybridgpu.inputs import file_name, port_number, positive_number, read_text
+from hybridgpu.inputs import (
+    check_webhook_cert_dir,
+    file_name,
+    port_number,
+    positive_number,
+    read_text,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -46,8 +52,8 @@ def add_parsers(sub: Any) -> None:
     run.add_argument(
         "--lease-seconds",
         type=positive_number,
-        default=15.0,
-        help="seconds a leader lease lasts without renewal (default 15)",
+        help="seconds a leader lease lasts without renewal (default: $HYBRIDGPU_LEASE_SECONDS, "
+        "else 15)",
     )
     run.add_argument(
         "--peering",
@@ -69,12 +75,14 @@ def add_parsers(sub: Any) -> None:
         "sharing a cloud account",
     )
     run.add_argument(
-        "--metrics-port", type=port_number, help="serve /metrics on this port (default: not served)"
+        "--metrics-port",
+        type=port_number,
+        help="serve /metrics on this port (default: $HYBRIDGPU_METRICS_PORT, else not served)",
     )
     run.add_argument(
         "--metrics-address",
-        default="127.0.0.1",
-        help="address /metrics binds to (default 127.0.0.1; 0.0.0.0 in a pod)",
+        help="address /metrics binds to (default: $HYBRIDGPU_METRICS_ADDRESS, else 127.0.0.1; "
+        "0.0.0.0 in a pod)",
     )
     webhook = run.add_mutually_exclusive_group()
     webhook.add_argument(
@@ -250,16 +258,9 @@ def _run(args: argparse.Namespace) -> int:
     import signal
 
     if args.webhook_cert_dir and not args.no_webhook:
-        # Before anything is imported or connected: kopf would only fail on them once its
-        # webhook server starts, in its log.
-        files = ("tls.crt", "tls.key", "ca.crt")
-        cert_dir = args.webhook_cert_dir
-        missing = [f for f in files if not os.path.isfile(os.path.join(cert_dir, f))]
-        if missing:
-            raise UserError(
-                f"--webhook-cert-dir {cert_dir}: no {', '.join(missing)}; expected "
-                f"{', '.join(files)} (the chart mounts its Secret there)"
-            )
+        # Before anything is imported or connected ($HYBRIDGPU_WEBHOOK_CERT_DIR is checked
+        # the same way when the environment is read).
+        check_webhook_cert_dir(args.webhook_cert_dir, "--webhook-cert-dir")
     kubeconfig = use_cluster_config(args.kubeconfig, args.context)
     import kopf
 
@@ -273,10 +274,10 @@ def _run(args: argparse.Namespace) -> int:
         kubeconfig=kubeconfig,
         identity=args.identity or env.identity,
         lease_namespace=args.lease_namespace or env.lease_namespace,
-        lease_seconds=args.lease_seconds,
+        lease_seconds=args.lease_seconds or env.lease_seconds,
         fake_provider=args.fake_provider or env.fake_provider,
         cluster_name=args.cluster_name or env.cluster_name,
-        metrics_address=args.metrics_address,
+        metrics_address=args.metrics_address or env.metrics_address,
         metrics_port=args.metrics_port if args.metrics_port is not None else env.metrics_port,
         webhook_port=None
         if args.no_webhook

@@ -683,7 +683,7 @@ def test_a_bad_number_in_the_environment_names_the_variable(
     from hybridgpu.handlers.options import OperatorOptions
 
     monkeypatch.setenv(name, "abc")
-    with pytest.raises(UserError, match=rf"^\${name} is 'abc'; expected"):
+    with pytest.raises(UserError, match=rf"^\${name}: expected .*, got 'abc'$"):
         OperatorOptions.from_env()
 
 

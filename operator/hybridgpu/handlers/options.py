@@ -3,13 +3,23 @@ when started as ``kopf run -m hybridgpu.handlers``."""
 
 from __future__ import annotations
 
-import math
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
-from hybridgpu.errors import UserError
+from hybridgpu.inputs import (
+    check_webhook_cert_dir,
+    from_environment,
+    non_negative_number,
+    non_negative_whole_number,
+    port_number,
+    positive_number,
+    switch,
+)
+
+T = TypeVar("T")
 
 DEFAULT_FAKE_PROVIDER = "hybridgpu.cloud.fake:FakeProvider"
 
@@ -52,7 +62,7 @@ class OperatorOptions:
     pods, hundreds of thousands of objects at 5,000 nodes, are then not traversed again by
     the full collections that otherwise landed in the middle of ticks (about a sixth of a
     steady tick's CPU at 2,000 nodes). They are still freed when dropped (plain JSON holds
-    no reference cycles). From $HYBRIDGPU_FREEZE_HEAP: on unless ``0``."""
+    no reference cycles). From $HYBRIDGPU_FREEZE_HEAP: on unless ``0`` (or false, no, off)."""
     watch_seconds: int | None = None
     """How long each watch request (the watch caches' and kopf's) lasts before it is resumed
     from its last version; None: the defaults (300 s and 120 s). From
@@ -60,51 +70,42 @@ class OperatorOptions:
 
     @classmethod
     def from_env(cls) -> OperatorOptions:
-        """The options the environment sets; UserError naming a variable that is no number."""
-        env = os.environ
-        try:
-            return cls._from(env)
-        except ValueError as err:
-            raise UserError(str(err)) from None
+        """The options the environment sets; UserError naming a variable whose value its
+        flag of `hybridgpu run` would refuse (the same check: ports 0 to 65535, seconds of
+        a lease above 0, ...), and one naming a webhook certificate directory without its
+        files."""
+        return cls._from(os.environ)
 
     @classmethod
     def _from(cls, env: Mapping[str, str]) -> OperatorOptions:
-        def number(name: str, default: str, kind: type[int] | type[float] = float) -> float:
-            raw = env.get(name, default)
-            try:
-                value = kind(raw)
-            except ValueError:
-                value = math.nan
-            if not math.isfinite(value) or value < 0:
-                what = "a whole number" if kind is int else "a number"
-                raise ValueError(f"${name} is {raw!r}; expected {what} >= 0") from None
-            return value
+        def read(name: str, parse: Callable[[str], T], default: T) -> T:
+            value = from_environment(env, name, parse)
+            return default if value is None else value
 
+        cert_dir = env.get("HYBRIDGPU_WEBHOOK_CERT_DIR") or None
+        if cert_dir is not None:
+            check_webhook_cert_dir(cert_dir, "$HYBRIDGPU_WEBHOOK_CERT_DIR")
         return cls(
             kubeconfig=env.get("KUBECONFIG") or None,
             identity=env.get("HYBRIDGPU_IDENTITY") or default_identity(),
             lease_namespace=env.get("HYBRIDGPU_LEASE_NAMESPACE")
             or env.get("POD_NAMESPACE")
             or "default",
-            lease_seconds=number("HYBRIDGPU_LEASE_SECONDS", "15"),
+            lease_seconds=read("HYBRIDGPU_LEASE_SECONDS", positive_number, 15.0),
             fake_provider=env.get("HYBRIDGPU_FAKE_PROVIDER", DEFAULT_FAKE_PROVIDER),
             cluster_name=env.get("HYBRIDGPU_CLUSTER_NAME") or "default",
-            trigger_debounce_seconds=number("HYBRIDGPU_DEBOUNCE_SECONDS", "0.3"),
-            metrics_address=env.get("HYBRIDGPU_METRICS_ADDRESS", "127.0.0.1"),
-            metrics_port=int(number("HYBRIDGPU_METRICS_PORT", "", int))
-            if env.get("HYBRIDGPU_METRICS_PORT")
-            else None,
-            webhook_port=int(number("HYBRIDGPU_WEBHOOK_PORT", "", int))
-            if env.get("HYBRIDGPU_WEBHOOK_PORT")
-            else None,
-            webhook_address=env.get("HYBRIDGPU_WEBHOOK_ADDRESS", "127.0.0.1"),
+            trigger_debounce_seconds=read("HYBRIDGPU_DEBOUNCE_SECONDS", non_negative_number, 0.3),
+            metrics_address=env.get("HYBRIDGPU_METRICS_ADDRESS") or "127.0.0.1",
+            metrics_port=from_environment(env, "HYBRIDGPU_METRICS_PORT", port_number),
+            webhook_port=from_environment(env, "HYBRIDGPU_WEBHOOK_PORT", port_number),
+            webhook_address=env.get("HYBRIDGPU_WEBHOOK_ADDRESS") or "127.0.0.1",
             webhook_host=env.get("HYBRIDGPU_WEBHOOK_HOST") or None,
-            webhook_cert_dir=env.get("HYBRIDGPU_WEBHOOK_CERT_DIR") or None,
+            webhook_cert_dir=cert_dir,
             profile_ticks=env.get("HYBRIDGPU_PROFILE_TICKS") or None,
-            freeze_heap=env.get("HYBRIDGPU_FREEZE_HEAP", "1") != "0",
-            watch_seconds=int(number("HYBRIDGPU_WATCH_SECONDS", "", int))
-            if env.get("HYBRIDGPU_WATCH_SECONDS")
-            else None,
+            freeze_heap=read("HYBRIDGPU_FREEZE_HEAP", switch, True),
+            watch_seconds=from_environment(
+                env, "HYBRIDGPU_WATCH_SECONDS", non_negative_whole_number
+            ),
         )
 
 
