@@ -123,11 +123,11 @@ def _largest_node(spec: Any) -> tuple[str, int]:
 
 
 def _history(
-    args: argparse.Namespace, skipped: list[str] | None
+    args: argparse.Namespace, skipped: list[str] | None, left_out: dict[str, int]
 ) -> tuple[list[Any], list[Any], Any, str]:
     """The demand history, its jobs (traces), the spec and where the history came from;
     trace jobs no candidate node can hold are an error, or named in ``skipped`` when it is
-    a list."""
+    a list; ``left_out`` is given the counts of the jobs reading a trace skipped, by reason."""
     from hybridgpu.planner.traceread import read_trace
     from hybridgpu.sim.traces import detect_trace_format
 
@@ -169,6 +169,7 @@ def _history(
             skipped=skipped,
             read=read,
             share_replicas=share_replicas(spec),
+            left_out=left_out,
         )
         return samples, jobs, spec, f"{args.trace} ({trace_format}, time scale {scale:g})"
     if args.prometheus:
@@ -195,6 +196,7 @@ def _history(
             largest_node=_largest_node(spec),
             skipped=skipped,
             share_replicas=share_replicas(spec),
+            left_out=left_out,
         )
         return samples, jobs, spec, f"{trace.path} ({trace.format})"
     prom = spec.history.prometheus
@@ -222,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
     if args.png is not None:
         _check_png(args.png)
     skipped: list[str] | None = [] if args.skip_infeasible else None
-    samples, jobs, spec, source = _history(args, skipped)
+    left_out: dict[str, int] = {}
+    samples, jobs, spec, source = _history(args, skipped, left_out)
     from hybridgpu.planner import progress
     from hybridgpu.planner.plan import (
         break_even_utilizations,
@@ -248,7 +251,20 @@ def run(args: argparse.Namespace) -> int:
         out: dict[str, Any] = {
             "source": source,
             "historyHours": round(sum(s.hours for s in samples), 2),
+            "jobs": len(inputs.jobs),
+            "skipped": _skipped_json(left_out, skipped),
             "horizonMonths": spec.horizon_months,
+            "demandGrowthPercentPerYear": round(100 * inputs.demand_growth_per_year, 2),
+            "ownedGpus": result.recommended.owned_gpus,
+            "nodeTypes": [
+                {
+                    "name": t.name,
+                    "gpusPerNode": t.gpus_per_node,
+                    "nodeHourDollars": round(t.node_hour_dollars, 4),
+                }
+                for t in inputs.node_types
+            ],
+            "ownedHardwarePurchases": round(result.capital.purchases, 2),
             "status": status.to_wire(),
             "breakEvenUtilizationByType": {
                 k: round(v, 4) for k, v in break_even_utilizations(inputs).items()
@@ -260,13 +276,13 @@ def run(args: argparse.Namespace) -> int:
             "procurement": _procurement_json(result),
             "generations": _generations_json(result, spec),
             "search": _search_json(result),
-            "notes": _notes(inputs, skipped),
+            "notes": _notes(inputs, skipped, left_out),
         }
         if png is not None:
             out["png"] = str(png)
         print(json.dumps(out, indent=2))
         return 0
-    print(_text_report(result, source, skipped))
+    print(_text_report(result, source, skipped, left_out))
     if png is not None:
         print(f"chart: {png}")
     return 0
@@ -280,9 +296,26 @@ def _check_png(path: str) -> None:
         raise UserError(f"--png {path}: is a directory; expected a file name ending in .png")
 
 
-def _notes(inputs: Any, skipped: list[str] | None = None) -> list[str]:
+def _skipped_json(left_out: dict[str, int], skipped: list[str] | None) -> dict[str, Any]:
+    """``skipped`` of `plan --json`: the trace's jobs left out, by reason (every reason of
+    SKIP_REASONS, 0 when none; the same reasons as `simulate --json`), and the names of
+    those larger than any candidate node (--skip-infeasible)."""
+    from hybridgpu.sim.traces import skipped_counts
+
+    infeasible = skipped or []
+    counts = skipped_counts(left_out, len(infeasible))
+    return {"total": sum(counts.values()), "byReason": counts, "infeasibleJobs": infeasible}
+
+
+def _notes(
+    inputs: Any, skipped: list[str] | None = None, left_out: dict[str, int] | None = None
+) -> list[str]:
     """What the user should know about how the inputs were used."""
+    from hybridgpu.sim.traces import skipped_text
+
     notes = []
+    if left_out and any(left_out.values()):
+        notes.append(f"skipped: {skipped_text(left_out)}")
     if skipped:
         shown = ", ".join(skipped[:5]) + (
             f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
@@ -332,7 +365,12 @@ def _money(dollars: float) -> str:
     return f"${dollars:,.0f}"
 
 
-def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> str:
+def _text_report(
+    result: Any,
+    source: str,
+    skipped: list[str] | None = None,
+    left_out: dict[str, int] | None = None,
+) -> str:
     from hybridgpu.planner.plan import break_even_utilizations
 
     inputs = result.inputs
@@ -390,7 +428,7 @@ def _text_report(result: Any, source: str, skipped: list[str] | None = None) -> 
     lines += _flip_lines(result)
     lines += _procurement_lines(result)
     lines += _generation_lines(result)
-    lines += [f"note: {note}" for note in _notes(inputs, skipped)]
+    lines += [f"note: {note}" for note in _notes(inputs, skipped, left_out)]
     return "\n".join(lines)
 
 

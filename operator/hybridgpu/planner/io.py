@@ -126,6 +126,7 @@ def load_trace(
     skipped: list[str] | None = None,
     read: Any = None,
     share_replicas: int = 1,
+    left_out: dict[str, int] | None = None,
 ) -> tuple[list[DemandSample], list[JobDemand]]:
     """Demand of a job trace (each job holds its GPUs from arrival for its duration) and its
     jobs; a ``demand`` CSV has no jobs. ``trace_format`` ``auto`` reads it from the header.
@@ -133,11 +134,15 @@ def load_trace(
     With ``largest_node`` (candidate name, GPUs per node), a job needing more GPUs than that
     node is an error naming both, or, when ``skipped`` is a list, left out and named there.
     ``read``: the ``read_trace`` of this file with these settings, already done.
+    ``left_out``, when a dict, is given the counts of the jobs the trace's reading skipped,
+    by reason (``TraceLoad.skipped``: no GPU, never scheduled, 0 s).
     """
     if trace_format == "demand":
         return load_demand_csv(path), []
     load = read if read is not None else read_trace(path, trace_format, time_scale, qos_map)
     trace_jobs = load.jobs
+    if left_out is not None:
+        left_out.update(load.skipped)
     if largest_node is not None:
         name, per_node = largest_node
         too_big = [j for j in trace_jobs if j.gpus > per_node]
@@ -217,6 +222,7 @@ def history_from_spec_trace(
     largest_node: tuple[str, int] | None = None,
     skipped: list[str] | None = None,
     share_replicas: int = 1,
+    left_out: dict[str, int] | None = None,
 ) -> tuple[list[DemandSample], list[JobDemand]]:
     """The demand (and jobs) of a CapacityPlan's trace source; relative paths from ``base``."""
     path = Path(trace.path)
@@ -229,6 +235,7 @@ def history_from_spec_trace(
         largest_node=largest_node,
         skipped=skipped,
         share_replicas=share_replicas,
+        left_out=left_out,
     )
 
 

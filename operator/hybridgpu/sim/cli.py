@@ -230,8 +230,9 @@ def _check_png(path: str) -> None:
         out.unlink()
 
 
-def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], str]:
-    """The jobs of the trace (or the synthetic scenario) and where they came from."""
+def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], str, Any]:
+    """The jobs of the trace (or the synthetic scenario), where they came from, and the
+    ``TraceLoad`` (None: the synthetic scenario)."""
     from hybridgpu.sim.traces import (
         check_span,
         detect_trace_format,
@@ -244,7 +245,7 @@ def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], 
     if not args.trace:
         hours = 72.0 if args.hours is None else args.hours
         jobs = synthetic(seed=args.seed, hours=hours)
-        return jobs, f"synthetic scenario ({hours:g} h, seed {args.seed})"
+        return jobs, f"synthetic scenario ({hours:g} h, seed {args.seed})", None
     trace_format = args.trace_format or detect_trace_format(args.trace)
     scale = 1.0 if args.time_scale is None else args.time_scale
     qos_map = parse_qos_map(args.qos_map) if args.qos_map is not None else None
@@ -259,19 +260,20 @@ def _read_trace(args: argparse.Namespace, notes: list[str]) -> tuple[list[Any], 
         # Without --skip-infeasible no job is dropped later, so the span can be checked now,
         # before the cluster file's models are built.
         check_span(jobs, source)
-    return jobs, source
+    return jobs, source, load
 
 
 def _feasible(
     args: argparse.Namespace, jobs: list[Any], source: str, pools: Any, notes: list[str]
-) -> list[Any]:
+) -> tuple[list[Any], list[Any]]:
     """The trace's jobs, checked: every job fits some node (or is skipped with
-    --skip-infeasible) and the simulated span is bounded."""
+    --skip-infeasible) and the simulated span is bounded; and the skipped ones
+    (``sim.config.Infeasible``)."""
     from hybridgpu.sim.config import feasible_jobs
     from hybridgpu.sim.traces import check_span
 
     if not args.trace:
-        return jobs
+        return jobs, []
     jobs, infeasible = feasible_jobs(jobs, pools, args.trace, skip=args.skip_infeasible)
     if infeasible:
         names = ", ".join(b.job.name for b in infeasible[:5])
@@ -281,7 +283,20 @@ def _feasible(
             f"{names}{more}; {infeasible[0].reason}"
         )
     check_span(jobs, source)
-    return jobs
+    return jobs, infeasible
+
+
+def _skipped_json(load: Any, infeasible: list[Any]) -> dict[str, Any]:
+    """``skipped`` of `simulate --json`: the jobs of the trace left out, by reason (every
+    reason of SKIP_REASONS, 0 when none), and each job skipped by --skip-infeasible."""
+    from hybridgpu.sim.traces import skipped_counts
+
+    counts = skipped_counts(load.skipped if load is not None else {}, len(infeasible))
+    return {
+        "total": sum(counts.values()),
+        "by_reason": counts,
+        "infeasible_jobs": [{"name": b.job.name, "reason": b.reason} for b in infeasible],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -294,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     # The trace before the cluster file: a malformed trace is reported without building the
     # pydantic models (a quarter of a CPU second: seconds on a loaded machine).
-    jobs, source = _read_trace(args, notes)
+    jobs, source, load = _read_trace(args, notes)
     from hybridgpu.sim.config import load_cluster
 
     if args.cluster:
@@ -303,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
         bundled = resources.files("hybridgpu.sim").joinpath("scenarios/default-cluster.yaml")
         with resources.as_file(bundled) as path:
             config = load_cluster(path)
-    jobs = _feasible(args, jobs, source, config.pools, notes)
+    jobs, infeasible = _feasible(args, jobs, source, config.pools, notes)
     if not jobs:
         # Say why: every row may have been left out (no GPU, never scheduled, 0 s).
         why = f" ({'; '.join(notes)})" if notes else ""
@@ -339,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
         spot_prices=spot_prices,
         seed=args.seed,
     )
-    from hybridgpu.sim.compare import BOUND, WaitSLO, compare
+    from hybridgpu.sim.compare import BOUND, HEADLINE_PEER, WaitSLO, compare
     from hybridgpu.sim.report import (
         LEGEND,
         annotations_summary,
@@ -377,12 +392,19 @@ def run(args: argparse.Namespace) -> int:
         out = {
             "source": source,
             "jobs": len(jobs),
+            "skipped": _skipped_json(load, infeasible),
+            "notes": notes,
+            "headline_peer": HEADLINE_PEER if HEADLINE_PEER in results else "on_demand",
             "wait_slo_seconds": {
                 "firm": slo.firm_seconds,
                 "preemptible": slo.preemptible_seconds,
             },
             "policies": {
-                name: {**r.to_json(), "meets_slo": name == BOUND or slo.met_by(r)}
+                name: {
+                    **r.to_json(),
+                    "work_gpu_hours": round(r.work_gpu_hours, 1),
+                    "meets_slo": name == BOUND or slo.met_by(r),
+                }
                 for name, r in results.items()
             },
         }

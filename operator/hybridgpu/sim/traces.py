@@ -99,7 +99,28 @@ class TraceLoad:
 
     def skipped_text(self) -> str:
         """What was left out, for a person: ``3 no gpu, 1 zero duration`` (empty: nothing)."""
-        return ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(self.skipped.items()))
+        return skipped_text(self.skipped)
+
+
+def skipped_text(skipped: Mapping[str, int]) -> str:
+    """Counts by reason for a person: ``3 no gpu, 1 zero duration`` (empty: nothing; reasons
+    counted 0 are not named)."""
+    return ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in sorted(skipped.items()) if n)
+
+
+SKIP_REASONS = ("no_gpu", "never_scheduled", "zero_duration", "infeasible")
+"""Why a trace's job is left out, as `simulate --json` and `plan --json` count them: no GPU
+asked, never scheduled (openb), ran 0 s, and (with --skip-infeasible) no node could run it."""
+
+
+def skipped_counts(skipped: Mapping[str, int], infeasible: int = 0) -> dict[str, int]:
+    """The jobs a trace load left out (``TraceLoad.skipped``) and the ``infeasible`` ones
+    dropped after it, by reason: every reason of SKIP_REASONS, in that order, 0 when none."""
+    counts = dict.fromkeys(SKIP_REASONS, 0)
+    for why, n in skipped.items():
+        counts[why] = counts.get(why, 0) + n
+    counts["infeasible"] += infeasible
+    return counts
 
 
 def parse_qos_map(text: str | None) -> dict[str, Criticality]:
