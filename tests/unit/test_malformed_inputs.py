@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests.support.kubeconfig import KUBECONFIG
 
 from hybridgpu.cli import main
 
@@ -67,14 +68,6 @@ cloud:
   spotPerGpuHour: 1.0
 """
 DEMAND = "time,critical,standard,preemptible\n0,8,0,0\n3600,16,0,4\n7200,8,0,0\n"
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
-"""
 LATIN1 = "name: caf\xe9\n".encode("latin-1")
 UTF16 = CLUSTER.encode("utf-16")
 JUNK = bytes(range(256)) * 4

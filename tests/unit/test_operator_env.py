@@ -6,11 +6,13 @@ and a variable is used when its flag is not given."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.kubeconfig import KUBECONFIG
 
 from hybridgpu.cli import main
 from hybridgpu.errors import UserError
@@ -22,15 +24,6 @@ from hybridgpu.inputs import (
     positive_number,
     switch,
 )
-
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
-"""
 
 # Each variable and the argparse type of its flag (or of the flags of its kind).
 CHECKS = {
@@ -107,11 +100,19 @@ def started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str],
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
+    from kubernetes.config import kube_config
+
+    # `run` points $KUBECONFIG and the client's default at the file: undone after the test.
+    monkeypatch.setenv("KUBECONFIG", "")
+    default = kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", default)
     for name in [*CHECKS, "HYBRIDGPU_METRICS_ADDRESS", "HYBRIDGPU_WEBHOOK_CERT_DIR", "KUBECONFIG"]:
         monkeypatch.delenv(name, raising=False)
     seen: dict[str, Any] = {}
     monkeypatch.setattr(kopf, "run", lambda **kw: seen.update(kw))
-    monkeypatch.setattr(logging, "basicConfig", lambda **kw: None)  # no handler left behind
+    # No log handler or signal handler left behind.
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: None)
+    monkeypatch.setattr(faulthandler, "register", lambda *a, **kw: None)
     return ["run", "--kubeconfig", str(kubeconfig)], seen
 
 
