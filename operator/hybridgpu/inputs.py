@@ -62,7 +62,13 @@ def _unique_key_loader() -> Any:
 
 def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
     """The first problem of a pydantic error as ``field.path: message``."""
-    from hybridgpu.models.base import DURATION_PATTERN, POSITIVE_DURATION_PATTERN
+    from hybridgpu.models.base import (
+        DURATION_DIGITS_TEXT,
+        DURATION_PATTERN,
+        POSITIVE_DURATION_PATTERN,
+        brief,
+        too_many_duration_digits,
+    )
 
     first = err.errors()[0]
     loc = prefix + ".".join(str(p) for p in first["loc"])
@@ -73,10 +79,20 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
         msg = "required field is missing"
     elif first["type"] == "string_pattern_mismatch":
         pattern = str((first.get("ctx") or {}).get("pattern", ""))
-        if pattern == POSITIVE_DURATION_PATTERN:
+        if pattern in (POSITIVE_DURATION_PATTERN, DURATION_PATTERN) and too_many_duration_digits(
+            str(first["input"])
+        ):
+            msg = f"{brief(first['input'])} is too long a duration: {DURATION_DIGITS_TEXT}"
+        elif pattern == POSITIVE_DURATION_PATTERN:
             msg = f"{first['input']!r} is not a duration > 0; expected e.g. 30s, 5m, 1h30m"
         elif pattern == DURATION_PATTERN:
             msg = f"{first['input']!r} is not a duration; expected e.g. 0s, 30s, 5m, 1h30m, 7d"
+    elif first["type"] == "less_than_equal":
+        limit = float((first.get("ctx") or {}).get("le", math.nan))
+        shown = f"{limit:,.0f}" if limit.is_integer() else f"{limit:g}"
+        given = str(first["input"])  # as written: 1e308 is a string to YAML 1.1
+        given = given if len(given) <= 24 else brief(first["input"])
+        msg = f"{given} is above the limit of {shown}"
     elif first["type"] == "finite_number":
         msg = f"{first['input']!r} is not a finite number"
     return " ".join(f"{loc.rstrip('.') or '(top level)'}: {msg}".split())
@@ -121,7 +137,9 @@ def finite(value: float, where: str, *, minimum: float | None = None) -> float:
     return value
 
 
-def _flag_number(text: str, *, minimum: float, inclusive: bool) -> float:
+def _flag_number(
+    text: str, *, minimum: float, inclusive: bool, maximum: float = math.inf, unit: str = ""
+) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -129,8 +147,11 @@ def _flag_number(text: str, *, minimum: float, inclusive: bool) -> float:
         valid = False
     else:
         valid = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
+        valid = valid and value <= maximum
     if not valid:
         bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        if math.isfinite(maximum):
+            bound += f" and <= {maximum:,.0f}{unit}"
         raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {text!r}")
     return value
 
@@ -143,6 +164,18 @@ def positive_number(text: str) -> float:
 def non_negative_number(text: str) -> float:
     """argparse type: a finite number >= 0 (inf and nan are rejected)."""
     return _flag_number(text, minimum=0.0, inclusive=True)
+
+
+def seconds_up_to(limit: float, limit_text: str) -> Callable[[str], float]:
+    """argparse type: seconds, a finite number from 0 to ``limit`` (``limit_text`` says what
+    it is, e.g. "the simulator's 366 days")."""
+
+    def seconds(text: str) -> float:
+        return _flag_number(
+            text, minimum=0.0, inclusive=True, maximum=limit, unit=f" seconds ({limit_text})"
+        )
+
+    return seconds
 
 
 def file_name(text: str) -> str:

@@ -177,6 +177,29 @@ INVALID_CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         with_changes(core_pool(), {"pricing.capexPerNode": None}),
         ("spec.pricing", "core pools need pricing.capexPerNode"),
     ),
+    "cloud price of 1e300 dollars an hour": (
+        with_changes(elastic_pool(), {"pricing.perNodeHour": 1e300}),
+        ("spec.pricing.perNodeHour", "less than or equal to 1e+09"),
+    ),
+    "committed upfront of 1e300 dollars": (
+        with_changes(
+            elastic_pool(),
+            {"committed": {"nodes": 10, "termYears": 1, "perNodeHour": 1, "upfrontPerNode": 1e300}},
+        ),
+        ("spec.committed.upfrontPerNode", "less than or equal to 1e+12"),
+    ),
+    "idle duration of 10 digits": (
+        with_changes(elastic_pool(), {"scaleDown.idleFor": "1000000000s"}),
+        ("spec.scaleDown.idleFor", "should match"),
+    ),
+    "policy: monthly budget of 1e300 dollars": (
+        with_changes(scaling_policy(), {"budget": {"monthlyLimit": 1e300}}),
+        ("spec.budget.monthlyLimit", "less than or equal to 1e+12"),
+    ),
+    "plan: spot price of 1e300 dollars a GPU-hour": (
+        with_changes(capacity_plan(), {"cloud.spotPerGpuHour": 1e300}),
+        ("spec.cloud.spotPerGpuHour", "less than or equal to 1e+09"),
+    ),
     "negative capex": (
         with_changes(core_pool(), {"pricing.capexPerNode": -150000}),
         ("spec.pricing.capexPerNode", "greater than 0"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from hybridgpu.core.cost import core_node_cost, gpu_hour_dollars, node_hour_dollars
 from hybridgpu.models import GPUPoolSpec, ScalingPolicySpec, parse_duration_seconds
@@ -128,3 +128,170 @@ def test_cloud_prices_and_provider_spot_price() -> None:
     )
     assert node_hour_dollars(spot, provider_price=31.5) == 31.5
     assert node_hour_dollars(spot) == 40.0
+
+
+# --- money and power limits: one per unit (hybridgpu.models.limits), in every model
+
+# Number fields with a money or power unit, by how their wire name ends, and their limit.
+_UNIT_LIMITS = (
+    (r"([pP]er(Node|Gpu)Hour|maxHourlyCost|minSavingsPerHour)$", "MAX_DOLLARS_PER_HOUR"),
+    (r"(capexPerNode|upfrontPer(Node|Gpu)|monthlyLimit)$", "MAX_DOLLARS"),
+    (r"KWh$", "MAX_DOLLARS_PER_KWH"),
+    (r"[wW]atts(PerNode)?$", "MAX_WATTS"),
+    (r"\.(committed\.nodes|maxNodes|currentNodes|minPoweredOn)$", "MAX_NODES"),
+)
+# Not money: a hazard (an inf rerun factor means "spot never pays") and a token rate.
+_NOT_MONEY = ("spotInterruptionsPerHour", "tokensPerGpuHour")
+
+
+def _spec_numbers() -> list[tuple[str, dict]]:
+    from hybridgpu.models.crd import all_crds
+
+    found: list[tuple[str, dict]] = []
+
+    def walk(schema: dict, path: str) -> None:
+        if schema.get("type") in ("number", "integer"):
+            found.append((path, schema))
+        for key, sub in schema.get("properties", {}).items():
+            walk(sub, f"{path}.{key}")
+        if "items" in schema:
+            walk(schema["items"], f"{path}[]")
+
+    for name, crd in all_crds().items():
+        root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        walk(root["properties"]["spec"], f"{name.split('.')[0]}.spec")
+    return found
+
+
+def test_every_money_and_power_field_has_its_units_limit() -> None:
+    import re
+
+    from hybridgpu.models import limits
+
+    checked = 0
+    for path, schema in _spec_numbers():
+        if path.endswith(_NOT_MONEY) or path.endswith(".maxNodesPerTick"):
+            continue
+        for pattern, limit_name in _UNIT_LIMITS:
+            if re.search(pattern, path):
+                assert schema.get("maximum") == getattr(limits, limit_name), (path, limit_name)
+                checked += 1
+    assert checked >= 27  # every pool, policy and plan price, not a few
+
+
+ABSURD = {
+    "GPUPool perNodeHour": (
+        GPUPoolSpec,
+        patched(ELASTIC, pricing={"perNodeHour": 1e300}),
+        "pricing.perNodeHour: 1e+300 is above the limit of 1,000,000,000",
+    ),
+    "GPUPool capexPerNode": (
+        GPUPoolSpec,
+        patched(CORE, pricing={"capexPerNode": 1e300}),
+        "pricing.capexPerNode: 1e+300 is above the limit of 1,000,000,000,000",
+    ),
+    "GPUPool electricityPerKWh": (
+        GPUPoolSpec,
+        patched(CORE, pricing={"electricityPerKWh": 1e300}),
+        "pricing.electricityPerKWh: 1e+300 is above the limit of 1,000",
+    ),
+    "GPUPool opsPerNodeHour": (
+        GPUPoolSpec,
+        patched(CORE, pricing={"opsPerNodeHour": 1e300}),
+        "pricing.opsPerNodeHour: 1e+300 is above",
+    ),
+    "GPUPool powerWatts": (
+        GPUPoolSpec,
+        patched(CORE, gpu={"powerWatts": 1e300}),
+        "gpu.powerWatts: 1e+300 is above the limit of 10,000,000",
+    ),
+    "GPUPool committed perNodeHour": (
+        GPUPoolSpec,
+        patched(ELASTIC, committed={"nodes": 4, "termYears": 1, "perNodeHour": 1e300}),
+        "committed.perNodeHour: 1e+300 is above",
+    ),
+    "GPUPool committed upfrontPerNode": (
+        GPUPoolSpec,
+        patched(
+            ELASTIC,
+            committed={"nodes": 4, "termYears": 1, "perNodeHour": 1, "upfrontPerNode": 1e300},
+        ),
+        "committed.upfrontPerNode: 1e+300 is above",
+    ),
+    "ScalingPolicy monthlyLimit": (
+        ScalingPolicySpec,
+        {"budget": {"maxHourlyCost": 10, "monthlyLimit": 1e300}},
+        "budget.monthlyLimit: 1e+300 is above",
+    ),
+    "ScalingPolicy minSavingsPerHour": (
+        ScalingPolicySpec,
+        {"consolidation": {"minSavingsPerHour": 1e300}},
+        "consolidation.minSavingsPerHour: 1e+300 is above",
+    ),
+    "ScalingPolicy interval of 400 digits": (
+        ScalingPolicySpec,
+        {"interval": "1" + "0" * 400 + "s"},
+        "interval: '1000",
+    ),
+}
+
+
+@pytest.mark.parametrize(("model", "body", "words"), ABSURD.values(), ids=ABSURD.keys())
+def test_absurd_money_is_refused_naming_the_field_and_the_limit(
+    model: type[BaseModel], body: dict, words: str
+) -> None:
+    from hybridgpu.inputs import describe_validation_error
+
+    with pytest.raises(ValidationError) as err:
+        model.model_validate(body)
+    said = describe_validation_error(err.value)
+    assert words in said
+    assert len(said) < 300
+
+
+def test_prices_at_the_limit_are_accepted() -> None:
+    from hybridgpu.models.limits import MAX_DOLLARS, MAX_DOLLARS_PER_HOUR
+
+    pool = GPUPoolSpec.model_validate(patched(ELASTIC, pricing={"perNodeHour": 1e9}))
+    assert pool.pricing.per_node_hour == MAX_DOLLARS_PER_HOUR
+    core = GPUPoolSpec.model_validate(patched(CORE, pricing={"capexPerNode": 1e12}))
+    assert core.pricing.capex_per_node == MAX_DOLLARS
+
+
+def test_a_plan_refuses_absurd_prices_and_counts() -> None:
+    from hybridgpu.models.capacityplan import CapacityPlanSpec
+
+    base = {
+        "history": {"trace": {"path": "t.csv"}},
+        "candidates": [
+            {"name": "8x", "gpusPerNode": 8, "capexPerNode": 280000, "powerWattsPerNode": 1000}
+        ],
+        "cloud": {"onDemandPerGpuHour": 3.0, "spotPerGpuHour": 1.0},
+    }
+    CapacityPlanSpec.model_validate(base)
+    for change in (
+        {"cloud": {"onDemandPerGpuHour": 1e300, "spotPerGpuHour": 1.0}},
+        {"cloud": {"onDemandPerGpuHour": 3.0, "spotPerGpuHour": 1e300}},
+        {"candidates": [{**base["candidates"][0], "capexPerNode": 1e300}]},  # type: ignore[index]
+        {"candidates": [{**base["candidates"][0], "currentNodes": 10**300}]},  # type: ignore[index]
+        {"committed": [{"name": "1y", "termYears": 1, "perGpuHour": 1e300}]},
+        {"committed": [{"name": "1y", "termYears": 1, "perGpuHour": 1, "upfrontPerGpu": 1e300}]},
+        {"tokensPerGpuHour": 1e-320},
+    ):
+        with pytest.raises(ValidationError):
+            CapacityPlanSpec.model_validate({**base, **change})
+
+
+@pytest.mark.parametrize("text", ["999999999d", "999999999s999999999ms", "000000001s"])
+def test_durations_of_up_to_nine_digits_parse(text: str) -> None:
+    import math
+
+    assert math.isfinite(parse_duration_seconds(text)) and parse_duration_seconds(text) > 0
+
+
+@pytest.mark.parametrize("text", ["1000000000d", "1" + "0" * 400 + "s", "0s" + "9" * 310 + "h"])
+def test_a_duration_with_more_digits_is_refused_not_inf(text: str) -> None:
+    with pytest.raises(ValueError, match="too long a duration: at most 9 digits"):
+        parse_duration_seconds(text)
+    with pytest.raises(ValidationError):
+        ScalingPolicySpec.model_validate({"interval": text})

@@ -16,13 +16,19 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
+# At most 9 digits before a number's point: a 400-digit number of seconds is inf as a float,
+# and a duration summed into costs must stay finite (each number < 1e9 of its unit).
+DURATION_PATTERN = r"^([0-9]{1,9}(\.[0-9]+)?(ms|s|m|h|d))+$"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_UNBOUNDED_DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+")
+DURATION_DIGITS_TEXT = "at most 9 digits before the point of each number"
 
 # A duration with at least one non-zero digit: RE2 (the apiserver's regexp) has no lookahead.
-_PART = r"[0-9]+(\.[0-9]+)?(ms|s|m|h|d)"
-_NONZERO_PART = r"([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)(ms|s|m|h|d)"
+_PART = r"[0-9]{1,9}(\.[0-9]+)?(ms|s|m|h|d)"
+# A non-zero digit in one of the 9 places of the integer part, or in the fraction.
+_NONZERO_INTEGER = "|".join(f"[0-9]{{{k}}}[1-9][0-9]{{0,{8 - k}}}" for k in range(9))
+_NONZERO_PART = rf"(({_NONZERO_INTEGER})(\.[0-9]+)?|[0-9]{{1,9}}\.[0-9]*[1-9][0-9]*)(ms|s|m|h|d)"
 POSITIVE_DURATION_PATTERN = f"^({_PART})*{_NONZERO_PART}({_PART})*$"
 
 Duration = Annotated[
@@ -49,10 +55,24 @@ def parse_duration_seconds(text: str) -> float:
     Raises ValueError with the accepted format when ``text`` is not a duration.
     """
     if not re.fullmatch(DURATION_PATTERN, text):
+        if too_many_duration_digits(text):
+            raise ValueError(f"{brief(text)} is too long a duration: {DURATION_DIGITS_TEXT}")
         raise ValueError(
             f"{text!r} is not a duration: use a number and a unit, e.g. 30s, 5m, 1h30m, 7d"
         )
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def brief(value: object) -> str:
+    """``value`` for an error message: its repr, or its start and length when that is long
+    (a 400-digit number would fill the one error line)."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:16]}... ({len(str(value))} characters)"
+
+
+def too_many_duration_digits(text: str) -> bool:
+    """Whether ``text`` would be a duration but for a number of more than 9 digits."""
+    return bool(_UNBOUNDED_DURATION.fullmatch(text)) and not re.fullmatch(DURATION_PATTERN, text)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,13 @@ from typing import Literal
 from pydantic import Field
 
 from hybridgpu.models.base import Condition, Duration, PositiveDuration, Rule, SpecModel
+from hybridgpu.models.limits import (
+    MAX_DOLLARS,
+    MAX_DOLLARS_PER_HOUR,
+    MAX_DOLLARS_PER_KWH,
+    MAX_NODES,
+    MAX_WATTS,
+)
 from hybridgpu.models.pool import GPUSharing
 
 DEFAULT_COST_OF_CAPITAL_PERCENT_PER_YEAR = 8.0
@@ -65,7 +72,9 @@ class OwnedNodeCandidate(SpecModel):
 
     name: str = Field(min_length=1, description="Name of the candidate, e.g. 8xH100.")
     gpus_per_node: int = Field(ge=1, le=64, description="GPUs in one node.")
-    capex_per_node: float = Field(gt=0, description="Purchase price of one node, $.")
+    capex_per_node: float = Field(
+        gt=0, le=MAX_DOLLARS, description="Purchase price of one node, $."
+    )
     amortization_years: float = Field(
         default=4.0,
         gt=0,
@@ -73,16 +82,27 @@ class OwnedNodeCandidate(SpecModel):
         description="Years of use: the capex is recovered over them (with the cost of capital), "
         "and the hardware is assumed bought again at their end.",
     )
-    power_watts_per_node: float = Field(gt=0, description="Wall power of one node, watts.")
+    power_watts_per_node: float = Field(
+        gt=0, le=MAX_WATTS, description="Wall power of one node, watts."
+    )
     pue: float = Field(default=1.4, ge=1, le=3, description="Power usage effectiveness.")
     electricity_per_kwh: float = Field(
-        default=0.12, alias="electricityPerKWh", ge=0, description="$ per kWh."
+        default=0.12,
+        alias="electricityPerKWh",
+        ge=0,
+        le=MAX_DOLLARS_PER_KWH,
+        description="$ per kWh.",
     )
-    ops_per_node_hour: float = Field(default=0.0, ge=0, description="Operations $/node-hour.")
-    max_nodes: int | None = Field(default=None, ge=0, description="Buy at most this many.")
+    ops_per_node_hour: float = Field(
+        default=0.0, ge=0, le=MAX_DOLLARS_PER_HOUR, description="Operations $/node-hour."
+    )
+    max_nodes: int | None = Field(
+        default=None, ge=0, le=MAX_NODES, description="Buy at most this many."
+    )
     current_nodes: int = Field(
         default=0,
         ge=0,
+        le=MAX_NODES,
         description="Nodes of this type owned today (the fleet the plan's saving is measured "
         "against); with pool, counted from the pool unless given here.",
     )
@@ -144,11 +164,15 @@ class CommittedOfferSpec(SpecModel):
         default=None, ge=0, lt=100, description="Discount off cloud.onDemandPerGpuHour, percent."
     )
     per_gpu_hour: float | None = Field(
-        default=None, ge=0, description="Effective hourly price per GPU, $ (instead of a discount)."
+        default=None,
+        ge=0,
+        le=MAX_DOLLARS_PER_HOUR,
+        description="Effective hourly price per GPU, $ (instead of a discount).",
     )
     upfront_per_gpu: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_DOLLARS,
         description="Paid once per committed GPU per term, $; the plan spreads it over the "
         "term's hours.",
     )
@@ -176,10 +200,13 @@ class CommittedOfferSpec(SpecModel):
         description="A window may raise the level by at most this percent of it (a tranche "
         "that ends with the term); unset: by any amount. At a renewal either way is free.",
     )
-    max_nodes: int | None = Field(default=None, ge=0, description="Commit to at most this many.")
+    max_nodes: int | None = Field(
+        default=None, ge=0, le=MAX_NODES, description="Commit to at most this many."
+    )
     current_nodes: int = Field(
         default=0,
         ge=0,
+        le=MAX_NODES,
         description="Committed today under this offer (a re-plan): paid until the term ends, "
         "so the plan keeps at least what the adjustment windows allow and says when a "
         "window should change it.",
@@ -203,8 +230,10 @@ class CommittedOfferSpec(SpecModel):
 class CloudPrices(SpecModel):
     """Rented capacity prices, per GPU-hour."""
 
-    on_demand_per_gpu_hour: float = Field(gt=0, description="On-demand $/GPU-hour.")
-    spot_per_gpu_hour: float = Field(gt=0, description="Spot $/GPU-hour.")
+    on_demand_per_gpu_hour: float = Field(
+        gt=0, le=MAX_DOLLARS_PER_HOUR, description="On-demand $/GPU-hour."
+    )
+    spot_per_gpu_hour: float = Field(gt=0, le=MAX_DOLLARS_PER_HOUR, description="Spot $/GPU-hour.")
     spot_interruptions_per_hour: float = Field(
         default=0.005, ge=0, description="Interruptions per spot node-hour (hazard)."
     )
@@ -301,9 +330,9 @@ class CapacityPlanSpec(SpecModel):
     )
     tokens_per_gpu_hour: float | None = Field(
         default=None,
-        gt=0,
+        ge=1,
         description="Tokens one GPU of the demand's class produces per busy hour (for the cost "
-        "per million tokens).",
+        "per million tokens); at least 1 (fewer would make that cost overflow).",
     )
     model_flops_per_token: float | None = Field(
         default=None,

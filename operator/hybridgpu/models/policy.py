@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from hybridgpu.models.base import Condition, Duration, PositiveDuration, Rule, SpecModel
+from hybridgpu.models.limits import MAX_DOLLARS, MAX_DOLLARS_PER_HOUR
 
 
 class PrometheusSpec(SpecModel):
@@ -79,7 +80,10 @@ class ConsolidationSpec(SpecModel):
 
     enabled: bool = Field(default=True, description="Move preemptible Jobs from elastic to spot.")
     min_savings_per_hour: float = Field(
-        default=0.5, ge=0, description="Only move when it saves at least this many dollars/hour."
+        default=0.5,
+        ge=0,
+        le=MAX_DOLLARS_PER_HOUR,
+        description="Only move when it saves at least this many dollars/hour.",
     )
 
 
@@ -135,10 +139,16 @@ class BudgetSpec(SpecModel):
     """Cloud (elastic + spot) spend limits; owned core cost is sunk and not counted."""
 
     max_hourly_cost: float | None = Field(
-        default=None, gt=0, description="No scale-up may take cloud spend above this, $/hour."
+        default=None,
+        gt=0,
+        le=MAX_DOLLARS_PER_HOUR,
+        description="No scale-up may take cloud spend above this, $/hour.",
     )
     monthly_limit: float | None = Field(
-        default=None, gt=0, description="No scale-up once cloud spend this month reaches this, $."
+        default=None,
+        gt=0,
+        le=MAX_DOLLARS,
+        description="No scale-up once cloud spend this month reaches this, $.",
     )
 
 

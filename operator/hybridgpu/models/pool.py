@@ -7,6 +7,13 @@ from typing import Literal
 from pydantic import Field
 
 from hybridgpu.models.base import Condition, Duration, Rule, SpecModel
+from hybridgpu.models.limits import (
+    MAX_DOLLARS,
+    MAX_DOLLARS_PER_HOUR,
+    MAX_DOLLARS_PER_KWH,
+    MAX_NODES,
+    MAX_WATTS,
+)
 from hybridgpu.models.tier import Tier as Tier  # re-exported: callers import it from here
 
 SHARED_SUFFIX = "-SHARED"
@@ -56,7 +63,10 @@ class GPUSpec(SpecModel):
         default=None, alias="memoryGiB", ge=1, description="Memory of one GPU in GiB."
     )
     power_watts: float | None = Field(
-        default=None, gt=0, description="Board power of one GPU in watts (for the core cost model)."
+        default=None,
+        gt=0,
+        le=MAX_WATTS,
+        description="Board power of one GPU in watts (for the core cost model).",
     )
 
 
@@ -177,7 +187,10 @@ class PricingSpec(SpecModel):
     """What a node costs. Core pools: capex, power and ops. Elastic/spot: a price per hour."""
 
     capex_per_node: float | None = Field(
-        default=None, gt=0, description="Core: purchase price of one node in dollars."
+        default=None,
+        gt=0,
+        le=MAX_DOLLARS,
+        description="Core: purchase price of one node in dollars.",
     )
     amortization_years: float | None = Field(
         default=None, gt=0, le=15, description="Core: years the capex is spread over (default 4)."
@@ -185,6 +198,7 @@ class PricingSpec(SpecModel):
     power_watts_per_node: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_WATTS,
         description="Core: wall power of one node in watts (default: GPU power x perNode x 1.3).",
     )
     pue: float | None = Field(
@@ -194,15 +208,20 @@ class PricingSpec(SpecModel):
         default=None,
         alias="electricityPerKWh",
         ge=0,
+        le=MAX_DOLLARS_PER_KWH,
         description="Core: electricity price in dollars per kWh (default 0.12).",
     )
     ops_per_node_hour: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_DOLLARS_PER_HOUR,
         description="Core: operations cost per node-hour in dollars (default 0).",
     )
     per_node_hour: float | None = Field(
-        default=None, gt=0, description="Elastic/spot: price of one node-hour in dollars."
+        default=None,
+        gt=0,
+        le=MAX_DOLLARS_PER_HOUR,
+        description="Elastic/spot: price of one node-hour in dollars.",
     )
     from_provider: bool | None = Field(
         default=None,
@@ -216,17 +235,19 @@ class CommittedSpec(SpecModel):
     of its term whether used or not."""
 
     nodes: int = Field(
-        ge=1, le=100000, description="Nodes committed to (paid whether used or not)."
+        ge=1, le=MAX_NODES, description="Nodes committed to (paid whether used or not)."
     )
     term_years: Literal[1, 3] = Field(description="Term of the commitment in years: 1 or 3.")
     per_node_hour: float = Field(
         ge=0,
+        le=MAX_DOLLARS_PER_HOUR,
         description="Effective hourly price of one committed node in dollars, paid every hour "
         "of the term (pricing.perNodeHour is the on-demand list price of the same node).",
     )
     upfront_per_node: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_DOLLARS,
         description="Paid once per node at the start of the term, dollars; spread over the "
         "term's hours in the cost metrics.",
     )
@@ -262,7 +283,7 @@ class PowerSpec(SpecModel):
     min_powered_on: int = Field(
         default=0,
         ge=0,
-        le=100000,
+        le=MAX_NODES,
         description="Never fewer owned nodes powered on (or booting) than this: capacity for "
         "work that cannot wait for a boot.",
     )
@@ -279,6 +300,7 @@ class PowerSpec(SpecModel):
     power_per_node_hour: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_DOLLARS_PER_HOUR,
         description="Dollars per hour one powered-on node costs in electricity (what powering "
         "it off saves; default: pricing.powerWattsPerNode x pue x electricityPerKWh).",
     )
@@ -407,7 +429,7 @@ class GPUPoolSpec(SpecModel):
     )
     gpu: GPUSpec = Field(description="The GPUs in each node.")
     min_nodes: int = Field(default=0, ge=0, description="Never fewer nodes than this.")
-    max_nodes: int = Field(ge=0, le=100000, description="Never more nodes than this.")
+    max_nodes: int = Field(ge=0, le=MAX_NODES, description="Never more nodes than this.")
     provider: ProviderSpec = Field(
         default_factory=ProviderSpec, description="Where nodes come from (default static)."
     )

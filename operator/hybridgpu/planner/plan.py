@@ -481,14 +481,24 @@ def peak_of_spec(spec: CapacityPlanSpec) -> tuple[float, str] | None:
     if spec.model_flops_per_token is None:
         return None
     if spec.cloud.peak_tflops_per_gpu is not None:
-        return spec.cloud.peak_tflops_per_gpu, "spec"
-    peak = default_peak_tflops(spec.cloud.gpu_model)
-    if peak is None:
+        peak, source = spec.cloud.peak_tflops_per_gpu, "spec"
+    else:
+        found = default_peak_tflops(spec.cloud.gpu_model)
+        if found is None:
+            raise ValueError(
+                "modelFlopsPerToken needs the GPUs' peak: set cloud.peakTflopsPerGpu (no "
+                f"datasheet default for cloud.gpuModel {spec.cloud.gpu_model or '(unset)'})"
+            )
+        peak, source = found, "datasheet default (dense BF16)"
+    tokens = spec.tokens_per_gpu_hour or 0.0
+    # A busy GPU cannot do more than its peak: more is a unit slip (and 1e300 x 1e300 is inf).
+    if not tokens / 3600.0 * spec.model_flops_per_token <= peak * 1e12:
         raise ValueError(
-            "modelFlopsPerToken needs the GPUs' peak: set cloud.peakTflopsPerGpu (no datasheet "
-            f"default for cloud.gpuModel {spec.cloud.gpu_model or '(unset)'})"
+            f"tokensPerGpuHour {tokens:g} x modelFlopsPerToken {spec.model_flops_per_token:g} "
+            f"is more than the GPU's peak of {peak:g} TFLOPS ({source}): MFU cannot exceed "
+            "100%; check their units (tokens per GPU-hour, FLOPs per token)"
         )
-    return peak, "datasheet default (dense BF16)"
+    return peak, source
 
 
 def plan_from_spec(
