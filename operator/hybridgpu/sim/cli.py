@@ -11,17 +11,28 @@ from pathlib import Path
 from typing import Any
 
 from hybridgpu.errors import UserError, one_line
-from hybridgpu.inputs import file_name, non_negative_number, positive_number, worker_count
+from hybridgpu.inputs import (
+    file_name,
+    non_negative_number,
+    positive_number,
+    seconds_up_to,
+    worker_count,
+)
 from hybridgpu.sim.defaults import (
     DEFAULT_BILLING_MINIMUM_SECONDS,
     DEFAULT_BOOT_SECONDS,
     DEFAULT_CHECKPOINT_SECONDS,
     DEFAULT_FIRM_SLO_SECONDS,
     DEFAULT_PREEMPTIBLE_SLO_SECONDS,
+    MAX_SPAN_DAYS,
+    MAX_SPAN_SECONDS,
     TRACE_FORMATS,
 )
 
 DEFAULT_PNG = "out/simulation.png"
+# A time longer than the longest simulation is a slip (1e300 s of billing minimum is a
+# 300-digit bill): every seconds flag stops there.
+_seconds = seconds_up_to(MAX_SPAN_SECONDS, f"the simulator's {MAX_SPAN_DAYS:g} days")
 
 
 def add_parsers(sub: Any) -> None:
@@ -101,7 +112,7 @@ def add_parsers(sub: Any) -> None:
     )
     parser.add_argument(
         "--provisioning-delay",
-        type=non_negative_number,
+        type=_seconds,
         default=DEFAULT_BOOT_SECONDS,
         help="seconds from launching a cloud GPU node to it running work, image pull "
         f"included (default {DEFAULT_BOOT_SECONDS:g}); a GPUPool of the cluster file may say "
@@ -109,14 +120,14 @@ def add_parsers(sub: Any) -> None:
     )
     parser.add_argument(
         "--restart-overhead",
-        type=non_negative_number,
+        type=_seconds,
         default=300.0,
         help="seconds a job spends starting again after a move or an interruption, before it "
         "makes progress (default 300)",
     )
     parser.add_argument(
         "--checkpoint-interval",
-        type=non_negative_number,
+        type=_seconds,
         default=DEFAULT_CHECKPOINT_SECONDS,
         help="seconds of progress between a job's checkpoints; work since the last one is lost "
         "on a move or an interruption; 0 = never checkpoints "
@@ -124,21 +135,21 @@ def add_parsers(sub: Any) -> None:
     )
     parser.add_argument(
         "--billing-minimum",
-        type=non_negative_number,
+        type=_seconds,
         default=DEFAULT_BILLING_MINIMUM_SECONDS,
         help="seconds a cloud node is billed at least "
         f"(default {DEFAULT_BILLING_MINIMUM_SECONDS:g})",
     )
     parser.add_argument(
         "--firm-slo",
-        type=non_negative_number,
+        type=_seconds,
         default=DEFAULT_FIRM_SLO_SECONDS,
         help="seconds a critical or standard job may finish later than arrival + duration; "
         f"the fluid bound holds for schedules that meet it (default {DEFAULT_FIRM_SLO_SECONDS:g})",
     )
     parser.add_argument(
         "--preemptible-slo",
-        type=non_negative_number,
+        type=_seconds,
         default=DEFAULT_PREEMPTIBLE_SLO_SECONDS,
         help=f"the same for preemptible jobs (default {DEFAULT_PREEMPTIBLE_SLO_SECONDS:g})",
     )
@@ -174,8 +185,6 @@ def add_parsers(sub: Any) -> None:
 
 def _check_flags(args: argparse.Namespace) -> None:
     """Flags that contradict each other or do nothing in this run are an error, not ignored."""
-    from hybridgpu.sim.traces import MAX_SPAN_DAYS
-
     unused_without_trace = ("--time-scale", "--trace-format", "--qos-map", "--epoch")
     given = {
         "--time-scale": args.time_scale is not None,

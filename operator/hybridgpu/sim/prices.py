@@ -27,6 +27,8 @@ from pathlib import Path
 
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import read_text
+from hybridgpu.models.limits import MAX_DOLLARS_PER_HOUR
+from hybridgpu.sim.defaults import MAX_SPAN_DAYS
 
 COLUMNS = ("seconds", "pool", "price_per_node_hour")
 
@@ -123,16 +125,19 @@ def load_spot_prices(path: str | Path) -> SpotPrices:
             raise UserError(f"{path}: row {row_number} has {len(row)} fields; {expected}")
         seconds_text, pool, price_text = (cell.strip() for cell in row)
         seconds = _number(seconds_text)
-        if seconds is None or seconds < 0:
+        if seconds is None or not 0 <= seconds <= MAX_SPAN_DAYS * 86400:
+            # A later price would never apply: the simulator covers at most MAX_SPAN_DAYS.
             raise UserError(
                 f"{path}: row {row_number}: field 'seconds' is {seconds_text!r}; expected "
-                "seconds since the trace's start, a finite number >= 0"
+                f"seconds since the trace's start, a finite number >= 0 and <= "
+                f"{MAX_SPAN_DAYS * 86400:,.0f} (the simulator's {MAX_SPAN_DAYS:g} days)"
             )
         price = _number(price_text)
-        if price is None or price < 0:
+        if price is None or not 0 <= price <= MAX_DOLLARS_PER_HOUR:
             raise UserError(
                 f"{path}: row {row_number}: field 'price_per_node_hour' is {price_text!r}; "
-                "expected dollars per node-hour, a finite number >= 0"
+                f"expected dollars per node-hour, a finite number >= 0 and <= "
+                f"{MAX_DOLLARS_PER_HOUR:,.0f}"
             )
         if not pool:
             raise UserError(f"{path}: row {row_number}: field 'pool' is empty; expected a pool")

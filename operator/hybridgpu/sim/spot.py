@@ -15,6 +15,7 @@ from typing import Literal
 
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import read_text
+from hybridgpu.sim.traces import check_gap_seconds
 
 CountMeaning = Literal["unavailable", "available"]
 
@@ -42,8 +43,7 @@ def _load_counts(path: str | Path, what: str) -> tuple[float, list[int]]:
         data = [int(x) for x in values]
     except (KeyError, TypeError, ValueError, OverflowError):
         raise UserError(f"{path}: {expected}") from None
-    if not (math.isfinite(gap) and gap > 0):
-        raise UserError(f"{path}: field 'metadata.gap_seconds' must be a finite number > 0")
+    check_gap_seconds(gap, path)
     if not data or any(x < 0 for x in data) or any(v != int(v) for v in values):
         raise UserError(f"{path}: field 'data' must be a non-empty list of whole numbers >= 0")
     return gap, data

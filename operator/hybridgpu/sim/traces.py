@@ -16,7 +16,7 @@ from pathlib import Path
 from hybridgpu.errors import UserError
 from hybridgpu.inputs import decode_text, read_text
 from hybridgpu.models.snapshot import Criticality
-from hybridgpu.sim.defaults import TRACE_FORMATS
+from hybridgpu.sim.defaults import MAX_SPAN_DAYS, TRACE_FORMATS
 
 DEFAULT_QOS_MAP: dict[str, Criticality] = {
     "LS": Criticality.CRITICAL,
@@ -521,19 +521,26 @@ def load_spot_trace(path: str | Path) -> SpotTrace:
         raise UserError(
             f'{path}: expected {{"metadata": {{"gap_seconds": N}}, "data": [0|1, ...]}}'
         ) from None
-    if not (math.isfinite(gap) and gap > 0) or not data:
-        raise UserError(
-            f"{path}: field 'metadata.gap_seconds' must be a finite number > 0 and 'data' non-empty"
-        )
+    check_gap_seconds(gap, path)
+    if not data:
+        raise UserError(f"{path}: field 'data' must be non-empty")
     if any(x not in (0, 1) for x in data):
         raise UserError(f"{path}: field 'data' must hold only 0 (running) and 1 (preempted)")
     edges = [i for i in range(1, len(data)) if data[i] == 1 and data[i - 1] == 0]
     return SpotTrace(gap_seconds=gap, edges=edges, length=len(data))
 
 
-# Longest simulated time: the simulator steps through every interval from time 0, so a trace
-# in epoch seconds (1.7e9 s = 54 years) or a tiny --time-scale would run for hours.
-MAX_SPAN_DAYS = 366.0
+def check_gap_seconds(gap: float, path: str | Path) -> None:
+    """UserError unless ``gap`` (metadata.gap_seconds of a spot-traces JSON file) is from 1
+    second to MAX_SPAN_DAYS: the replay counts samples as seconds / gap, which a gap of 1e-320
+    makes inf (and a gap of 1e-9 s would step the simulation through every sample)."""
+    if not 1.0 <= gap <= MAX_SPAN_DAYS * 86400:  # nan too
+        raise UserError(
+            f"{path}: field 'metadata.gap_seconds' must be seconds between samples, a finite "
+            f"number from 1 to {MAX_SPAN_DAYS * 86400:,.0f} ({MAX_SPAN_DAYS:g} days); got {gap:g}"
+        )
+
+
 # Arrival times beyond this many seconds (about 3 years) are taken for an absolute clock.
 _EPOCH_LIKE_SECONDS = 1e8
 
