@@ -1,5 +1,10 @@
 """The project's own exceptions."""
 
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
 
 class HybridGPUError(Exception):
     """Base of hybridgpu's errors."""
@@ -34,6 +39,29 @@ class RunsFailed(HybridGPUError):
     def bugs(self) -> bool:
         """Whether a failure is an unexpected exception of hybridgpu's, with a traceback."""
         return any(not isinstance(error, HybridGPUError) for _, error in self.failures)
+
+
+class FigureNotFinite(HybridGPUError):
+    """A computed figure (dollars, GPU-hours, a ratio) is inf or nan. Every input is bounded so
+    that none can be (hybridgpu.models.limits): this is a bug, reported as an internal error
+    that names the figure (exit code 1) instead of printed as if it were a result."""
+
+
+def require_finite(figures: object, where: str) -> None:
+    """FigureNotFinite naming the first number in ``figures`` (a number, or mappings and lists
+    of them, nested; other values are skipped) that is inf or nan; ``where`` names the whole,
+    e.g. "simulate: on_demand"."""
+    if isinstance(figures, float) and not math.isfinite(figures):
+        raise FigureNotFinite(
+            f"{where} is {figures}, not a number a result can have (a bug: please report it "
+            "with the inputs)"
+        )
+    if isinstance(figures, Mapping):
+        for key, value in figures.items():
+            require_finite(value, f"{where}.{key}")
+    elif isinstance(figures, list | tuple):
+        for i, value in enumerate(figures):
+            require_finite(value, f"{where}[{i}]")
 
 
 def one_line(error: Exception) -> str:

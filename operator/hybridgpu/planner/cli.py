@@ -12,8 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hybridgpu.errors import RunsFailed, UserError
-from hybridgpu.inputs import file_name, positive_number, worker_count
+from hybridgpu.errors import FigureNotFinite, RunsFailed, UserError, require_finite
+from hybridgpu.inputs import (
+    describe_validation_error,
+    file_name,
+    positive_number,
+    worker_count,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -226,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[str] | None = [] if args.skip_infeasible else None
     left_out: dict[str, int] = {}
     samples, jobs, spec, source = _history(args, skipped, left_out)
+    from pydantic import ValidationError
+
     from hybridgpu.planner import progress
     from hybridgpu.planner.plan import (
         break_even_utilizations,
@@ -245,39 +252,46 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.enable(None)
     inputs = result.inputs
-    status = plan_status(result)
+    try:
+        status = plan_status(result)
+    except ValidationError as err:  # the status' figures are checked finite (allow_inf_nan)
+        if err.errors()[0]["type"] != "finite_number":
+            raise
+        raise FigureNotFinite(f"plan: status.{describe_validation_error(err)}") from None
+    # Every figure the JSON or the text report shows, checked before either is printed.
+    out: dict[str, Any] = {
+        "source": source,
+        "historyHours": round(sum(s.hours for s in samples), 2),
+        "jobs": len(inputs.jobs),
+        "skipped": _skipped_json(left_out, skipped),
+        "horizonMonths": spec.horizon_months,
+        "demandGrowthPercentPerYear": round(100 * inputs.demand_growth_per_year, 2),
+        "ownedGpus": result.recommended.owned_gpus,
+        "nodeTypes": [
+            {
+                "name": t.name,
+                "gpusPerNode": t.gpus_per_node,
+                "nodeHourDollars": round(t.node_hour_dollars, 4),
+            }
+            for t in inputs.node_types
+        ],
+        "ownedHardwarePurchases": round(result.capital.purchases, 2),
+        "status": status.to_wire(),
+        "breakEvenUtilizationByType": {
+            k: round(v, 4) for k, v in break_even_utilizations(inputs).items()
+        },
+        "monthlyCostAllOnDemand": round(result.monthly(result.all_on_demand_dollars), 2),
+        "monthlyCostCurrentFleet": round(result.monthly(result.current.total_dollars), 2),
+        "currentNodes": {t.name: t.current_nodes for t in inputs.node_types},
+        "nextBest": _runner_ups(result),
+        "procurement": _procurement_json(result),
+        "generations": _generations_json(result, spec),
+        "search": _search_json(result),
+        "notes": _notes(inputs, skipped, left_out),
+    }
+    require_finite(out, "plan")
     png = _write_png(result, args.png) if args.png else None
     if args.json:
-        out: dict[str, Any] = {
-            "source": source,
-            "historyHours": round(sum(s.hours for s in samples), 2),
-            "jobs": len(inputs.jobs),
-            "skipped": _skipped_json(left_out, skipped),
-            "horizonMonths": spec.horizon_months,
-            "demandGrowthPercentPerYear": round(100 * inputs.demand_growth_per_year, 2),
-            "ownedGpus": result.recommended.owned_gpus,
-            "nodeTypes": [
-                {
-                    "name": t.name,
-                    "gpusPerNode": t.gpus_per_node,
-                    "nodeHourDollars": round(t.node_hour_dollars, 4),
-                }
-                for t in inputs.node_types
-            ],
-            "ownedHardwarePurchases": round(result.capital.purchases, 2),
-            "status": status.to_wire(),
-            "breakEvenUtilizationByType": {
-                k: round(v, 4) for k, v in break_even_utilizations(inputs).items()
-            },
-            "monthlyCostAllOnDemand": round(result.monthly(result.all_on_demand_dollars), 2),
-            "monthlyCostCurrentFleet": round(result.monthly(result.current.total_dollars), 2),
-            "currentNodes": {t.name: t.current_nodes for t in inputs.node_types},
-            "nextBest": _runner_ups(result),
-            "procurement": _procurement_json(result),
-            "generations": _generations_json(result, spec),
-            "search": _search_json(result),
-            "notes": _notes(inputs, skipped, left_out),
-        }
         if png is not None:
             out["png"] = str(png)
         print(json.dumps(out, indent=2))

@@ -30,7 +30,7 @@ from hybridgpu.core.cost import (
     power_node_hour_dollars,
     powered,
 )
-from hybridgpu.errors import UserError
+from hybridgpu.errors import UserError, require_finite
 from hybridgpu.models.policy import ScalingPolicySpec, WaitBudgetSpec
 from hybridgpu.models.pool import Tier
 from hybridgpu.models.snapshot import Criticality, PoolState
@@ -339,4 +339,24 @@ def compare(
         result.cost_by_tier_dollars[Tier.CORE.value] = core
         result.total_cost_dollars = sum(result.cost_by_tier_dollars.values())
     results[BOUND] = fluid_bound(pools, jobs, window, slo, settings.spot_prices)
-    return {k: results[k] for k in POLICIES if k in results}
+    ordered = {k: results[k] for k in POLICIES if k in results}
+    check_figures(ordered)
+    return ordered
+
+
+def check_figures(results: dict[str, PolicyResult]) -> None:
+    """FigureNotFinite naming the first dollar or GPU-hour figure of ``results`` that is inf
+    or nan (a wait may be inf: a job that never started), before any is printed."""
+    for name, r in results.items():
+        figures = {
+            "total_cost_dollars": r.total_cost_dollars,
+            "cost_by_tier_dollars": r.cost_by_tier_dollars,
+            "cost_terms_dollars": r.cost_terms_dollars,
+            "gpu_hours": r.gpu_hours,
+            "idle_reclaim": r.idle_reclaim.to_json(),
+            "wait_seconds": {
+                c: {q: v for q, v in qs.items() if not math.isinf(v)}
+                for c, qs in r.wait_seconds.items()
+            },
+        }
+        require_finite(figures, f"simulate: {name}")

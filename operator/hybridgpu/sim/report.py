@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from hybridgpu.sim.compare import BOUND, HEADLINE_PEER, WaitSLO
+from hybridgpu.errors import FigureNotFinite
+from hybridgpu.sim.compare import BOUND, HEADLINE_PEER, WaitSLO, check_figures
 from hybridgpu.sim.engine import SERIES_STEP_SECONDS, PolicyResult
 
 
@@ -25,7 +26,10 @@ def _duration(seconds: float) -> str:
 def _ratio(value: float, base: float | None) -> str:
     if not base:
         return "-"
-    return f"{value / base:.2f}x"
+    ratio = value / base
+    if not math.isfinite(ratio):  # never printed as "infx" or "nanx"
+        raise FigureNotFinite(f"simulate: the ratio of ${value:,.2f} to ${base:,.2f} is {ratio}")
+    return f"{ratio:.2f}x"
 
 
 LEGEND = (
@@ -41,6 +45,7 @@ LEGEND = (
 def table(results: dict[str, PolicyResult], slo: WaitSLO | None = None) -> str:
     """A fixed-width table, one row per policy: spend (total and cloud) next to the headline
     peer and the bound, work, waits and disruptions."""
+    check_figures(results)
     slo = slo or WaitSLO()
     peer = results.get(HEADLINE_PEER) or results.get("on_demand")
     bound = results.get(BOUND)
@@ -94,6 +99,7 @@ def explain_gap(result: PolicyResult, bound: PolicyResult) -> dict[str, float]:
 def explain_table(results: dict[str, PolicyResult]) -> str:
     """``simulate --explain``: the gap to the bound in cloud spend, term by term, for
     hybridgpu and the policies it is compared with."""
+    check_figures(results)
     bound = results[BOUND]
     names = [n for n in ("hybridgpu", HEADLINE_PEER, "reactive") if n in results]
     gaps = {n: explain_gap(results[n], bound) for n in names}
@@ -119,6 +125,7 @@ def explain_table(results: dict[str, PolicyResult]) -> str:
 def headline(results: dict[str, PolicyResult]) -> str:
     """One sentence: hybridgpu against the peer a user would pick and against the bound,
     total and cloud spend."""
+    check_figures(results)
     h = results["hybridgpu"]
     peer_name = HEADLINE_PEER if HEADLINE_PEER in results else "on_demand"
     peer = results[peer_name]
