@@ -11,6 +11,7 @@ command touches process-wide state (``run``/``explain`` set $KUBECONFIG).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -86,6 +87,22 @@ def _files(root: Path) -> dict[str, Path]:
         "price_inf": CLUSTER.replace("perNodeHour: 32", "perNodeHour: .inf"),
         "price_nan": CLUSTER.replace("perNodeHour: 32", "perNodeHour: .nan"),
         "capex_inf": CLUSTER.replace("capexPerNode: 100000", "capexPerNode: .inf"),
+        "price_1e308": CLUSTER.replace("perNodeHour: 32", "perNodeHour: 1e308"),
+        "price_1e300": CLUSTER.replace("perNodeHour: 32", "perNodeHour: 1.0e+300"),
+        "price_at_limit": CLUSTER.replace("perNodeHour: 32", "perNodeHour: 1000000000"),
+        "capex_1e300": CLUSTER.replace("capexPerNode: 100000", "capexPerNode: 1e300"),
+        "watts_1e300": CLUSTER.replace("powerWattsPerNode: 4000", "powerWattsPerNode: 1e300"),
+        "kwh_1e300": CLUSTER.replace("powerWattsPerNode: 4000", "electricityPerKWh: 1e300"),
+        "budget_1e300": CLUSTER.replace(
+            "interval: 30s", "interval: 30s, budget: {maxHourlyCost: 1, monthlyLimit: 1e300}"
+        ),
+        "savings_1e300": CLUSTER.replace(
+            "interval: 30s", "interval: 30s, consolidation: {minSavingsPerHour: 1e300}"
+        ),
+        "idle_400_digits": CLUSTER.replace(
+            "pricing: {perNodeHour: 32}",
+            "pricing: {perNodeHour: 32}\n  scaleDown: {idleFor: 1" + "0" * 400 + "s}",
+        ),
         "list_doc": "- a\n- b\n",
         "bad_yaml": "kind: GPUPool\nspec: [unclosed\n",
         "kind_unknown": CLUSTER.replace("kind: GPUPool", "kind: GPUPol", 1),
@@ -128,6 +145,10 @@ def _files(root: Path) -> dict[str, Path]:
         "spot_data2": '{"metadata": {"gap_seconds": 60}, "data": [0, 2]}',
         "spot_utf16": '{"metadata": {"gap_seconds": 60}, "data": [0, 1]}'.encode("utf-16"),
         "spot_list": "[1, 2]",
+        "spot_gap_tiny": '{"metadata": {"gap_seconds": 1e-320}, "data": [0, 1, 0]}',
+        "spot_gap_1e300": '{"metadata": {"gap_seconds": 1e300}, "data": [0, 1, 0]}',
+        "spot_prices_1e300": "seconds,pool,price_per_node_hour\n0,spot-8g,1e300\n",
+        "spot_prices_late": "seconds,pool,price_per_node_hour\n0,spot-8g,1\n1e300,spot-8g,2\n",
         "plan": PLAN,
         "plan_latin1": PLAN.replace("name: 8x", "name: 8x-caf\xe9").encode("latin-1"),
         "plan_dup": PLAN.replace(
@@ -138,6 +159,24 @@ def _files(root: Path) -> dict[str, Path]:
         "plan_capex_inf": PLAN.replace("capexPerNode: 280000", "capexPerNode: .inf"),
         "plan_price_nan": PLAN.replace("spotPerGpuHour: 1.0", "spotPerGpuHour: .nan"),
         "plan_dup_key": PLAN + "horizonMonths: 24\n",
+        "plan_spot_1e300": PLAN.replace("spotPerGpuHour: 1.0", "spotPerGpuHour: 1e300"),
+        "plan_watts_1e305": PLAN.replace("powerWattsPerNode: 1000", "powerWattsPerNode: 1e305"),
+        "plan_nodes_1e300": PLAN.replace("currentNodes: 1", "currentNodes: 1" + "0" * 300),
+        "plan_offer_1e300": PLAN
+        + "committed:\n  - {name: 1y, termYears: 1, perGpuHour: 1, upfrontPerGpu: 1e300}\n",
+        "plan_tokens_tiny": PLAN + "tokensPerGpuHour: 1e-320\n",
+        "plan_mfu_inf": PLAN.replace(
+            "spotPerGpuHour: 1.0", "spotPerGpuHour: 1.0\n  peakTflopsPerGpu: 989"
+        )
+        + "tokensPerGpuHour: 1e300\nmodelFlopsPerToken: 1e300\n",
+        "plan_startup_400_digits": PLAN.replace(
+            "spotPerGpuHour: 1.0", "spotPerGpuHour: 1.0\n  nodeStartup: 1" + "0" * 400 + "s"
+        ),
+        "plan_at_limits": PLAN.replace("onDemandPerGpuHour: 3.0", "onDemandPerGpuHour: 1000000000")
+        .replace("spotPerGpuHour: 1.0", "spotPerGpuHour: 1000000000")
+        .replace("capexPerNode: 280000", "capexPerNode: 1000000000000")
+        .replace("currentNodes: 1", "currentNodes: 100000")
+        .replace("horizonMonths: 12", "horizonMonths: 120"),
         "plan_kind": "kind: GPUPool\nspec: {}\n",
         "dlrm": "instance_sn,role,app_name,gpu_request,creation_time,scheduled_time,"
         "deletion_time\ni1,HN,app,1,0,0,3600\n",
@@ -216,6 +255,31 @@ CASES: dict[str, Case] = {
     "price .inf": sim("--cluster", "{price_inf}", message="perNodeHour: inf is not a finite"),
     "price .nan": sim("--cluster", "{price_nan}", message="perNodeHour: nan is not a finite"),
     "capex .inf": sim("--cluster", "{capex_inf}", message="capexPerNode"),
+    # --- money beyond its unit's limit (hybridgpu.models.limits): inf and 300-digit figures
+    "price 1e308": sim(
+        "--cluster",
+        "{price_1e308}",
+        message="spec.pricing.perNodeHour: 1e308 is above the limit of 1,000,000,000",
+    ),
+    "price 1e300": sim("--cluster", "{price_1e300}", message="perNodeHour: 1e+300 is above"),
+    "capex 1e300": sim(
+        "--cluster", "{capex_1e300}", message="capexPerNode: 1e300 is above the limit of 1,000,0"
+    ),
+    "power 1e300 watts": sim(
+        "--cluster", "{watts_1e300}", message="powerWattsPerNode: 1e300 is above the limit"
+    ),
+    "electricity 1e300": sim(
+        "--cluster", "{kwh_1e300}", message="electricityPerKWh: 1e300 is above the limit of 1,000"
+    ),
+    "monthly budget 1e300": sim(
+        "--cluster", "{budget_1e300}", message="spec.budget.monthlyLimit: 1e300 is above"
+    ),
+    "min savings 1e300": sim(
+        "--cluster", "{savings_1e300}", message="consolidation.minSavingsPerHour: 1e300 is above"
+    ),
+    "idleFor of 400 digits": sim(
+        "--cluster", "{idle_400_digits}", message="too long a duration: at most 9 digits"
+    ),
     "cluster a YAML list": sim("--cluster", "{list_doc}", message="expected a Kubernetes object"),
     "cluster not YAML": sim("--cluster", "{bad_yaml}", message="not valid YAML"),
     "cluster unknown kind": sim("--cluster", "{kind_unknown}", message="is not GPUPool"),
@@ -305,11 +369,38 @@ CASES: dict[str, Case] = {
     "spot trace data 2": sim("--spot-trace", "{spot_data2}", message="only 0"),
     "spot trace UTF-16": sim("--spot-trace", "{spot_utf16}", message="UTF-16"),
     "spot trace a list": sim("--spot-trace", "{spot_list}", message="expected {"),
+    "spot availability gap 1e-320 s": sim(
+        "--spot-availability", "{spot_gap_tiny}", message="'metadata.gap_seconds' must be"
+    ),
+    "spot correlated gap 1e-320 s": sim(
+        "--spot-correlated", "{spot_gap_tiny}", message="from 1 to 31,622,400"
+    ),
+    "spot trace gap 1e300 s": sim("--spot-trace", "{spot_gap_1e300}", message="got 1e+300"),
+    "spot price 1e300": sim(
+        "--spot-prices",
+        "{spot_prices_1e300}",
+        message="row 2: field 'price_per_node_hour' is '1e300'; expected dollars per node-hour, "
+        "a finite number >= 0 and <= 1,000,000,000",
+    ),
+    "spot price at 1e300 s": sim(
+        "--spot-prices", "{spot_prices_late}", message="row 3: field 'seconds' is '1e300'"
+    ),
+    "billing minimum 1e300 s": sim(
+        "--billing-minimum", "1e300", message="--billing-minimum: expected a finite number >= 0"
+    ),
+    "provisioning delay 1e300 s": sim(
+        "--provisioning-delay", "1e300", message="<= 31,622,400 seconds (the simulator's 366"
+    ),
+    "restart overhead 1e300 s": sim("--restart-overhead", "1e300", message="got '1e300'"),
+    "checkpoint interval 1e300 s": sim("--checkpoint-interval", "1e300", message="got '1e300'"),
     "png not a png": Case(("simulate", "--png", "{a_dir}/chart.jpg"), "ending in .png"),
     "png under a file": Case(("simulate", "--png", "{a_file}/chart.png"), "cannot create"),
     "png is a directory": Case(("simulate", "--png", "{png_dir}"), "is a directory"),
     "png and no-png": sim("--png", "x.png", message="contradict"),
     # --- simulate: legitimate inputs, right results
+    "price at its limit": sim(
+        "--cluster", "{price_at_limit}", message="hybridgpu: total $", code=0
+    ),
     "trace with a BOM": sim("--trace", "{trace_bom}", message="2 jobs", code=0),
     "openb detected": sim("--trace", "{openb_bom}", message="(openb, time scale 1)", code=0),
     "epoch seconds with --epoch": sim(
@@ -339,6 +430,44 @@ CASES: dict[str, Case] = {
         "--config", "{plan_price_nan}", "--history", "{demand}", message="not a finite number"
     ),
     "plan wrong kind": plan("--config", "{plan_kind}", message="expected CapacityPlan"),
+    "plan spot price 1e300": plan(
+        "--config",
+        "{plan_spot_1e300}",
+        "--history",
+        "{demand}",
+        message="field 'cloud.spotPerGpuHour': 1e300 is above the limit of 1,000,000,000",
+    ),
+    "plan power 1e305 watts": plan(
+        "--config", "{plan_watts_1e305}", "--history", "{demand}", message="limit of 10,000,000"
+    ),
+    "plan 1e300 current nodes": plan(
+        "--config",
+        "{plan_nodes_1e300}",
+        "--history",
+        "{demand}",
+        message="'candidates.0.currentNodes': 1000000000000000... (301 characters) is above the "
+        "limit of 100,000",
+    ),
+    "plan offer upfront 1e300": plan(
+        "--config",
+        "{plan_offer_1e300}",
+        "--history",
+        "{demand}",
+        message="upfrontPerGpu': 1e300 is above",
+    ),
+    "plan tokens per GPU-hour 1e-320": plan(
+        "--config", "{plan_tokens_tiny}", "--history", "{demand}", message="tokensPerGpuHour"
+    ),
+    "plan MFU above 100%": plan(
+        "--config", "{plan_mfu_inf}", "--history", "{demand}", message="MFU cannot exceed 100%"
+    ),
+    "plan node startup of 400 digits": plan(
+        "--config",
+        "{plan_startup_400_digits}",
+        "--trace",
+        "{trace}",
+        message="field 'cloud.nodeStartup': '100000000000000... (402 characters) is too long a d",
+    ),
     "plan trace of zero durations": plan(
         "--config",
         "{plan}",
@@ -405,6 +534,9 @@ CASES: dict[str, Case] = {
     ),
     "plan demand with a BOM": plan(
         "--config", "{plan}", "--history", "{demand_bom}", message="saving vs", code=0
+    ),
+    "plan at every limit": plan(
+        "--config", "{plan_at_limits}", "--history", "{demand}", message="saving vs", code=0
     ),
     "plan skip infeasible": plan(
         "--config",
@@ -693,3 +825,102 @@ def test_crds_with_a_reference_in_a_missing_directory_writes_nothing(tmp_path: P
     out = tmp_path / "crds"
     assert main(["crds", "-o", str(out), "--reference", str(tmp_path / "no" / "ref.md")]) == 2
     assert not out.exists()
+
+
+# --- a figure that is not a number is never printed as a result (inputs are bounded so that
+# none can be: one that is, is a bug, said on one line naming it, exit 1)
+
+
+def _on_demand_bill_is(value: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hybridgpu.sim.compare
+
+    real = hybridgpu.sim.compare._run
+
+    def run(name: str, *args: object) -> object:
+        result = real(name, *args)  # type: ignore[arg-type]
+        if name == "on_demand":
+            result.cost_by_tier_dollars["elastic"] = value
+            result.total_cost_dollars = value
+        return result
+
+    monkeypatch.setattr(hybridgpu.sim.compare, "_run", run)
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["table", "json"])
+def test_simulate_says_which_figure_is_not_a_number_instead_of_printing_it(
+    value: float, json_flag: list[str], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    _on_demand_bill_is(value, monkeypatch)
+    argv = ["simulate", "--no-png", "--hours", "6", "--workers", "1", *json_flag]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # no table, no JSON with Infinity or NaN in it
+    (line,) = err.splitlines()
+    assert line.startswith(
+        "hybridgpu: internal error: FigureNotFinite: simulate: "
+        f"on_demand.total_cost_dollars is {value}"
+    )
+
+
+def test_the_report_itself_refuses_to_format_a_figure_that_is_not_a_number() -> None:
+    from hybridgpu.errors import FigureNotFinite
+    from hybridgpu.sim.engine import PolicyResult
+    from hybridgpu.sim.report import _ratio, headline, table
+
+    def result(name: str, dollars: float) -> PolicyResult:
+        waits = {c: {"p50": 0.0, "p95": math.inf} for c in ("critical", "standard", "preemptible")}
+        return PolicyResult(name, dollars, {"elastic": dollars}, {}, waits, 0, 0, 0, 1)
+
+    fine = {n: result(n, 10.0) for n in ("hybridgpu", "autoscaler_spot", "fluid_bound")}
+    assert "never" in table(fine)  # a wait that never ended is a result, not a bug
+    assert "1.00x autoscaler_spot" in headline(fine)
+    broken = {**fine, "autoscaler_spot": result("autoscaler_spot", math.nan)}
+    for report in (table, headline):
+        with pytest.raises(FigureNotFinite, match=r"autoscaler_spot\.total_cost_dollars is nan"):
+            report(broken)
+    with pytest.raises(FigureNotFinite, match="ratio"):
+        _ratio(1e10, 1e-310)  # finite figures whose ratio is not: never "infx"
+
+
+PLAN_WITH_TOKENS = PLAN + "tokensPerGpuHour: 1000000\n"
+
+
+def test_plan_says_which_status_figure_is_not_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import hybridgpu.planner.plan
+
+    monkeypatch.setattr(hybridgpu.planner.plan, "cost_per_million_tokens", lambda *a: math.inf)
+    config = tmp_path / "plan.yaml"
+    config.write_text(PLAN_WITH_TOKENS)
+    history = tmp_path / "demand.csv"
+    history.write_text(DEMAND)
+    for json_flag in ([], ["--json"]):
+        assert main(["plan", "-c", str(config), "--history", str(history), *json_flag]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        (line,) = err.splitlines()
+        assert line.startswith(
+            "hybridgpu: internal error: FigureNotFinite: plan: status.cost_per_million_tokens: "
+            "inf is not a finite number"
+        )
+
+
+def test_plan_says_which_other_figure_is_not_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import hybridgpu.planner.cli
+
+    monkeypatch.setattr(
+        hybridgpu.planner.cli, "_runner_ups", lambda result: [{"monthlyCost": math.nan}]
+    )
+    config = tmp_path / "plan.yaml"
+    config.write_text(PLAN)
+    history = tmp_path / "demand.csv"
+    history.write_text(DEMAND)
+    assert main(["plan", "-c", str(config), "--history", str(history)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert "FigureNotFinite: plan.nextBest[0].monthlyCost is nan" in line
