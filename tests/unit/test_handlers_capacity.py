@@ -91,3 +91,28 @@ def test_a_scale_up_adds_to_the_target_decide_saw_not_to_a_fresher_one() -> None
     assert capacity.provisioning("spot", joined_nodes=0) == 1
     capacity.scale_up("spot", 1)
     assert fake.target("spot", spot()) == 2
+
+
+def spot_from_provider() -> GPUPoolSpec:
+    return GPUPoolSpec.model_validate(
+        {**spot().model_dump(by_alias=True), "pricing": {"perNodeHour": 9, "fromProvider": True}}
+    )
+
+
+@pytest.mark.parametrize("price", [float("nan"), float("inf"), 1e300, 0.0, -1.0])
+def test_a_provider_price_that_is_not_one_leaves_the_pools_own(price: float) -> None:
+    built = Providers("hybridgpu.cloud.fake:FakeProvider", Clock())
+    built.set_pools({"spot": spot_from_provider()})
+    fake = built.for_spec(spot_from_provider())
+    assert isinstance(fake, FakeProvider)
+    fake.spot_prices_per_node_hour["spot"] = 7.5
+    assert built.spot_price("spot") == 7.5
+    fake.spot_prices_per_node_hour["spot"] = price
+    assert built.spot_price("spot") is None  # the loop falls back to OpenCost, then perNodeHour
+
+
+def test_an_opencost_price_beyond_the_limit_is_none() -> None:
+    from hybridgpu.core.cost import node_hour_from_gpu_prices
+
+    assert node_hour_from_gpu_prices(spot(), [2.0, 1e300, float("nan")]) == 16.0
+    assert node_hour_from_gpu_prices(spot(), [1e300]) is None

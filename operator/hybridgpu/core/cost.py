@@ -10,10 +10,10 @@ committed hour    = committed.perNodeHour + committed.upfrontPerNode / (termYear
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hybridgpu.models.limits import usable_price_per_hour
 from hybridgpu.models.pool import GPUPoolSpec, Tier
 
 HOURS_PER_YEAR = 8760.0
@@ -175,7 +175,7 @@ def node_hour_from_gpu_prices(
     """A node-hour of the pool priced from what one GPU-hour of each of its nodes costs (e.g.
     OpenCost's ``node_gpu_hourly_cost``), dollars: the dearest node's, so a budget computed
     from it holds whichever node is added; None without a usable price."""
-    prices = [p for p in gpu_hour_dollars_of_nodes if math.isfinite(p) and p > 0]
+    prices = [p for p in gpu_hour_dollars_of_nodes if usable_price_per_hour(p)]
     return max(prices) * spec.gpu.per_node if prices else None
 
 

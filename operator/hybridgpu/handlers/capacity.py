@@ -20,6 +20,7 @@ from hybridgpu.cloud.karpenter import KarpenterProvider
 from hybridgpu.cloud.kwok import KwokProvider
 from hybridgpu.cloud.static import StaticProvider
 from hybridgpu.core.cost import powered
+from hybridgpu.models.limits import usable_price_per_hour
 from hybridgpu.models.pool import GPUPoolSpec, Tier
 
 log = logging.getLogger(__name__)
@@ -233,7 +234,9 @@ class Providers:
         spec = self.pools[pool]
         if not spec.pricing.from_provider:
             return None
-        return self.for_spec(spec).spot_price_per_node_hour(pool, spec)
+        price = self.for_spec(spec).spot_price_per_node_hour(pool, spec)
+        # nan or 1e300 from a provider is no price: pricing.perNodeHour holds instead.
+        return price if price is not None and usable_price_per_hour(price) else None
 
     # ------------------------------------------------- PoolCapacity (executor)
     def scale_up(self, pool: str, nodes: int) -> None:

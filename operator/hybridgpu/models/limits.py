@@ -13,11 +13,20 @@ GPUs at that price per GPU-hour, grown 1000 % a year for 10 years (x 2.6e10), st
 
 from __future__ import annotations
 
+import math
+
 MAX_DOLLARS_PER_HOUR = 1e9
 """Any hourly price or spend, $/hour: a node-hour or GPU-hour (on demand, spot, committed,
 operations, power) or a budget's hourly cost. Ten million times the dearest GPU instance's
 on-demand price (about $100 an hour for 8 H100s), a thousand times the hourly spend of the
 largest GPU clusters."""
+
+
+def usable_price_per_hour(dollars: float) -> bool:
+    """Whether an hourly price read from elsewhere (a provider's spot price, OpenCost) can be
+    used: finite, above zero and within MAX_DOLLARS_PER_HOUR; else the pool's own price is."""
+    return math.isfinite(dollars) and 0 < dollars <= MAX_DOLLARS_PER_HOUR
+
 
 MAX_DOLLARS = 1e12
 """Any one-off sum, $: a node's purchase price, an upfront payment, a monthly budget. A
