@@ -212,6 +212,10 @@ INVALID_CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         with_changes(elastic_pool(), {"pricing.capexPerNode": 1000}),
         ("spec.pricing", "pricing.capexPerNode is for core pools"),
     ),
+    "spot pool with core-only power pricing": (
+        with_changes(spot_pool(), {"pricing.pue": 1.4, "pricing.opsPerNodeHour": 0.5}),
+        ("spec.pricing", "pue, electricityPerKWh and opsPerNodeHour price owned (core) nodes"),
+    ),
     "provider prices on an elastic pool": (
         with_changes(elastic_pool(), {"pricing": {"fromProvider": True}}),
         ("spec.pricing", "only valid on spot pools"),

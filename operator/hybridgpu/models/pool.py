@@ -320,6 +320,22 @@ def _from_provider(s: GPUPoolSpec) -> bool:
     return bool(s.pricing.from_provider)
 
 
+_CORE_ONLY_PRICING = (
+    "amortizationYears",
+    "powerWattsPerNode",
+    "pue",
+    "electricityPerKWh",
+    "opsPerNodeHour",
+)
+"""PricingSpec fields of the core cost model (capex aside, which has a rule of its own)."""
+
+
+def _core_pricing_set(s: GPUPoolSpec) -> list[str]:
+    """The core-only pricing fields set on ``s``, by their wire names."""
+    wire = s.pricing.model_dump(by_alias=True, exclude_none=True)
+    return [f for f in _CORE_ONLY_PRICING if f in wire]
+
+
 class GPUPoolSpec(SpecModel):
     """Desired state of a GPUPool."""
 
@@ -358,6 +374,19 @@ class GPUPoolSpec(SpecModel):
             message="pricing.capexPerNode is for core pools; elastic and spot pools use "
             "pricing.perNodeHour",
             check=lambda s: s.tier == "core" or s.pricing.capex_per_node is None,
+            field_path=".pricing",
+        ),
+        Rule(
+            cel="self.tier == 'core' || !("
+            + " || ".join(f"has(self.pricing.{f})" for f in _CORE_ONLY_PRICING)
+            + ")",
+            message="pricing."
+            + ", ".join(_CORE_ONLY_PRICING[:-1])
+            + " and "
+            + _CORE_ONLY_PRICING[-1]
+            + " price owned (core) nodes; elastic and spot pools are "
+            "priced by pricing.perNodeHour only",
+            check=lambda s: s.tier == "core" or not _core_pricing_set(s),
             field_path=".pricing",
         ),
         Rule(
