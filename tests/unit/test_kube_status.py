@@ -133,3 +133,53 @@ def test_pool_status_with_the_allocation_counted_once_for_all_pools_is_the_same(
         once = pool_status(name, snap, plan, generation=1, allocated_by_node=allocated)
         assert once == pool_status(name, snap, plan, generation=1)
     assert pool_status("el", snap, plan, generation=1)["gpus"]["allocated"] == 4
+
+
+def _pool_with_nodes(tier: str, max_nodes: int, nodes: int, **extra: object) -> ClusterSnapshot:
+    spec = GPUPoolSpec.model_validate(
+        {
+            "tier": tier,
+            "gpu": {"model": "A100", "perNode": 4},
+            "maxNodes": max_nodes,
+            "provider": {"type": "fake"},
+            "pricing": {"capexPerNode": 1000} if tier == "core" else {"perNodeHour": 10},
+            **extra,
+        }
+    )
+    return ClusterSnapshot(
+        taken_at=1000.0,
+        pools=(PoolState(name="p", spec=spec),),
+        nodes=tuple(NodeState(name=f"n{i}", pool="p", gpus=4) for i in range(nodes)),
+        pods=(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("tier", "extra", "then"),
+    [
+        ("elastic", {}, "idle ones are released as scaleDown allows"),
+        ("spot", {}, "busy ones are left alone"),
+        ("core", {}, "owned (core) nodes are never removed"),
+        (
+            "core",
+            {"provider": {"type": "kwok"}, "power": {"minPoweredOn": 0}},
+            "only powered off when idle",
+        ),
+    ],
+)
+def test_a_pool_whose_max_nodes_was_lowered_below_its_nodes_says_so_in_ready(
+    tier: str, extra: dict[str, object], then: str
+) -> None:
+    """maxNodes edited below the nodes a pool has: `kubectl describe` must say the pool is
+    above it, that nothing is added, and what happens to the nodes (owned ones stay)."""
+    snap = _pool_with_nodes(tier, max_nodes=1, nodes=3, **extra)
+    status = pool_status("p", snap, Plan(decided_at=1000.0), generation=2)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    assert ready["reason"] == "AboveMaxNodes"
+    assert "3 node(s) observed, 2 above maxNodes=1: no node is added" in ready["message"]
+    assert then in ready["message"]
+    within = pool_status(
+        "p", _pool_with_nodes(tier, 3, 3, **extra), Plan(decided_at=1.0), generation=2
+    )
+    assert next(c for c in within["conditions"] if c["type"] == "Ready")["reason"] == "Reconciled"

@@ -16,7 +16,14 @@ from hybridgpu.kube.convert import rfc3339
 from hybridgpu.models.actions import Plan, ReleaseNode, ScaleUp
 from hybridgpu.models.base import Condition
 from hybridgpu.models.policy import BudgetStatus, ScalingPolicyStatus
-from hybridgpu.models.pool import CommittedUsage, GPUCounts, GPUPoolStatus, NodeCounts
+from hybridgpu.models.pool import (
+    CommittedUsage,
+    GPUCounts,
+    GPUPoolSpec,
+    GPUPoolStatus,
+    NodeCounts,
+    Tier,
+)
 from hybridgpu.models.snapshot import ClusterSnapshot, NodeState
 
 CORDONED_FOR_XID = "xid-errors"
@@ -81,7 +88,7 @@ def pool_status(
     capacity_blocked = [b for b in blocked if not b.cause.startswith("budget")]
     budget_blocked = [b for b in blocked if b.cause.startswith("budget")]
     conditions = [
-        condition("Ready", True, "Reconciled", f"{len(nodes)} node(s) observed", generation),
+        ready_condition(pool.spec, len(nodes), generation),
         condition(
             "ScalingBlocked",
             bool(capacity_blocked),
@@ -131,6 +138,29 @@ def pool_status(
     ).to_wire()
     status["conditions"] = merge_conditions(old_conditions, conditions, plan.decided_at)
     return status
+
+
+def ready_condition(spec: GPUPoolSpec, nodes: int, generation: int | None) -> Condition:
+    """Ready: the pool was reconciled; with more nodes than maxNodes (lowered below what the
+    pool has) the reason and message say so and what follows: nothing is added, and only
+    idle cloud nodes go; owned ones are never removed."""
+    observed = f"{nodes} node(s) observed"
+    if nodes <= spec.max_nodes:
+        return condition("Ready", True, "Reconciled", observed, generation)
+    if spec.tier != Tier.CORE:
+        then = "idle ones are released as scaleDown allows; busy ones are left alone"
+    elif spec.power is not None:
+        then = "owned nodes are never deleted, only powered off when idle as power allows"
+    else:
+        then = "owned (core) nodes are never removed"
+    return condition(
+        "Ready",
+        True,
+        "AboveMaxNodes",
+        f"{observed}, {nodes - spec.max_nodes} above maxNodes={spec.max_nodes}: no node is "
+        f"added; {then}",
+        generation,
+    )
 
 
 def gpus_allocated_by_node(snapshot: ClusterSnapshot) -> dict[str, int]:
