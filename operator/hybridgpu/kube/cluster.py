@@ -34,9 +34,16 @@ from hybridgpu.kube.names import (
     SCALINGPOLICIES,
     VERSION,
 )
-from hybridgpu.kube.workloads import CUSTOM_KINDS, WorkloadKind
+from hybridgpu.kube.workloads import CUSTOM_KINDS, KINDS, WorkloadKind
 
 log = logging.getLogger(__name__)
+
+_CLUSTER_CUSTOM_PLURALS = {
+    "GPUPool": GPUPOOLS,
+    "ScalingPolicy": SCALINGPOLICIES,
+    "CapacityPlan": "capacityplans",
+}
+"""Our cluster-scoped kinds, by kind: what an Event about one of them reads its uid from."""
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -544,16 +551,22 @@ class KubeCluster:
         event_type: str = "Normal",
         now: float,
     ) -> None:
-        """Post an Event; the same (object, reason, message) again bumps its count instead."""
+        """Post an Event; the same (object, reason, message) again bumps its count instead.
+
+        The Event carries the object's uid (read here when ``ref`` has none): `kubectl
+        describe` lists only the Events whose involvedObject.uid is the object's."""
         namespace = ref.namespace or EVENTS_NAMESPACE
-        digest = hashlib.sha1(f"{ref.kind}/{ref.name}/{reason}/{message}".encode()).hexdigest()
+        uid = ref.uid or self.uid_of(ref)
+        digest = hashlib.sha1(
+            f"{ref.kind}/{ref.name}/{uid}/{reason}/{message}".encode()
+        ).hexdigest()
         name = f"{ref.name[:200]}.{digest[:16]}"
         stamp = rfc3339(now)
         involved = {"kind": ref.kind, "name": ref.name, "apiVersion": ref.api_version}
         if ref.namespace:
             involved["namespace"] = ref.namespace
-        if ref.uid:
-            involved["uid"] = ref.uid
+        if uid:
+            involved["uid"] = uid
         body = {
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": involved,
@@ -581,6 +594,34 @@ class KubeCluster:
                     name, namespace, patch, _content_type=MERGE
                 ),
             )
+
+    def uid_of(self, ref: ObjectRef) -> str | None:
+        """The uid of the object ``ref`` names as it is now; None when it is gone, of a kind
+        not known here, or cannot be read (the Event is posted without it)."""
+        obj: Obj | None
+        try:
+            if ref.kind in _CLUSTER_CUSTOM_PLURALS:
+                obj = self.get_custom(_CLUSTER_CUSTOM_PLURALS[ref.kind], ref.name)
+            elif ref.kind == "Node":
+                obj = self.get_node(ref.name)
+            elif ref.namespace and ref.kind == "Pod":
+                namespace = ref.namespace
+                obj = self._json(
+                    f"read pod {namespace}/{ref.name}",
+                    lambda: self.core.read_namespaced_pod(
+                        ref.name, namespace, _preload_content=False
+                    ),
+                )
+            elif ref.namespace and ref.kind == "Deployment":
+                obj = self.get_deployment(ref.namespace, ref.name)
+            elif ref.namespace and ref.kind in KINDS:
+                obj = self.get_workload(KINDS[ref.kind], ref.namespace, ref.name)
+            else:
+                return None
+        except KubeError:
+            return None
+        uid = ((obj or {}).get("metadata") or {}).get("uid")
+        return str(uid) if uid else None
 
     def list_events(self, namespace: str | None = None) -> list[Obj]:
         items: list[Obj] = self._json(
