@@ -319,6 +319,10 @@ class Reconciler:
         if not self.lease.held() and not self.lease.acquire(now):
             return TickResult(policy=policy_name, leader=False)
         body = self.reads.get_policy(policy_name)
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            # Being deleted: its pools' status says nobody ticks them (PolicyNotFound); a
+            # last tick must not write them back to Reconciled.
+            return TickResult(policy=policy_name, leader=True)
         try:
             policy = ScalingPolicySpec.model_validate(body.get("spec") or {})
         except ValidationError as err:

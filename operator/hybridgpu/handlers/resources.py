@@ -3,6 +3,7 @@ a Ready condition, and wake the reconcile loop. All decisions live in ``core``."
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -11,11 +12,14 @@ from pydantic import BaseModel, ValidationError
 
 from hybridgpu.handlers.loop import Reconciler
 from hybridgpu.kube.errors import Conflict, KubeError
+from hybridgpu.kube.executor import pool_ref
 from hybridgpu.kube.moves import read_move
 from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
 from hybridgpu.kube.status import condition, merge_conditions
 from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import GPUPoolSpec
+
+POLICY_NOT_FOUND = "PolicyNotFound"
 
 
 def validation_message(err: ValidationError) -> str:
@@ -33,21 +37,54 @@ def _accept(
     meta: Any,
     status: Any,
     memo: kopf.Memo,
-) -> None:
+) -> BaseModel:
     reconciler: Reconciler = memo["reconciler"]
     generation = meta.get("generation")
     old = list((status or {}).get("conditions") or [])
     try:
-        model.model_validate(dict(spec))
+        valid = model.model_validate(dict(spec))
     except ValidationError as err:
         message = validation_message(err)
         ready = condition("Ready", False, "InvalidSpec", message, generation)
         _write(reconciler, plural, name, generation, old, ready)
         raise kopf.PermanentError(f"invalid spec: {message}") from err
+    if isinstance(valid, GPUPoolSpec) and _no_policy(reconciler, name, valid.policy, generation):
+        return valid
     kept = [c for c in old if c.get("type") != "Ready"]
     ready = condition("Ready", True, "Accepted", "spec is valid", generation)
     _write(reconciler, plural, name, generation, kept, ready)
     reconciler.trigger_all()
+    return valid
+
+
+def _no_policy(reconciler: Reconciler, pool: str, policy: str, generation: int | None) -> bool:
+    """Whether the ScalingPolicy that pool ``pool`` names is missing (or being deleted):
+    then nothing ticks the pool, so its status (Ready=False, PolicyNotFound) and a Warning
+    Event say so, until that policy's first tick writes the pool's status."""
+    try:
+        found = reconciler.cluster.get_custom(SCALINGPOLICIES, policy)
+    except KubeError as err:
+        raise kopf.TemporaryError(str(err), delay=5) from err
+    if found is not None and not (found.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    message = (
+        f"spec.policy names ScalingPolicy {policy!r}, which does not exist: nothing scales, "
+        f"releases or reports this pool until it does (create it, or set spec.policy to one "
+        f"of `kubectl get scalingpolicies`)"
+    )
+    ready = condition("Ready", False, POLICY_NOT_FOUND, message, generation)
+    _write(reconciler, GPUPOOLS, pool, generation, [], ready)
+    try:
+        reconciler.cluster.post_event(
+            pool_ref(pool),
+            reason=POLICY_NOT_FOUND,
+            message=message,
+            event_type="Warning",
+            now=time.time(),
+        )
+    except KubeError as err:
+        logging.getLogger(__name__).warning("could not post event %s: %s", POLICY_NOT_FOUND, err)
+    return True
 
 
 def _write(
@@ -121,3 +158,22 @@ def scalingpolicy_changed(
     name: str, spec: Any, meta: Any, status: Any, memo: kopf.Memo, **_: Any
 ) -> None:
     _accept(ScalingPolicySpec, SCALINGPOLICIES, name, spec, meta, status, memo)
+
+
+@kopf.on.delete(GROUP, VERSION, SCALINGPOLICIES, optional=True)
+def scalingpolicy_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
+    """The pools that name a deleted policy are no longer ticked: their status says so
+    (PolicyNotFound) instead of showing the last tick's counts as current."""
+    reconciler: Reconciler = memo["reconciler"]
+    try:
+        pools = reconciler.reads.list_pools()
+    except KubeError as err:
+        raise kopf.TemporaryError(str(err), delay=5) from err
+    for raw in pools:
+        meta = raw.get("metadata") or {}
+        if (
+            meta.get("deletionTimestamp")
+            or (raw.get("spec") or {}).get("policy", "default") != name
+        ):
+            continue
+        _no_policy(reconciler, meta["name"], name, meta.get("generation"))
