@@ -1,12 +1,20 @@
-"""What a user who writes a GPUPool by hand is told: fields that cannot apply to the pool's
-tier are refused (by the CRD's CEL rule on the apiserver and by the same rule in Python),
-never silently ignored."""
+"""What a user sees with kubectl: fields that cannot apply to a pool's tier are refused (by
+the CRD's CEL rule on the apiserver and by the same rule in Python), never silently ignored;
+the operator's Events are ones `kubectl describe` lists (tests/e2e/test_kubectl_ux.py shows
+both on the real apiserver)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
+from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
+from hybridgpu.kube.cluster import KubeCluster, ObjectRef
+from hybridgpu.kube.executor import node_ref, policy_ref, pool_ref
 from hybridgpu.models.pool import GPUPoolSpec
 
 pytestmark = pytest.mark.unit
@@ -55,3 +63,54 @@ def test_the_same_fields_on_a_core_pool_are_accepted() -> None:
             },
         }
     )
+
+
+class _Events:
+    """Stand-in for CoreV1Api: nodes to read, Events created."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.created.append(body)
+
+    def read_node(self, name: str, **_: Any) -> Any:
+        if name != "gpu-1":
+            raise ApiException(status=404, reason="Not Found")
+        return _Response({"metadata": {"name": name, "uid": "node-uid"}})
+
+
+class _Custom:
+    def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str) -> Any:
+        return {"metadata": {"name": name, "uid": f"{plural}-uid"}}
+
+
+@dataclass
+class _Response:
+    body: dict[str, Any]
+
+    @property
+    def data(self) -> bytes:
+        return json.dumps(self.body).encode()
+
+
+@pytest.mark.parametrize(
+    ("ref", "uid"),
+    [
+        (pool_ref("p"), "gpupools-uid"),
+        (policy_ref("default"), "scalingpolicies-uid"),
+        (node_ref("gpu-1"), "node-uid"),
+        (node_ref("gone"), None),
+    ],
+)
+def test_an_event_carries_the_uid_kubectl_describe_selects_on(
+    ref: ObjectRef, uid: str | None
+) -> None:
+    """`kubectl describe` lists Events by involvedObject.uid: one posted without it (all of
+    the operator's were) is not shown. An object that is gone gets its Event without."""
+    cluster = KubeCluster.__new__(KubeCluster)
+    core = _Events()
+    cluster.core, cluster.custom = core, _Custom()  # type: ignore[assignment]
+    cluster.post_event(ref, reason="ScaleUp", message="one more node", now=0.0)
+    (event,) = core.created
+    assert event["involvedObject"].get("uid") == uid
