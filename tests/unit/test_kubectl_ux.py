@@ -110,7 +110,7 @@ def test_an_event_carries_the_uid_kubectl_describe_selects_on(
     the operator's were) is not shown. An object that is gone gets its Event without."""
     cluster = KubeCluster.__new__(KubeCluster)
     core = _Events()
-    cluster.core, cluster.custom = core, _Custom()  # type: ignore[assignment]
+    cluster.core, cluster.custom = core, _Custom()
     cluster.post_event(ref, reason="ScaleUp", message="one more node", now=0.0)
     (event,) = core.created
     assert event["involvedObject"].get("uid") == uid
