@@ -31,13 +31,21 @@ from hybridgpu.kube.cluster import ClusterObjects, KubeCluster
 from hybridgpu.kube.convert import (
     IdleTracker,
     epoch_of,
+    pool_of_node,
     pool_selector,
     unschedulable_since,
 )
 from hybridgpu.kube.errors import KubeError
-from hybridgpu.kube.executor import PlanExecutor
+from hybridgpu.kube.executor import Execution, PlanExecutor
 from hybridgpu.kube.lease import LeaderLease
-from hybridgpu.kube.names import GPUPOOLS, LEASE_NAME, PROVREQ_PLURAL, SCALINGPOLICIES
+from hybridgpu.kube.names import (
+    GPUPOOLS,
+    LEASE_NAME,
+    POOL_LABEL,
+    PROVREQ_PLURAL,
+    SCALINGPOLICIES,
+    TIER_LABEL,
+)
 from hybridgpu.kube.provisioning import read_requests
 from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
 from hybridgpu.kube.snapshot import Conversions, Measurements, build_snapshot
@@ -328,7 +336,8 @@ class Reconciler:
         except ValidationError as err:
             return TickResult(policy=policy_name, leader=True, errors=[f"invalid spec: {err}"])
         pools, bodies, every_pool = self._pools(policy_name)
-        self.providers.set_pools(pools)
+        deleted = self._deleted_cloud_pools(policy_name)
+        self.providers.set_pools({**pools, **deleted})
         result = TickResult(policy=policy_name, leader=True)
 
         objects = self.reads.read_objects()
@@ -420,6 +429,7 @@ class Reconciler:
                 self.executor.delete_orphan_nodes(snapshot, now)
             except KubeError as err:
                 result.errors.append(str(err))
+            result.errors += self._drain_deleted(deleted, pools, objects.nodes)
 
         self._report(
             policy_name,
@@ -455,6 +465,43 @@ class Reconciler:
                 pools[name] = spec
                 bodies[name] = raw
         return pools, bodies, every
+
+    def _deleted_cloud_pools(self, policy_name: str) -> dict[str, GPUPoolSpec]:
+        """This policy's elastic and spot pools being deleted: their nodes are drained and
+        released (``_drain_deleted``) before the finalizer lets the pool go. Owned (core)
+        pools go at once and their nodes stay."""
+        out: dict[str, GPUPoolSpec] = {}
+        for raw in self.reads.list_pools():
+            if not raw["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                spec = GPUPoolSpec.model_validate(raw.get("spec") or {})
+            except ValidationError:
+                continue
+            if spec.policy == policy_name and spec.tier != Tier.CORE:
+                out[raw["metadata"]["name"]] = spec
+        return out
+
+    def _drain_deleted(
+        self,
+        deleted: dict[str, GPUPoolSpec],
+        pools: dict[str, GPUPoolSpec],
+        nodes: list[dict[str, Any]],
+    ) -> list[str]:
+        """Release every node of a deleted cloud pool as an idle one is released (cordon, Jobs
+        requeued, other pods evicted through PDBs, bare pods never: they keep the node), so no
+        instance is left running and billed with nothing managing it."""
+        if not deleted:
+            return []
+        errors: list[str] = []
+        every = {**pools, **deleted}
+        for name, node in nodes_of_deleted_pools(deleted, self.reads.list_pools(), nodes):
+            try:
+                if self.executor.release_node(name, node, every, Execution()):
+                    log.info("deleted pool %s: node %s released", name, node)
+            except KubeError as err:
+                errors.append(f"deleted pool {name}: release {node}: {err}")
+        return errors
 
     def _measure(
         self,
@@ -614,6 +661,39 @@ class Reconciler:
             )
         self.cluster.patch_status(SCALINGPOLICIES, policy_name, new_status)
         self.metrics.record_policy_conditions(policy_name, new_status.get("conditions") or [])
+
+
+def nodes_of_deleted_pools(
+    deleted: dict[str, GPUPoolSpec], live: list[dict[str, Any]], nodes: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """(pool, node) for every node of the ``deleted`` pools (by each one's selector) that is
+    a provider's instance (it has a providerID), is not being deleted, is not labelled an
+    owned (core) node, and belongs to none of the ``live`` pools (raw GPUPools; those being
+    deleted are left out): a node another pool also selects is that pool's, never drained
+    for this one."""
+    selectors = {name: pool_selector(name, spec) for name, spec in deleted.items()}
+    others: dict[str, dict[str, str]] = {}
+    for raw in live:
+        name = raw["metadata"]["name"]
+        if name in deleted or raw["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            others[name] = pool_selector(name, GPUPoolSpec.model_validate(raw.get("spec") or {}))
+        except ValidationError:
+            others[name] = {POOL_LABEL: name}
+    out = []
+    for raw in nodes:
+        meta = raw.get("metadata") or {}
+        if (
+            meta.get("deletionTimestamp")
+            or (meta.get("labels") or {}).get(TIER_LABEL) == "core"
+            or not (raw.get("spec") or {}).get("providerID")
+        ):
+            continue
+        pool = pool_of_node(raw, selectors)
+        if pool is not None and pool_of_node(raw, others) is None:
+            out.append((pool, str(meta["name"])))
+    return out
 
 
 def already_written(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -10,14 +10,14 @@ from typing import Any
 import kopf
 from pydantic import BaseModel, ValidationError
 
-from hybridgpu.handlers.loop import Reconciler
+from hybridgpu.handlers.loop import Reconciler, nodes_of_deleted_pools
 from hybridgpu.kube.errors import Conflict, KubeError
 from hybridgpu.kube.executor import pool_ref
 from hybridgpu.kube.moves import read_move
 from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
 from hybridgpu.kube.status import condition, merge_conditions
 from hybridgpu.models.policy import ScalingPolicySpec
-from hybridgpu.models.pool import GPUPoolSpec
+from hybridgpu.models.pool import GPUPoolSpec, Tier
 
 POLICY_NOT_FOUND = "PolicyNotFound"
 
@@ -131,9 +131,12 @@ def gpupool_changed(
 
 
 @kopf.on.delete(GROUP, VERSION, GPUPOOLS)
-def gpupool_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
-    """Hold the pool (finalizer) until no Job is still moving into it: the loop rolls such
-    moves back once the pool is being deleted."""
+def gpupool_deleted(name: str, spec: Any, meta: Any, memo: kopf.Memo, **_: Any) -> None:
+    """Hold the pool (finalizer) until no Job is still moving into it (the loop rolls such
+    moves back once the pool is being deleted) and, for an elastic or spot pool, until its
+    policy's ticks have drained and released its nodes: none is left running (and billed)
+    with nothing managing it. An owned (core) pool goes at once; its nodes are never
+    touched."""
     reconciler: Reconciler = memo["reconciler"]
     try:
         objects = reconciler.reads.read_objects()
@@ -149,6 +152,29 @@ def gpupool_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
     if incoming:
         reconciler.trigger_all()
         raise kopf.TemporaryError(f"Jobs still moving into {name}: {incoming}", delay=2)
+    try:
+        pool = GPUPoolSpec.model_validate(dict(spec))
+    except ValidationError:
+        return  # never reconciled: it has no nodes of the operator's
+    if pool.tier == Tier.CORE:
+        return
+    try:
+        live = reconciler.reads.list_pools()
+    except KubeError as err:
+        raise kopf.TemporaryError(str(err), delay=5) from err
+    left = sorted(n for _, n in nodes_of_deleted_pools({name: pool}, live, objects.nodes))
+    if not left:
+        return
+    shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    message = (
+        f"deleting: {len(left)} node(s) of this {pool.tier} pool are drained and released "
+        f"first ({shown}); ScalingPolicy {pool.policy!r} does it unless it is missing or in "
+        "dryRun, and a bare pod keeps its node until it is deleted"
+    )
+    ready = condition("Ready", False, "Draining", message, meta.get("generation"))
+    _write(reconciler, GPUPOOLS, name, meta.get("generation"), [], ready)
+    reconciler.trigger_all()
+    raise kopf.TemporaryError(message, delay=10)
 
 
 @kopf.on.resume(GROUP, VERSION, SCALINGPOLICIES)
