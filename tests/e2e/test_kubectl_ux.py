@@ -1,0 +1,162 @@
+"""What an SRE sees with kubectl while the operator runs on the real control plane.
+
+`kubectl describe` lists only the Events whose involvedObject.uid is the object's, so an Event
+posted without it is invisible there (it shows only in `kubectl get events`). A pool that
+names a ScalingPolicy that does not exist (or no longer does) is ticked by nobody: its status
+must say so instead of staying "spec is valid" or showing the last tick's counts as current.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from conftest import (
+    FINALIZER,
+    GROUP,
+    KUBE_SECONDS,
+    SPOT_TAINT,
+    VERSION,
+    Cluster,
+    Operators,
+    wait_for,
+)
+from support.controlplane import gpu_job
+
+pytestmark = pytest.mark.e2e
+
+
+def ready(cluster: Cluster, pool: str) -> dict[str, Any]:
+    status = cluster.pool_object(pool).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+
+
+def events_section(cluster: Cluster, kind: str, name: str) -> str:
+    """The Events part of `kubectl describe` of one object."""
+    text = cluster.kube.kubectl("describe", kind, name).stdout
+    return text.split("\nEvents:", 1)[1] if "\nEvents:" in text else ""
+
+
+def test_describe_shows_the_operators_events_and_a_pool_nobody_ticks_says_why(
+    cluster: Cluster, operators: Operators
+) -> None:
+    policy = cluster.policy()
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, max_nodes=1)
+    later = cluster.name("later")  # a ScalingPolicy not created yet
+    waiting = cluster.pool(
+        "waiting", tier="spot", policy=later, max_nodes=1, taints=[SPOT_TAINT], price=3.0
+    )
+    op = operators.start()
+    cluster.wait_ticking(policy)
+
+    # A pool naming a missing policy: Ready=False PolicyNotFound, and a Warning Event that
+    # `kubectl describe` shows.
+    wait_for(
+        lambda: ready(cluster, waiting).get("reason") == "PolicyNotFound",
+        60,
+        f"{waiting} Ready=False PolicyNotFound",
+    )
+    cond = ready(cluster, waiting)
+    assert cond["status"] == "False"
+    assert f"ScalingPolicy {later!r}, which does not exist" in cond["message"]
+    assert "PolicyNotFound" in events_section(cluster, "gpupool", waiting)
+
+    # Two 4-GPU pods, one node of 4 allowed: one scale-up, then blocked by maxNodes. Both
+    # are Events on the pool that `kubectl describe gpupool` lists.
+    cluster.kube.create_job(
+        gpu_job(
+            "two",
+            gpus=4,
+            completions=2,
+            parallelism=2,
+            run_duration="120s",
+            labels={"hybridgpu.io/criticality": "standard"},
+        )
+    )
+    described = cluster.within_ticks(
+        policy,
+        lambda: (
+            (text := events_section(cluster, "gpupool", elastic))
+            and "ScaleUp" in text
+            and "ScalingBlocked" in text
+            and text
+        ),
+        f"ScaleUp and ScalingBlocked in `kubectl describe gpupool {elastic}`",
+        ticks=12,
+    )
+    assert "maxNodes=1" in described, described
+    assert "ScalingBlocked" in events_section(cluster, "scalingpolicy", policy)
+
+    # The policy is created: its first tick takes the waiting pool over.
+    cluster.policy("later")
+    wait_for(
+        lambda: ready(cluster, waiting).get("reason") == "Reconciled",
+        60,
+        f"{waiting} reconciled once {later} exists",
+    )
+    assert ready(cluster, waiting)["status"] == "True"
+
+    # The running policy is deleted while its pool has a busy node: the pool says nobody
+    # ticks it, and its node is left as it is (nothing releases it behind the user's back).
+    nodes = wait_for(
+        lambda: [n.metadata.name for n in cluster.pool_nodes(elastic)],
+        KUBE_SECONDS,
+        f"the node launched for {elastic}",
+    )
+    assert len(nodes) == 1, nodes
+    cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "scalingpolicies", policy)
+    wait_for(
+        lambda: ready(cluster, elastic).get("reason") == "PolicyNotFound",
+        60,
+        f"{elastic} Ready=False PolicyNotFound after {policy} was deleted",
+    )
+    assert [n.metadata.name for n in cluster.pool_nodes(elastic)] == nodes
+    assert op.alive(), op.log()[-3000:]
+
+
+def gone(cluster: Cluster, plural: str, name: str) -> bool:
+    try:
+        cluster.kube.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def test_deleting_a_cloud_pool_releases_its_nodes_first_and_a_core_pool_leaves_its_own(
+    cluster: Cluster, operators: Operators
+) -> None:
+    """Deleting an elastic pool used to drop it at once and leave its instances running,
+    billed and managed by nothing (a rename is a delete and a create: the same). Its nodes are
+    now released first (the finalizer waits, the pool says why); an owned pool's nodes are
+    never touched."""
+    policy = cluster.policy()
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, max_nodes=2)
+    core = cluster.pool("core", tier="core", policy=policy, max_nodes=1)
+    cloud_nodes = cluster.cloud_nodes(elastic, 1)
+    core_nodes = cluster.core_nodes(core, 1)
+    operators.start()
+    cluster.wait_ticking(policy)
+    wait_for(
+        lambda: all(
+            FINALIZER in (cluster.pool_object(p)["metadata"].get("finalizers") or [])
+            for p in (elastic, core)
+        ),
+        60,
+        "the operator's finalizer on both pools",
+    )
+
+    for pool in (elastic, core):
+        cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", pool)
+    wait_for(lambda: gone(cluster, "gpupools", core), 60, f"{core} deleted")
+    cluster.within_ticks(
+        policy,
+        lambda: gone(cluster, "gpupools", elastic) and not cluster.pool_nodes(elastic),
+        f"{elastic} deleted after its node {cloud_nodes} was released",
+        ticks=15,
+    )
+    assert [n.metadata.name for n in cluster.pool_nodes(core)] == core_nodes
+    assert not any(n.spec.unschedulable for n in cluster.pool_nodes(core)), (
+        "an owned node was cordoned"
+    )
