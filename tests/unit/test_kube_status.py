@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hybridgpu.kube.status import (
+    NO_PROMETHEUS,
     condition,
     gpus_allocated_by_node,
     merge_conditions,
@@ -183,3 +184,26 @@ def test_a_pool_whose_max_nodes_was_lowered_below_its_nodes_says_so_in_ready(
         "p", _pool_with_nodes(tier, 3, 3, **extra), Plan(decided_at=1.0), generation=2
     )
     assert next(c for c in within["conditions"] if c["type"] == "Ready")["reason"] == "Reconciled"
+
+
+def test_a_policy_without_prometheus_does_not_claim_fresh_utilization() -> None:
+    """`kubectl describe scalingpolicy` said "utilization data is fresh" with no Prometheus
+    configured: nothing was read at all, and idle meant only "no GPU pod on the node"."""
+    conds = {
+        c["type"]: c
+        for c in policy_status(
+            Plan(decided_at=1000.0),
+            generation=1,
+            spent_this_month=0.0,
+            hours_left_in_month=10,
+            metrics_reason=NO_PROMETHEUS,
+        )["conditions"]
+    }
+    metrics = conds["MetricsAvailable"]
+    assert (metrics["status"], metrics["reason"]) == ("True", "NoPrometheus")
+    assert "spec.prometheus.url" in metrics["message"]
+    assert "fresh" not in metrics["message"]
+    fresh = policy_status(
+        Plan(decided_at=1000.0), generation=1, spent_this_month=0.0, hours_left_in_month=10
+    )["conditions"][0]
+    assert (fresh["reason"], fresh["message"]) == ("MetricsFresh", "utilization data is fresh")

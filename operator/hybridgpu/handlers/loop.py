@@ -49,7 +49,12 @@ from hybridgpu.kube.names import (
 from hybridgpu.kube.provisioning import read_requests
 from hybridgpu.kube.serving import ServingObjects, read_serving, with_serving
 from hybridgpu.kube.snapshot import Conversions, Measurements, build_snapshot
-from hybridgpu.kube.status import gpus_allocated_by_node, policy_status, pool_status
+from hybridgpu.kube.status import (
+    NO_PROMETHEUS,
+    gpus_allocated_by_node,
+    policy_status,
+    pool_status,
+)
 from hybridgpu.kube.survival import SpotSurvival
 from hybridgpu.metrics.exported import METRICS, ExportedMetrics
 from hybridgpu.metrics.prometheus import PrometheusClient, TokenCounter
@@ -539,7 +544,7 @@ class Reconciler:
                 tokens = counter.increase_by_node(readings.token_counters, client.node_of)
         else:
             # No Prometheus configured: idle means "no GPU pods", which is never blind.
-            health = MetricsHealth(available=True, reason="no Prometheus configured")
+            health = MetricsHealth(available=True, reason=NO_PROMETHEUS)
         selectors = {name: pool_selector(name, spec) for name, spec in pools.items()}
         provider_ids = {
             str(raw["spec"]["providerID"])

@@ -213,6 +213,36 @@ def nodes_unhealthy(
     return condition("NodesUnhealthy", True, reasons[0][0], message, generation)
 
 
+NO_PROMETHEUS = "no Prometheus configured"
+"""The metrics reason of a policy without spec.prometheus.url (its ticks never run blind)."""
+
+
+def metrics_condition(available: bool, reason: str, generation: int | None) -> Condition:
+    """MetricsAvailable: fresh utilization, none configured (idle then means no GPU pod on
+    the node), or unavailable (nothing is released until it is back)."""
+    if not available:
+        return condition(
+            "MetricsAvailable",
+            False,
+            "MetricsUnavailable",
+            f"utilization data unavailable ({reason or 'stale'}): no node is released until "
+            "it is back",
+            generation,
+        )
+    if reason == NO_PROMETHEUS:
+        return condition(
+            "MetricsAvailable",
+            True,
+            "NoPrometheus",
+            "no Prometheus configured (spec.prometheus.url): a node counts as idle when no "
+            "GPU pod runs on it; GPU utilization is not read",
+            generation,
+        )
+    return condition(
+        "MetricsAvailable", True, "MetricsFresh", "utilization data is fresh", generation
+    )
+
+
 def policy_status(
     plan: Plan,
     *,
@@ -232,16 +262,7 @@ def policy_status(
         lines = ["dry run: nothing was changed", *lines]
     budget_reasons = [b.reason for b in plan.blocked if b.cause.startswith("budget")]
     conditions = [
-        condition(
-            "MetricsAvailable",
-            plan.metrics_available,
-            "MetricsFresh" if plan.metrics_available else "MetricsUnavailable",
-            "utilization data is fresh"
-            if plan.metrics_available
-            else f"utilization data unavailable ({metrics_reason or 'stale'}): no node is "
-            "released until it is back",
-            generation,
-        ),
+        metrics_condition(plan.metrics_available, metrics_reason, generation),
         condition(
             "BudgetExceeded",
             plan.budget_exceeded,
