@@ -405,14 +405,29 @@ def test_get_gpupools_shows_printer_columns(kube: KubeTest) -> None:
             "gpus": {"total": 24, "allocated": 16, "idle": 8},
             "utilization": 61.5,
             "costPerHour": 98.31,
+            "conditions": [
+                {"type": "ScalingBlocked", "status": "True", "reason": "max_nodes"},
+                {"type": "Ready", "status": "False", "reason": "PolicyNotFound"},
+            ],
         }
     }
     kube.custom.patch_cluster_custom_object_status(
         "hybridgpu.io", "v1alpha1", "gpupools", "cols-pool", status
     )
+    # The Ready condition's reason says at a glance a pool nobody ticks (PolicyNotFound), one
+    # refused (InvalidSpec), above maxNodes or draining for its deletion.
     table = kube.kubectl("get", "gpupools", "cols-pool").stdout.splitlines()
-    assert table[0].split() == ["NAME", "TIER", "NODES", "GPUS", "ALLOC", "UTIL", "$/H", "AGE"]
-    assert table[1].split()[:7] == ["cols-pool", "elastic", "3", "24", "16", "61.5", "98.31"]
+    assert table[0].split() == [
+        "NAME", "TIER", "STATUS", "NODES", "GPUS", "ALLOC", "UTIL", "$/H", "AGE"
+    ]  # fmt: skip
+    assert table[1].split()[:8] == [
+        "cols-pool", "elastic", "PolicyNotFound", "3", "24", "16", "61.5", "98.31"
+    ]  # fmt: skip
+    wide = kube.kubectl("get", "gpupools", "cols-pool", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == [
+        "NAME", "TIER", "STATUS", "NODES", "MAX", "GPUS", "ALLOC", "UTIL", "$/H", "AGE"
+    ]  # fmt: skip
+    assert wide[1].split()[3:5] == ["3", "10"]
     # The short name and the category reach the same objects.
     assert "cols-pool" in kube.kubectl("get", "gp").stdout
     assert "cols-pool" in kube.kubectl("get", "hybridgpu").stdout

@@ -62,6 +62,8 @@ def test_describe_shows_the_operators_events_and_a_pool_nobody_ticks_says_why(
     assert cond["status"] == "False"
     assert f"ScalingPolicy {later!r}, which does not exist" in cond["message"]
     assert "PolicyNotFound" in events_section(cluster, "gpupool", waiting)
+    row = cluster.kube.kubectl("get", "gpupool", waiting, "--no-headers").stdout.split()
+    assert row[:3] == [waiting, "spot", "PolicyNotFound"], row
 
     # Two 4-GPU pods, one node of 4 allowed: one scale-up, then blocked by maxNodes. Both
     # are Events on the pool that `kubectl describe gpupool` lists.

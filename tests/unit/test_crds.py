@@ -52,7 +52,9 @@ def test_gpupool_crd_has_the_columns_short_name_and_rules() -> None:
     assert crd["spec"]["names"]["categories"] == ["hybridgpu"]
     version = crd["spec"]["versions"][0]
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Tier", "Nodes", "GPUs", "Alloc", "Util", "$/H", "Age"]
+    assert columns == [
+        "Tier", "Status", "Nodes", "Max", "GPUs", "Alloc", "Util", "$/H", "Age"
+    ]  # fmt: skip
     rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
     messages = " ".join(r["message"] for r in rules)
     assert "minNodes must not exceed maxNodes" in messages

@@ -50,7 +50,21 @@ class GPUPool(Resource):
     printer_columns = (
         PrinterColumn(name="Tier", type="string", json_path=".spec.tier", description="Tier."),
         PrinterColumn(
+            name="Status",
+            type="string",
+            json_path='.status.conditions[?(@.type=="Ready")].reason',
+            description="Reason of the Ready condition: Reconciled, AboveMaxNodes, "
+            "PolicyNotFound, InvalidSpec, Draining (kubectl describe says more).",
+        ),
+        PrinterColumn(
             name="Nodes", type="integer", json_path=".status.nodes.total", description="Nodes."
+        ),
+        PrinterColumn(
+            name="Max",
+            type="integer",
+            json_path=".spec.maxNodes",
+            description="maxNodes.",
+            priority=1,
         ),
         PrinterColumn(
             name="GPUs", type="integer", json_path=".status.gpus.total", description="GPUs."
