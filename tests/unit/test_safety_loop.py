@@ -288,6 +288,15 @@ def test_a_provider_that_fails_to_load_is_a_pool_condition_not_a_broken_tick() -
     assert error["status"] == "True" and "no_such_module" in error["message"]
     assert condition(cluster, "core", "ProviderError")["status"] == "False"
     assert cluster.policies["default"]["status"]["lastTick"]
+    # ... and a Warning Event on the pool (`kubectl describe gpupool` shows it), not one per
+    # tick while the same failure holds.
+    clock.now += 5
+    reconciler.tick("default")
+    warned = [e for e in cluster.events if e["reason"] == "ProviderError"]
+    assert [(e["kind"], e["name"], e["type"]) for e in warned] == [
+        ("GPUPool", "elastic", "Warning")
+    ]
+    assert "no_such_module" in warned[0]["message"]
 
 
 # --- spot without capacity: decide() grows another pool while the provider has none --------

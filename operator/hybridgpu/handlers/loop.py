@@ -436,6 +436,8 @@ class Reconciler:
                 result.errors.append(str(err))
             result.errors += self._drain_deleted(deleted, pools, objects.nodes)
 
+        # The pools' ProviderError condition, as an Event `kubectl describe gpupool` lists.
+        self.executor.warn_pools("ProviderError", measured.provider_errors)
         self._report(
             policy_name,
             body,

@@ -260,6 +260,13 @@ class PlanExecutor:
             )
         return result
 
+    def warn_pools(self, reason: str, messages: Mapping[str, str]) -> None:
+        """A Warning Event on each pool of ``messages`` (pool -> message), repeated at most
+        once per EVENT_REPEAT_SECONDS while the same message holds: what `kubectl describe
+        gpupool` shows beside the pool's condition (a provider that fails, say)."""
+        for pool, message in messages.items():
+            self._event(Execution(), pool_ref(pool), reason, message, "Warning")
+
     def _ref_of(self, action: Action) -> ObjectRef:
         if isinstance(action, MoveJob):
             return job_ref(action.namespace, action.job, self._kind(action.job_key))
