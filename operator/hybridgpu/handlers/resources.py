@@ -20,6 +20,10 @@ from hybridgpu.models.policy import ScalingPolicySpec
 from hybridgpu.models.pool import GPUPoolSpec, Tier
 
 POLICY_NOT_FOUND = "PolicyNotFound"
+POLICY_GRACE_SECONDS = 3.0
+"""How long a pool's handler looks for a ScalingPolicy that does not exist yet before it
+says PolicyNotFound (the policy applied just after the pool, from the same file)."""
+POLICY_POLL_SECONDS = 0.25
 
 
 def validation_message(err: ValidationError) -> str:
@@ -48,7 +52,9 @@ def _accept(
         ready = condition("Ready", False, "InvalidSpec", message, generation)
         _write(reconciler, plural, name, generation, old, ready)
         raise kopf.PermanentError(f"invalid spec: {message}") from err
-    if isinstance(valid, GPUPoolSpec) and _no_policy(reconciler, name, valid.policy, generation):
+    if isinstance(valid, GPUPoolSpec) and _no_policy(
+        reconciler, name, valid.policy, generation, wait_seconds=POLICY_GRACE_SECONDS
+    ):
         return valid
     kept = [c for c in old if c.get("type") != "Ready"]
     ready = condition("Ready", True, "Accepted", "spec is valid", generation)
@@ -57,16 +63,32 @@ def _accept(
     return valid
 
 
-def _no_policy(reconciler: Reconciler, pool: str, policy: str, generation: int | None) -> bool:
+def _no_policy(
+    reconciler: Reconciler,
+    pool: str,
+    policy: str,
+    generation: int | None,
+    *,
+    wait_seconds: float = 0.0,
+) -> bool:
     """Whether the ScalingPolicy that pool ``pool`` names is missing (or being deleted):
     then nothing ticks the pool, so its status (Ready=False, PolicyNotFound) and a Warning
-    Event say so, until that policy's first tick writes the pool's status."""
-    try:
-        found = reconciler.cluster.get_custom(SCALINGPOLICIES, policy)
-    except KubeError as err:
-        raise kopf.TemporaryError(str(err), delay=5) from err
-    if found is not None and not (found.get("metadata") or {}).get("deletionTimestamp"):
-        return False
+    Event say so, until that policy's first tick writes the pool's status. A policy that
+    does not exist yet is looked for again for ``wait_seconds``: `kubectl apply -f` of a file
+    with the pools before their policy (every example) creates it a moment later."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            found = reconciler.cluster.get_custom(SCALINGPOLICIES, policy)
+        except KubeError as err:
+            raise kopf.TemporaryError(str(err), delay=5) from err
+        if found is not None:
+            if not (found.get("metadata") or {}).get("deletionTimestamp"):
+                return False
+            break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(POLICY_POLL_SECONDS)
     message = (
         f"spec.policy names ScalingPolicy {policy!r}, which does not exist: nothing scales, "
         f"releases or reports this pool until it does (create it, or set spec.policy to one "
