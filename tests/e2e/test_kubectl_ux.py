@@ -162,3 +162,45 @@ def test_deleting_a_cloud_pool_releases_its_nodes_first_and_a_core_pool_leaves_i
     assert not any(n.spec.unschedulable for n in cluster.pool_nodes(core)), (
         "an owned node was cordoned"
     )
+
+
+def test_a_pool_deleted_with_its_policy_still_releases_its_nodes_and_dry_run_never_holds_one(
+    cluster: Cluster, operators: Operators
+) -> None:
+    """`kubectl delete -f` of a file with a cloud pool and its policy deletes both at once:
+    no tick of the policy is left to drain the pool, so its deletion waited forever (and
+    `kubectl delete` with it). The pool's own deletion now releases its nodes. A pool of a
+    dryRun policy, which never releases a node, goes at once and says what it left."""
+    policy = cluster.policy()
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, max_nodes=2)
+    trial = cluster.policy("trial", dryRun=True)
+    tried = cluster.pool("tried", tier="elastic", policy=trial, max_nodes=2)
+    cloud_nodes = cluster.cloud_nodes(elastic, 1)
+    tried_nodes = cluster.cloud_nodes(tried, 1)
+    operators.start()
+    cluster.wait_ticking(policy)
+    cluster.wait_ticking(trial)
+    wait_for(
+        lambda: all(
+            FINALIZER in (cluster.pool_object(p)["metadata"].get("finalizers") or [])
+            for p in (elastic, tried)
+        ),
+        60,
+        "the operator's finalizer on both pools",
+    )
+
+    cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", elastic)
+    cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "scalingpolicies", policy)
+    cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", tried)
+    wait_for(lambda: gone(cluster, "gpupools", tried), 60, f"{tried} (dryRun) deleted")
+    assert [n.metadata.name for n in cluster.pool_nodes(tried)] == tried_nodes
+    assert "NodesLeftRunning" in " ".join(
+        e.reason or ""
+        for e in cluster.kube.core.list_event_for_all_namespaces().items
+        if e.involved_object.name == tried
+    )
+    wait_for(
+        lambda: gone(cluster, "gpupools", elastic) and not cluster.pool_nodes(elastic),
+        90,
+        f"{elastic} deleted with its policy after its node {cloud_nodes} was released",
+    )

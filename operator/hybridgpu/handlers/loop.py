@@ -489,6 +489,18 @@ class Reconciler:
                 out[raw["metadata"]["name"]] = spec
         return out
 
+    def drain_without_policy(self, name: str, spec: GPUPoolSpec) -> list[str]:
+        """One pass over the nodes of the deleted cloud pool ``name`` whose ScalingPolicy is
+        missing or being deleted, so no tick of it will drain them (`kubectl delete -f` of a
+        file with the pools and their policy deletes both at once): the leader releases them
+        as a tick would (``_drain_deleted``); a standby does nothing."""
+        with self.lock:  # ticks and this share the providers' pool set and the nodes
+            if not self.lease.held():
+                return []
+            deleted = {name: spec}
+            self.providers.set_pools(deleted)
+            return self._drain_deleted(deleted, {}, self.reads.read_objects().nodes)
+
     def _drain_deleted(
         self,
         deleted: dict[str, GPUPoolSpec],

@@ -96,17 +96,27 @@ def _no_policy(
     )
     ready = condition("Ready", False, POLICY_NOT_FOUND, message, generation)
     _write(reconciler, GPUPOOLS, pool, generation, [], ready)
+    _warn(reconciler, pool, POLICY_NOT_FOUND, message)
+    return True
+
+
+def _live_policy(reconciler: Reconciler, policy: str) -> dict[str, Any] | None:
+    """The ScalingPolicy ``policy`` as the apiserver has it, or None when there is none."""
+    try:
+        return reconciler.cluster.get_custom(SCALINGPOLICIES, policy)
+    except KubeError as err:
+        raise kopf.TemporaryError(str(err), delay=5) from err
+
+
+def _warn(reconciler: Reconciler, pool: str, reason: str, message: str) -> None:
+    """A Warning Event on the pool (`kubectl describe gpupool` lists it); a failure to post
+    it is logged, never raised."""
     try:
         reconciler.cluster.post_event(
-            pool_ref(pool),
-            reason=POLICY_NOT_FOUND,
-            message=message,
-            event_type="Warning",
-            now=time.time(),
+            pool_ref(pool), reason=reason, message=message, event_type="Warning", now=time.time()
         )
     except KubeError as err:
-        logging.getLogger(__name__).warning("could not post event %s: %s", POLICY_NOT_FOUND, err)
-    return True
+        logging.getLogger(__name__).warning("could not post event %s: %s", reason, err)
 
 
 def _write(
@@ -188,10 +198,30 @@ def gpupool_deleted(name: str, spec: Any, meta: Any, memo: kopf.Memo, **_: Any) 
     if not left:
         return
     shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    policy = _live_policy(reconciler, pool.policy)
+    if policy is not None and bool((policy.get("spec") or {}).get("dryRun")):
+        # dryRun never acts on nodes: the pool goes, and says what it leaves running.
+        _warn(
+            reconciler,
+            name,
+            "NodesLeftRunning",
+            f"deleted with {len(left)} node(s) left running ({shown}): ScalingPolicy "
+            f"{pool.policy!r} is in dryRun, which never releases nodes; delete them yourself "
+            "or turn dryRun off before deleting the pool",
+        )
+        return
+    if policy is None or (policy.get("metadata") or {}).get("deletionTimestamp"):
+        # No tick of the policy will drain the pool (deleted with it, or before it): this
+        # handler does, as a tick would, every retry until the nodes are gone.
+        errors = reconciler.drain_without_policy(name, pool)
+        drained_by = f"ScalingPolicy {pool.policy!r} is gone, so this pool's deletion does it"
+        if errors:
+            drained_by += f" (last error: {errors[-1]})"
+    else:
+        drained_by = f"ScalingPolicy {pool.policy!r} does it"
     message = (
         f"deleting: {len(left)} node(s) of this {pool.tier} pool are drained and released "
-        f"first ({shown}); ScalingPolicy {pool.policy!r} does it unless it is missing or in "
-        "dryRun, and a bare pod keeps its node until it is deleted"
+        f"first ({shown}); {drained_by}, and a bare pod keeps its node until it is deleted"
     )
     ready = condition("Ready", False, "Draining", message, meta.get("generation"))
     _write(reconciler, GPUPOOLS, name, meta.get("generation"), [], ready)
