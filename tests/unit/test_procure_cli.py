@@ -218,6 +218,11 @@ BAD = {
         "tokensPerGpuHour: 1000000\nownedTrancheMonths: 4",
         ["plan.yaml", "ownedTrancheMonths"],
     ),
+    "demand grown past what can be searched": (
+        "horizonMonths: 12\ncostOfCapitalPercentPerYear: {rate}\ndemandGrowthPercentPerYear: 40",
+        "horizonMonths: 120\ncostOfCapitalPercentPerYear: {rate}\ndemandGrowthPercentPerYear: 1000",
+        ["plan.yaml", "owned fleet search", "peaks at", "candidates[].maxNodes"],
+    ),
     "an unknown workload class": (
         "tokensPerGpuHour: 1000000",
         "tokensPerGpuHour: 1000000\nworkloadClass: gaming",

@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from hybridgpu.models.limits import MAX_NODES
 from hybridgpu.planner.model import (
     HOURS_PER_MONTH,
     CloudRates,
@@ -161,8 +162,22 @@ class CostModel:
 
     @property
     def max_useful_gpus(self) -> int:
-        """Owning more GPUs than this never pays: every extra node could go (see module doc)."""
-        return math.ceil(self.total.peak - 1e-9) + max(self.gpus_per_node) - 1
+        """Owning more GPUs than this never pays: every extra node could go (see module doc);
+        nor can more be owned than the candidates allow (``max_ownable_gpus``: the rest of
+        the demand is rented, as the cloud bill of any fleet prices it)."""
+        useful = math.ceil(self.total.peak - 1e-9) + max(self.gpus_per_node) - 1
+        return min(useful, self.max_ownable_gpus)
+
+    @property
+    def max_ownable_gpus(self) -> int:
+        """The most GPUs the candidates can own: each type's ``maxNodes`` (at most
+        ``MAX_NODES``, a node count's limit) times its GPUs. The owned-fleet search
+        (``optimize.cheapest_mixes``) never spans more: without it, a demand grown 1000 % a
+        year for 10 years asked for an array of 10^12 owned GPU counts."""
+        return sum(
+            min(MAX_NODES if t.max_nodes is None else t.max_nodes, MAX_NODES) * k
+            for t, k in zip(self.inputs.node_types, self.gpus_per_node, strict=True)
+        )
 
     def owned_gpus(self, nodes: Sequence[int]) -> int:
         return sum(n * k for n, k in zip(nodes, self.gpus_per_node, strict=True))

@@ -74,6 +74,7 @@ from hybridgpu.planner.procure import (
     CommittedOffer,
     Procurement,
     ProcurementModel,
+    check_plan_size,
     costed,
     optimal_procurement,
     replay_ahead,
@@ -270,7 +271,9 @@ def plan_capacity(
     spot, period by period). ``search``: ``exact``, ``fast`` (a job trace: planner/fast.py)
     or ``auto`` (fast above ``fast.FAST_ABOVE_JOBS`` jobs). ``side_by_side``: where the fast
     search makes independent replays, and a demand history's plan its flip-point searches,
-    at once (None: one after the other); the same plan."""
+    at once (None: one after the other); the same plan. A plan too large to search is a
+    ValueError before any work (``check_plan_size``)."""
+    check_plan_size(inputs, offers if with_procurement else (), owned_tranche_months)
     if choose_search(search, inputs) == "fast":
         return _fast_plan(
             inputs,

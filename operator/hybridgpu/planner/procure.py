@@ -276,6 +276,9 @@ class ProcurementModel:
         self._curves: dict[tuple[tuple[float, ...], int], tuple[DurationCurve, DurationCurve]] = {}
         self._committed_used: dict[tuple[tuple[float, ...], int], float] = {}
         self._fluid_usages: dict[tuple[tuple[float, ...], int, int], Usage] = {}
+        """``_fluid`` with nothing committed (``lower_bound``'s, once per fleet and period).
+        With committed GPUs it is not kept: one entry per period, committed level and owned
+        fleet searched grew as the grown peak squared (14.9 GB at a 36,000-GPU peak)."""
         self._replays: dict[tuple[tuple[int, ...], tuple[int, ...]], Usage] = {}
         self._factors = {p.index: _period_factors(inputs, p) for p in self.periods}
         self._period_costs: dict[
@@ -450,7 +453,8 @@ class ProcurementModel:
         if self._level_arrays is not None:
             parts = self._fluid_arrays(factors, np.array([committed_gpus]), owned_gpus)
             usage = Usage(*(float(a[0]) for a in parts))
-            self._fluid_usages[(factors, committed_gpus, owned_gpus)] = usage
+            if not committed_gpus:
+                self._fluid_usages[(factors, committed_gpus, owned_gpus)] = usage
             return usage
         key = (factors, committed_gpus)
         curves = self._curves.get(key)
@@ -476,7 +480,8 @@ class ProcurementModel:
             self.shared.period_curves[shared_key] = (*curves, used)
         usage = _fluid_usage(curves[0], curves[1], owned_gpus, self.inputs.cloud)
         usage = Usage(usage.owned, usage.elastic, usage.spot, self._committed_used[key])
-        self._fluid_usages[(factors, committed_gpus, owned_gpus)] = usage
+        if not committed_gpus:
+            self._fluid_usages[(factors, committed_gpus, owned_gpus)] = usage
         return usage
 
     def _replay(self, nodes: tuple[int, ...], committed_nodes: tuple[int, ...]) -> Usage:
@@ -1177,9 +1182,43 @@ def check_search_size(model: ProcurementModel, fleets: int = 1) -> None:
         owned = f" x {fleets:,} owned fleets" if fleets > 1 else ""
         raise ValueError(
             f"committed offers {names} signed together: {combinations:,} combinations of their "
-            f"levels{owned} to search (at most {_MAX_LEVEL_COMBINATIONS:,}): set "
+            f"levels{owned} to search (at most {_MAX_LEVEL_COMBINATIONS:,}; firm demand peaks "
+            f"at {model.firm_peak_gpus:,} GPUs over {model.inputs.horizon_months} months): set "
             "committed[].maxNodes"
         )
+
+
+_MAX_OWNED_GPUS = 2_000_000
+"""Owned GPU counts the owned-fleet search spans (``optimize.cheapest_mixes``: an array entry
+and a node mix each): beyond it, set candidates[].maxNodes. Two candidate types without
+maxNodes can own 1,200,000 8- and 4-GPU nodes' GPUs (``CostModel.max_ownable_gpus``)."""
+
+
+def check_plan_size(
+    inputs: PlanInputs,
+    offers: Sequence[CommittedOffer],
+    owned_tranche_months: int | None = None,
+) -> None:
+    """A ValueError, before any search, when the plan is too large to search in bounded
+    memory: more owned GPU counts than ``_MAX_OWNED_GPUS`` (the demand's grown peak and the
+    candidates' maxNodes decide), or for any choice of ``offers`` too many committed level
+    combinations (``check_search_size``; with tranches, times the owned fleets). The same
+    limits the search would meet later, after minutes of work or a MemoryError."""
+    shared = SharedWork(fast=True)  # the same peaks, without building the horizon's curves
+    owned = CostModel(inputs, shared)
+    counts = owned.max_useful_gpus
+    if counts > _MAX_OWNED_GPUS:
+        names = ", ".join(t.name for t in inputs.node_types)
+        raise ValueError(
+            f"owned fleet search: {counts:,} owned GPU counts of candidates {names} to search "
+            f"(at most {_MAX_OWNED_GPUS:,}; demand peaks at {owned.total.peak:,.0f} GPUs over "
+            f"{inputs.horizon_months} months at "
+            f"{inputs.demand_growth_per_year * 100:g}% growth a year): set candidates[].maxNodes"
+        )
+    for choice in offer_choices(offers):
+        model = ProcurementModel(inputs, choice, shared, owned_tranche_months)
+        fleets = len(fleet_grid(model)) if owned_tranche_months is not None else 1
+        check_search_size(model, fleets)
 
 
 _LIMIT_MARGIN = 1e-6
