@@ -118,6 +118,18 @@ def test_describe_shows_the_operators_events_and_a_pool_nobody_ticks_says_why(
     assert op.alive(), op.log()[-3000:]
 
 
+def wait_for_finalizers(cluster: Cluster, *pools: str) -> None:
+    """Until the operator has put its finalizer on each pool (a deletion before that is not
+    the operator's to hold)."""
+    wait_for(
+        lambda: all(
+            FINALIZER in (cluster.pool_object(p)["metadata"].get("finalizers") or []) for p in pools
+        ),
+        60,
+        f"the operator's finalizer on {', '.join(pools)}",
+    )
+
+
 def gone(cluster: Cluster, plural: str, name: str) -> bool:
     try:
         cluster.kube.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
@@ -140,14 +152,7 @@ def test_deleting_a_cloud_pool_releases_its_nodes_first_and_a_core_pool_leaves_i
     core_nodes = cluster.core_nodes(core, 1)
     operators.start()
     cluster.wait_ticking(policy)
-    wait_for(
-        lambda: all(
-            FINALIZER in (cluster.pool_object(p)["metadata"].get("finalizers") or [])
-            for p in (elastic, core)
-        ),
-        60,
-        "the operator's finalizer on both pools",
-    )
+    wait_for_finalizers(cluster, elastic, core)
 
     for pool in (elastic, core):
         cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", pool)
@@ -180,14 +185,7 @@ def test_a_pool_deleted_with_its_policy_still_releases_its_nodes_and_dry_run_nev
     operators.start()
     cluster.wait_ticking(policy)
     cluster.wait_ticking(trial)
-    wait_for(
-        lambda: all(
-            FINALIZER in (cluster.pool_object(p)["metadata"].get("finalizers") or [])
-            for p in (elastic, tried)
-        ),
-        60,
-        "the operator's finalizer on both pools",
-    )
+    wait_for_finalizers(cluster, elastic, tried)
 
     cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", elastic)
     cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "scalingpolicies", policy)
