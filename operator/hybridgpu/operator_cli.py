@@ -267,7 +267,7 @@ def _run(args: argparse.Namespace) -> int:
     import hybridgpu.handlers  # noqa: F401 - registers the handlers
     from hybridgpu.handlers.options import OperatorOptions
 
-    env = OperatorOptions.from_env()
+    env = OperatorOptions.from_env(check_cert_dir=False)
     # What the flags do not set comes from the environment (replace keeps env's fields).
     options = dataclasses.replace(
         env,
@@ -285,6 +285,10 @@ def _run(args: argparse.Namespace) -> int:
         webhook_address=args.webhook_address or env.webhook_address,
         webhook_cert_dir=args.webhook_cert_dir or env.webhook_cert_dir,
     )
+    if options.webhook_port is not None and options.webhook_cert_dir and not args.webhook_cert_dir:
+        # $HYBRIDGPU_WEBHOOK_CERT_DIR for a webhook the flags serve; with --no-webhook (or no
+        # port anywhere) its files are never read, so they are not asked for.
+        check_webhook_cert_dir(options.webhook_cert_dir, "$HYBRIDGPU_WEBHOOK_CERT_DIR")
     # `kill -USR1 <pid>` prints every thread's stack: how to see what a stuck tick waits on.
     faulthandler.register(signal.SIGUSR1)
     logging.basicConfig(

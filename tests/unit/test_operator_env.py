@@ -85,11 +85,19 @@ def test_freeze_heap_reads_the_usual_words_for_off() -> None:
 
 
 def test_a_webhook_cert_dir_without_its_files_is_refused(tmp_path: Path) -> None:
+    env = {"HYBRIDGPU_WEBHOOK_CERT_DIR": str(tmp_path), "HYBRIDGPU_WEBHOOK_PORT": "9443"}
     with pytest.raises(UserError, match=r"^\$HYBRIDGPU_WEBHOOK_CERT_DIR .*: no tls.crt, tls.key"):
-        OperatorOptions._from({"HYBRIDGPU_WEBHOOK_CERT_DIR": str(tmp_path)})
+        OperatorOptions._from(env)
     for name in ("tls.crt", "tls.key", "ca.crt"):
         (tmp_path / name).write_text("x")
-    assert OperatorOptions._from({"HYBRIDGPU_WEBHOOK_CERT_DIR": str(tmp_path)}).webhook_cert_dir
+    assert OperatorOptions._from(env).webhook_cert_dir
+
+
+def test_the_cert_dir_of_a_webhook_not_served_is_not_asked_for(tmp_path: Path) -> None:
+    """No $HYBRIDGPU_WEBHOOK_PORT: nothing reads the directory, so a Deployment that keeps
+    the variable with the webhook off still starts."""
+    env = {"HYBRIDGPU_WEBHOOK_CERT_DIR": str(tmp_path)}
+    assert OperatorOptions._from(env).webhook_cert_dir == str(tmp_path)
 
 
 @pytest.fixture
@@ -121,7 +129,6 @@ def started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str],
     [
         ("HYBRIDGPU_METRICS_PORT", "70000", "expected a port from 0 to 65535, got '70000'"),
         ("HYBRIDGPU_LEASE_SECONDS", "0", "expected a finite number > 0, got '0'"),
-        ("HYBRIDGPU_WEBHOOK_CERT_DIR", "{tmp}", "no tls.crt, tls.key, ca.crt"),
     ],
 )
 def test_run_with_a_bad_variable_is_one_line_and_exit_2(
@@ -159,3 +166,27 @@ def test_run_uses_the_variables_its_flags_do_not_override(
     assert main([*argv, "--lease-seconds", "9", "--metrics-address", "10.0.0.1"]) == 0
     options = seen["memo"].options
     assert (options.lease_seconds, options.metrics_address) == (9.0, "10.0.0.1")
+
+
+def test_run_asks_for_the_cert_dir_files_only_of_a_webhook_it_serves(
+    started: tuple[list[str], dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """$HYBRIDGPU_WEBHOOK_CERT_DIR without its files: refused (one line, exit 2) when the
+    webhook is served, from the variable's port or the flag's; `--no-webhook` starts."""
+    argv, seen = started
+    monkeypatch.setenv("HYBRIDGPU_WEBHOOK_CERT_DIR", str(tmp_path))
+    for extra in ([], ["--webhook-port", "9443"]):
+        if not extra:
+            monkeypatch.setenv("HYBRIDGPU_WEBHOOK_PORT", "9443")
+        assert main([*argv, *extra]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("hybridgpu: error: $HYBRIDGPU_WEBHOOK_CERT_DIR")
+        assert "no tls.crt, tls.key, ca.crt" in line
+        monkeypatch.delenv("HYBRIDGPU_WEBHOOK_PORT", raising=False)
+    assert not seen
+    monkeypatch.setenv("HYBRIDGPU_WEBHOOK_PORT", "9443")
+    assert main([*argv, "--no-webhook"]) == 0
+    assert seen["memo"].options.webhook_port is None

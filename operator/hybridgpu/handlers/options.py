@@ -69,21 +69,24 @@ class OperatorOptions:
     $HYBRIDGPU_WATCH_SECONDS: tests shorten it so that a few ticks see watches resumed."""
 
     @classmethod
-    def from_env(cls) -> OperatorOptions:
+    def from_env(cls, *, check_cert_dir: bool = True) -> OperatorOptions:
         """The options the environment sets; UserError naming a variable whose value its
         flag of `hybridgpu run` would refuse (the same check: ports 0 to 65535, seconds of
-        a lease above 0, ...), and one naming a webhook certificate directory without its
-        files."""
-        return cls._from(os.environ)
+        a lease above 0, ...), and one naming the certificate directory of a webhook served
+        ($HYBRIDGPU_WEBHOOK_PORT set) without its files."""
+        return cls._from(os.environ, check_cert_dir=check_cert_dir)
 
     @classmethod
-    def _from(cls, env: Mapping[str, str]) -> OperatorOptions:
+    def _from(cls, env: Mapping[str, str], *, check_cert_dir: bool = True) -> OperatorOptions:
         def read(name: str, parse: Callable[[str], T], default: T) -> T:
             value = from_environment(env, name, parse)
             return default if value is None else value
 
+        webhook_port = from_environment(env, "HYBRIDGPU_WEBHOOK_PORT", port_number)
         cert_dir = env.get("HYBRIDGPU_WEBHOOK_CERT_DIR") or None
-        if cert_dir is not None:
+        if check_cert_dir and cert_dir is not None and webhook_port is not None:
+            # Only a webhook that is served needs its files (`run` checks them itself, once
+            # its flags say whether it is).
             check_webhook_cert_dir(cert_dir, "$HYBRIDGPU_WEBHOOK_CERT_DIR")
         return cls(
             kubeconfig=env.get("KUBECONFIG") or None,
@@ -97,7 +100,7 @@ class OperatorOptions:
             trigger_debounce_seconds=read("HYBRIDGPU_DEBOUNCE_SECONDS", non_negative_number, 0.3),
             metrics_address=env.get("HYBRIDGPU_METRICS_ADDRESS") or "127.0.0.1",
             metrics_port=from_environment(env, "HYBRIDGPU_METRICS_PORT", port_number),
-            webhook_port=from_environment(env, "HYBRIDGPU_WEBHOOK_PORT", port_number),
+            webhook_port=webhook_port,
             webhook_address=env.get("HYBRIDGPU_WEBHOOK_ADDRESS") or "127.0.0.1",
             webhook_host=env.get("HYBRIDGPU_WEBHOOK_HOST") or None,
             webhook_cert_dir=cert_dir,
