@@ -78,16 +78,11 @@ def _no_policy(
     with the pools before their policy (every example) creates it a moment later."""
     deadline = time.monotonic() + wait_seconds
     while True:
-        try:
-            found = reconciler.cluster.get_custom(SCALINGPOLICIES, policy)
-        except KubeError as err:
-            raise kopf.TemporaryError(str(err), delay=5) from err
-        if found is not None:
-            if not (found.get("metadata") or {}).get("deletionTimestamp"):
-                return False
-            break
-        if time.monotonic() >= deadline:
-            break
+        found = _live_policy(reconciler, policy)
+        if not _policy_gone(found):
+            return False
+        if found is not None or time.monotonic() >= deadline:
+            break  # being deleted (it will not come back), or not created in time
         time.sleep(POLICY_POLL_SECONDS)
     message = (
         f"spec.policy names ScalingPolicy {policy!r}, which does not exist: nothing scales, "
@@ -106,6 +101,12 @@ def _live_policy(reconciler: Reconciler, policy: str) -> dict[str, Any] | None:
         return reconciler.cluster.get_custom(SCALINGPOLICIES, policy)
     except KubeError as err:
         raise kopf.TemporaryError(str(err), delay=5) from err
+
+
+def _policy_gone(found: dict[str, Any] | None) -> bool:
+    """Whether a ScalingPolicy as ``_live_policy`` read it ticks nothing: missing, or being
+    deleted."""
+    return found is None or bool((found.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _warn(reconciler: Reconciler, pool: str, reason: str, message: str) -> None:
@@ -210,7 +211,7 @@ def gpupool_deleted(name: str, spec: Any, meta: Any, memo: kopf.Memo, **_: Any) 
             "or turn dryRun off before deleting the pool",
         )
         return
-    if policy is None or (policy.get("metadata") or {}).get("deletionTimestamp"):
+    if _policy_gone(policy):
         # No tick of the policy will drain the pool (deleted with it, or before it): this
         # handler does, as a tick would, every retry until the nodes are gone.
         errors = reconciler.drain_without_policy(name, pool)
