@@ -202,3 +202,78 @@ def test_a_pool_deleted_with_its_policy_still_releases_its_nodes_and_dry_run_nev
         90,
         f"{elastic} deleted with its policy after its node {cloud_nodes} was released",
     )
+
+
+def test_a_deleted_pool_requeues_the_job_on_its_busy_node_and_a_bare_pod_holds_its_node(
+    cluster: Cluster, operators: Operators
+) -> None:
+    """Deleting an elastic pool whose nodes are in use: the Job on one node is requeued (not
+    failed) and that node released; a bare pod is never evicted (nothing would recreate it),
+    so its node stays, and the pool, still Draining, names the pod to delete. Nothing is
+    launched into the pool being deleted for the requeued Job, which still selects it. Once
+    the bare pod is deleted, the last node goes and so does the pool."""
+    policy = cluster.policy()
+    elastic = cluster.pool("elastic", tier="elastic", policy=policy, max_nodes=3)
+    nodes = cluster.cloud_nodes(elastic, 2)
+    ns = cluster.kube.namespace
+    job = "busy"
+    cluster.kube.create_job(gpu_job(job, gpus=4, pool=elastic, run_duration="1h"))
+    placed = wait_for(
+        lambda: [p.spec.node_name for p in cluster.job_pods(job) if p.spec.node_name],
+        KUBE_SECONDS,
+        f"the pod of {job} placed on a node of {elastic}",
+    )
+    busy = placed[0]
+    free = next(n for n in nodes if n != busy)
+    template = gpu_job("held", gpus=1)["spec"]["template"]
+    bare = "bare"
+    cluster.kube.core.create_namespaced_pod(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": bare, **template["metadata"]},
+            "spec": {**template["spec"], "nodeName": free},
+        },
+    )
+    wait_for(
+        lambda: cluster.kube.core.read_namespaced_pod(bare, ns).status.phase == "Running",
+        KUBE_SECONDS,
+        f"bare pod {bare} running on {free}",
+    )
+    operators.start()
+    cluster.wait_ticking(policy)
+    wait_for_finalizers(cluster, elastic)
+
+    cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", elastic)
+    cluster.within_ticks(
+        policy,
+        lambda: busy not in [n.metadata.name for n in cluster.pool_nodes(elastic)],
+        f"{busy}, the node of {job}, released",
+        ticks=15,
+    )
+    failed = [c.message for c in cluster.job(job).status.conditions or [] if c.type == "Failed"]
+    assert not failed, f"{job} failed instead of being requeued: {failed}"
+    assert not [p.metadata.name for p in cluster.job_pods(job) if p.spec.node_name == busy]
+    cluster.within_ticks(
+        policy,
+        lambda: (
+            ready(cluster, elastic).get("reason") == "Draining"
+            and f"{ns}/{bare} on {free}" in ready(cluster, elastic).get("message", "")
+        ),
+        f"{elastic} Draining and naming the bare pod {bare} that keeps {free}",
+    )
+    cluster.wait_ticks(policy, ticks=3)
+    assert [n.metadata.name for n in cluster.pool_nodes(elastic)] == [free], (
+        "the bare pod's node went, or a node was launched into the pool being deleted"
+    )
+    assert cluster.kube.core.read_namespaced_pod(bare, ns).spec.node_name == free
+    assert not gone(cluster, "gpupools", elastic)
+
+    cluster.kube.core.delete_namespaced_pod(bare, ns, grace_period_seconds=0)
+    cluster.within_ticks(
+        policy,
+        lambda: gone(cluster, "gpupools", elastic) and not cluster.pool_nodes(elastic),
+        f"{elastic} deleted after the bare pod and its node {free} went",
+        ticks=15,
+    )

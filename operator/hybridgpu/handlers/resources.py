@@ -11,6 +11,7 @@ import kopf
 from pydantic import BaseModel, ValidationError
 
 from hybridgpu.handlers.loop import Reconciler, nodes_of_deleted_pools
+from hybridgpu.kube.convert import is_bare
 from hybridgpu.kube.errors import Conflict, KubeError
 from hybridgpu.kube.executor import pool_ref
 from hybridgpu.kube.moves import read_move
@@ -101,6 +102,24 @@ def _live_policy(reconciler: Reconciler, policy: str) -> dict[str, Any] | None:
         return reconciler.cluster.get_custom(SCALINGPOLICIES, policy)
     except KubeError as err:
         raise kopf.TemporaryError(str(err), delay=5) from err
+
+
+def _bare_pods_on(nodes: set[str], pods: list[dict[str, Any]]) -> list[str]:
+    """``namespace/name on node`` of every unfinished bare pod (owned by nothing) on
+    ``nodes`` that is not being deleted: a release never evicts one (nothing would recreate
+    it), so each keeps its node, and the pool's deletion waits for it."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if (
+            node in nodes
+            and is_bare(pod)
+            and not meta.get("deletionTimestamp")
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ):
+            out.append(f"{meta.get('namespace')}/{meta.get('name')} on {node}")
+    return sorted(out)
 
 
 def _policy_gone(found: dict[str, Any] | None) -> bool:
@@ -220,9 +239,16 @@ def gpupool_deleted(name: str, spec: Any, meta: Any, memo: kopf.Memo, **_: Any) 
             drained_by += f" (last error: {errors[-1]})"
     else:
         drained_by = f"ScalingPolicy {pool.policy!r} does it"
+    kept = _bare_pods_on(set(left), objects.pods)
+    holding = (
+        f"; bare pod(s) are never evicted and keep their node until you delete them: "
+        f"{', '.join(kept[:5])}{f' and {len(kept) - 5} more' if len(kept) > 5 else ''}"
+        if kept
+        else ""
+    )
     message = (
         f"deleting: {len(left)} node(s) of this {pool.tier} pool are drained and released "
-        f"first ({shown}); {drained_by}, and a bare pod keeps its node until it is deleted"
+        f"first ({shown}); {drained_by}{holding}"
     )
     ready = condition("Ready", False, "Draining", message, meta.get("generation"))
     _write(reconciler, GPUPOOLS, name, meta.get("generation"), [], ready)
