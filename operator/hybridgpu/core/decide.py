@@ -154,6 +154,17 @@ class _Demand:
         return (CRITICALITY_RANK[self.criticality], -self.gpus, self.since, self.key)
 
 
+@dataclass(slots=True)
+class _Pass:
+    """One ``_place_on_the_way`` pass: its pods, the node on its way each got (None: left
+    out), the pools whose nodes those pods may take, and the pools whose nodes they took."""
+
+    demands: list[_Demand]
+    placed: list[str | None]
+    may_use: frozenset[str]
+    used: frozenset[str]
+
+
 _by_key = attrgetter("key")
 _by_since = attrgetter("since")
 _by_gpus = attrgetter("gpus")
@@ -187,9 +198,18 @@ def _gpus_out(demands: list[_Demand], placed: list[str | None]) -> int:
 def _scheduler_order(demands: Iterable[_Demand]) -> list[_Demand]:
     """``demands`` in the order the scheduler takes pending pods: the most critical first,
     then the longest pending (kube-scheduler's PrioritySort: priority, then when the pod
-    entered its queue; the simulator's ``_schedule``), then by name."""
+    entered its queue; the simulator's ``_schedule``), then by name. A pod of a Job this tick
+    preempts or moves enters the queue now, as the Job's new pod (``waiting_since``), however
+    long the Job ran before."""
     rank = CRITICALITY_RANK
-    return sorted(demands, key=lambda d: (rank[d.criticality], d.since, d.key))
+    return sorted(
+        demands,
+        key=lambda d: (
+            rank[d.criticality],
+            d.since if d.waiting_since is None else d.waiting_since,
+            d.key,
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,6 +464,8 @@ class _Decider:
         self._others_cache: dict[tuple[str, cache_key], list[_PoolLedger]] = {}
         self.new_node_names: set[str] = set()
         self.future_nodes: set[str] = set()
+        self._passes: list[_Pass] = []
+        """The ``_place_on_the_way`` passes of this tick (``_recheck_on_the_way``)."""
         self.nodes: dict[str, NodeState] = {}
         self.pods_on: dict[str, list[GPUPod]] = {}
         self.pods_of_job = _PodsByJob()
@@ -1274,14 +1296,60 @@ class _Decider:
         if None in placed:
             placed = self._buy_for_the_scheduler(demands, placed)
         blocked: dict[int, _Blocks] = {}
+        final: list[str | None] = []
         for demand, where in zip(demands, placed, strict=True):
             if where is None:
                 where = self._launch_one(demand, blocked)
-            if where is not None and where in self.new_node_names:
-                ledger = self.pools[self.node_pool[where]]
-                reasons = ledger.scale_reasons
-                reasons[demand.criticality] = reasons.get(demand.criticality, 0) + 1
-                ledger.scale_gpus += demand.gpus
+            self._count_scale(demand, where, 1)
+            final.append(where)
+        orders = {id(o): o for o in map(self._free_order, demands)}
+        self._passes.append(
+            _Pass(
+                demands,
+                final,
+                frozenset(ledger.name for order in orders.values() for ledger in order),
+                frozenset(self.node_pool[where] for where in final if where is not None),
+            )
+        )
+
+    def _count_scale(self, demand: _Demand, where: str | None, sign: int) -> None:
+        """Count (``sign`` 1) or take back (-1) ``demand`` among the pods a new node of its
+        pool is bought for (the ScaleUp's reason)."""
+        if where is not None and where in self.new_node_names:
+            ledger = self.pools[self.node_pool[where]]
+            reasons = ledger.scale_reasons
+            reasons[demand.criticality] = reasons.get(demand.criticality, 0) + sign
+            ledger.scale_gpus += sign * demand.gpus
+
+    def _recheck_on_the_way(self) -> None:
+        """Every pod placed on nodes on their way this tick, placed again in one scheduler
+        order. Each pass (firm pods, preemptible ones, each Job a consolidation moves) was
+        checked in its own order, but the scheduler takes all of them together: an older
+        pod of an earlier pass takes room a later pass bought for another pod, when it may
+        use that pool (it went to a dearer pool's node before the cheaper one was bought),
+        and the next tick would buy again for the pod left out. Here what the scheduler
+        would leave out gets its nodes now, or the limit that holds it back is reported.
+        Skipped when no pass's pods may take another pass's nodes (the usual case)."""
+        passes = self._passes
+        if len(passes) < 2 or not any(
+            a is not b and a.may_use & b.used for a in passes for b in passes
+        ):
+            return
+        demands = [d for p in passes for d in p.demands]
+        before = [w for p in passes for w in p.placed]
+        left_before = {id(d) for d, w in zip(demands, before, strict=True) if w is None}
+        for demand, where in zip(demands, before, strict=True):
+            self._count_scale(demand, where, -1)
+        self._unfill(demands, before)
+        demands = _scheduler_order(demands)
+        placed = self._fill_future(demands)
+        if None in placed:
+            placed = self._buy_for_the_scheduler(demands, placed)
+        blocked: dict[int, _Blocks] = {}
+        for demand, where in zip(demands, placed, strict=True):
+            if where is None and id(demand) not in left_before:
+                where = self._launch_one(demand, blocked)
+            self._count_scale(demand, where, 1)
 
     def _buy_for_the_scheduler(
         self, demands: list[_Demand], placed: list[str | None]
@@ -3099,6 +3167,7 @@ class _Decider:
         self._consolidate()
         self._return_to_core()
         rebalance_serving(self)
+        self._recheck_on_the_way()
         self._power_on_to_minimum()
         self._emit_scale_ups()
         self._release_idle()
