@@ -277,3 +277,50 @@ def test_a_deleted_pool_requeues_the_job_on_its_busy_node_and_a_bare_pod_holds_i
         f"{elastic} deleted after the bare pod and its node {free} went",
         ticks=15,
     )
+
+
+def test_nodes_of_a_pool_deleted_before_the_operator_held_it_are_reported_then_adopted(
+    cluster: Cluster, operators: Operators
+) -> None:
+    """A cloud pool deleted while no operator ran (so before any finalizer held it) leaves its
+    instances running, billed, managed by nothing: the operator now reports each (a Warning
+    Event on the Node, the gauge by missing pool) and says how to get it released. A node of
+    a live pool is not reported. Re-creating the pool under its name adopts the node, which
+    is then released once idle."""
+    policy = cluster.policy()
+    ghost = cluster.pool("ghost", tier="elastic", policy=policy, max_nodes=2)
+    left = cluster.cloud_nodes(ghost, 1)
+    live = cluster.pool("live", tier="elastic", policy=policy, max_nodes=2, idle_for="1h")
+    kept = cluster.cloud_nodes(live, 1)
+    cluster.kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", ghost)
+    wait_for(lambda: gone(cluster, "gpupools", ghost), 30, f"{ghost} deleted (no finalizer)")
+    op = operators.start()
+    cluster.wait_ticking(policy)
+
+    series = f'hybridgpu_unmanaged_nodes{{pool="{ghost}"}} 1.0'
+    cluster.within_ticks(
+        policy,
+        lambda: (
+            series in op.metrics()
+            and any(e.involved_object.name == left[0] for e in cluster.events("UnmanagedNode"))
+        ),
+        f"{left[0]} reported: the gauge and an UnmanagedNode Event",
+    )
+    event = next(e for e in cluster.events("UnmanagedNode") if e.involved_object.name == left[0])
+    assert event.type == "Warning" and f"no GPUPool '{ghost}' exists" in event.message
+    assert event.involved_object.uid, "the Event carries the node's uid (kubectl describe)"
+    assert not [e for e in cluster.events("UnmanagedNode") if e.involved_object.name in kept]
+    assert f'hybridgpu_unmanaged_nodes{{pool="{live}"}}' not in op.metrics()
+    assert [n.metadata.name for n in cluster.pool_nodes(ghost)] == left
+
+    cluster.pool("ghost", tier="elastic", policy=policy, max_nodes=2)
+    cluster.within_ticks(
+        policy,
+        lambda: (
+            not cluster.pool_nodes(ghost)
+            and f'hybridgpu_unmanaged_nodes{{pool="{ghost}"}}' not in op.metrics()
+        ),
+        f"{left[0]} adopted by the re-created {ghost} and released once idle",
+        ticks=15,
+    )
+    assert [n.metadata.name for n in cluster.pool_nodes(live)] == kept

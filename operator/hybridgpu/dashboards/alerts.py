@@ -199,6 +199,20 @@ ALERTS: tuple[Alert, ...] = (
         ),
         runbook="pods-admitted-without-the-webhook",
     ),
+    Alert(
+        name="HybridGPUUnmanagedNodes",
+        expr=f"max by (pool) ({n.UNMANAGED_NODES}) > 0",
+        for_="10m",
+        summary="Nodes of GPUPool " + _label("pool") + ", which does not exist, are left running",
+        description=(
+            prometheus_template("$value")
+            + " cloud node(s) are labelled for GPUPool "
+            + _label("pool")
+            + ", which does not exist: nothing manages or releases them, and their instances "
+            "are billed (Events with reason UnmanagedNode name them)."
+        ),
+        runbook="nodes-no-gpupool-manages",
+    ),
 )
 
 HEADER = """\

@@ -383,5 +383,17 @@ def build() -> Any:
                 mappings={"1": "True", "0": "False"},
             )
         )
+        .with_panel(
+            stat_panel(
+                "Nodes no GPUPool manages",
+                "Cloud nodes labelled for a GPUPool that does not exist, by that pool: billed, "
+                "and nothing releases them. See the runbook 'Nodes no GPUPool manages'.",
+                [query(f"sum by (pool) ({n.UNMANAGED_NODES})", "{{pool}}")],
+                unit="short",
+                width=4,
+                height=8,
+                thresholds=[(None, "green"), (1, "red")],
+            )
+        )
     )
     return board

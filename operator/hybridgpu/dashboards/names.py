@@ -67,6 +67,7 @@ POLICY_CONDITION = series(M.policy_condition)
 POOL_CONDITION = series(M.pool_condition)
 ADMISSION_REVIEWS = series(M.admission_reviews)
 PODS_WITHOUT_ADMISSION = series(M.pods_without_admission)
+UNMANAGED_NODES = series(M.unmanaged_nodes)
 
 # The kube-apiserver's admission webhook metrics (ALPHA, Kubernetes 1.23 and later), with
 # the labels they carry. The chart names its webhooks `<handler id>.hybridgpu.io`.

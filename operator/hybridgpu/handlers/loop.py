@@ -435,6 +435,7 @@ class Reconciler:
             except KubeError as err:
                 result.errors.append(str(err))
             result.errors += self._drain_deleted(deleted, pools, objects.nodes)
+        self._report_unmanaged(objects.nodes)
 
         # The pools' ProviderError condition, as an Event `kubectl describe gpupool` lists.
         self.executor.warn_pools("ProviderError", measured.provider_errors)
@@ -500,6 +501,21 @@ class Reconciler:
             deleted = {name: spec}
             self.providers.set_pools(deleted)
             return self._drain_deleted(deleted, {}, self.reads.read_objects().nodes)
+
+    def _report_unmanaged(self, nodes: list[dict[str, Any]]) -> None:
+        """The cloud nodes no GPUPool manages (``unmanaged_nodes``): the gauge
+        hybridgpu_unmanaged_nodes by missing pool, and a Warning Event on each node (at
+        most once per EVENT_REPEAT_SECONDS). Every policy's tick reports the same figures."""
+        found = unmanaged_nodes(self.reads.list_pools(), nodes)
+        self.metrics.record_unmanaged({pool: len(names) for pool, names in found.items()})
+        self.executor.warn_nodes(
+            "UnmanagedNode",
+            {
+                node: unmanaged_message(node, pool)
+                for pool, names in found.items()
+                for node in names
+            },
+        )
 
     def _drain_deleted(
         self,
@@ -713,6 +729,55 @@ def nodes_of_deleted_pools(
         if pool is not None and pool_of_node(raw, others) is None:
             out.append((pool, str(meta["name"])))
     return out
+
+
+def unmanaged_nodes(
+    live: list[dict[str, Any]], nodes: list[dict[str, Any]]
+) -> dict[str, list[str]]:
+    """The cloud nodes no GPUPool manages, by the missing pool their label names: a node
+    labelled ``hybridgpu.io/pool=P`` where no GPUPool P exists (not even one being deleted:
+    its finalizer drains its own), that is a provider's instance (a providerID), is not an
+    owned (core) node, is not being deleted, and that no other pool's selector takes. Such an
+    instance is billed and nothing releases it: its pool was deleted before the operator put
+    its finalizer on it, it was still booting when its pool was deleted, or the finalizer was
+    removed by hand."""
+    names = {raw["metadata"]["name"] for raw in live}
+    selectors: dict[str, dict[str, str]] = {}
+    for raw in live:
+        name = raw["metadata"]["name"]
+        if raw["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            selectors[name] = pool_selector(name, GPUPoolSpec.model_validate(raw.get("spec") or {}))
+        except ValidationError:
+            selectors[name] = {POOL_LABEL: name}
+    out: dict[str, list[str]] = {}
+    for raw in nodes:
+        meta = raw.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        pool = labels.get(POOL_LABEL)
+        if (
+            not pool
+            or pool in names
+            or meta.get("deletionTimestamp")
+            or labels.get(TIER_LABEL) == "core"
+            or not (raw.get("spec") or {}).get("providerID")
+            or pool_of_node(raw, selectors) is not None
+        ):
+            continue
+        out.setdefault(str(pool), []).append(str(meta["name"]))
+    return {pool: sorted(found) for pool, found in sorted(out.items())}
+
+
+def unmanaged_message(node: str, pool: str) -> str:
+    """What the Warning Event on a node ``unmanaged_nodes`` found says."""
+    return (
+        f"node {node} is labelled {POOL_LABEL}={pool}, but no GPUPool {pool!r} exists: nothing "
+        "manages or releases it, and its instance is billed until it is released. Re-create "
+        f"GPUPool {pool!r} (its policy then manages the node and releases it once idle), or "
+        "terminate the instance through its provider: `kubectl delete node` removes only the "
+        "Node object, not a cloud instance"
+    )
 
 
 def already_written(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -267,6 +267,11 @@ class PlanExecutor:
         for pool, message in messages.items():
             self._event(Execution(), pool_ref(pool), reason, message, "Warning")
 
+    def warn_nodes(self, reason: str, messages: Mapping[str, str]) -> None:
+        """``warn_pools`` for Nodes (node -> message): `kubectl describe node` shows it."""
+        for node, message in messages.items():
+            self._event(Execution(), node_ref(node), reason, message, "Warning")
+
     def _ref_of(self, action: Action) -> ObjectRef:
         if isinstance(action, MoveJob):
             return job_ref(action.namespace, action.job, self._kind(action.job_key))

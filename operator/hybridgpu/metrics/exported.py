@@ -416,6 +416,16 @@ class ExportedMetrics:
             ["webhook", "criticality", "outcome"],
             registry=r,
         )
+        self.unmanaged_nodes = Gauge(
+            p + "unmanaged_nodes",
+            "Cloud nodes labelled for a GPUPool that does not exist, by that pool: nothing "
+            "manages or releases them, and their instances are billed (the pool was deleted "
+            "before the operator held it, or while the node was booting).",
+            ["pool"],
+            registry=r,
+        )
+        self._unmanaged_pools: set[str] = set()
+        """Pools with an unmanaged_nodes series, to drop it once their nodes are gone."""
         self.pods_without_admission = Gauge(
             p + "pods_admitted_without_webhook",
             "Labelled pods in the cluster now that the mutating webhook did not change (created "
@@ -481,6 +491,15 @@ class ExportedMetrics:
             else:
                 self.pool_condition.labels(pool=pool, tier=tier, condition=kind).set(value)
                 seen.add(kind)
+
+    def record_unmanaged(self, by_pool: Mapping[str, int]) -> None:
+        """Set unmanaged_nodes to ``by_pool`` (missing pool -> nodes); a pool no longer
+        listed loses its series."""
+        for pool in self._unmanaged_pools - set(by_pool):
+            _remove(self.unmanaged_nodes, pool)
+        for pool, count in by_pool.items():
+            self.unmanaged_nodes.labels(pool=pool).set(count)
+        self._unmanaged_pools = set(by_pool)
 
     def forget_policy(self, policy: str) -> None:
         """Drop the last tick and condition series of a deleted ScalingPolicy (alerts on
