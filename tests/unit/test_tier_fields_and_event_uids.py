@@ -13,8 +13,9 @@ import pytest
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
+from hybridgpu.kube.cache import WatchCache
 from hybridgpu.kube.cluster import KubeCluster, ObjectRef
-from hybridgpu.kube.executor import node_ref, policy_ref, pool_ref
+from hybridgpu.kube.executor import job_ref, node_ref, policy_ref, pool_ref
 from hybridgpu.models.pool import GPUPoolSpec
 
 pytestmark = pytest.mark.unit
@@ -114,3 +115,58 @@ def test_an_event_carries_the_uid_kubectl_describe_selects_on(
     cluster.post_event(ref, reason="ScaleUp", message="one more node", now=0.0)
     (event,) = core.created
     assert event["involvedObject"].get("uid") == uid
+
+
+class _NoReads:
+    """Stand-in for CustomObjectsApi that fails the test if an object is read."""
+
+    def get_cluster_custom_object(self, *args: Any, **_: Any) -> Any:
+        raise AssertionError(f"read {args}: the uid was known")
+
+
+class _Store:
+    def __init__(self, objects: dict[str, dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.objects.get(key)
+
+
+def test_an_event_takes_the_uid_the_watch_cache_has_and_reads_only_what_it_lacks() -> None:
+    """Every Event read its object to get the uid: two requests per Event, inside the tick.
+    The watch caches hold the nodes, pods, Jobs, pools and policies the Events are about: their
+    uid is taken from there, and only an object the caches lack (a Node just launched) is
+    read."""
+    cache = WatchCache.__new__(WatchCache)
+    stores: dict[str, Any] = {
+        "nodes": _Store({"gpu-1": {"metadata": {"name": "gpu-1", "uid": "cached-node"}}}),
+        "gpupools": _Store({"p": {"metadata": {"name": "p", "uid": "cached-pool"}}}),
+        "jobs": _Store({"team/train": {"metadata": {"name": "train", "uid": "cached-job"}}}),
+    }
+    cache.reflectors = stores
+    cluster = KubeCluster.__new__(KubeCluster)
+    core = _Reads()
+    cluster.core, cluster.custom = core, _NoReads()
+    cluster.known_uids = lambda ref: cache.uid_of(ref.kind, ref.name, ref.namespace)
+    for ref in (node_ref("gpu-1"), pool_ref("p"), job_ref("team", "train")):
+        cluster.post_event(ref, reason="ScaleUp", message="one more node", now=0.0)
+    assert [e["involvedObject"]["uid"] for e in core.created] == [
+        "cached-node",
+        "cached-pool",
+        "cached-job",
+    ]
+    assert core.reads == []
+    cluster.post_event(node_ref("just-launched"), reason="ScaleUp", message="up", now=0.0)
+    assert core.reads == ["just-launched"]
+    assert cache.uid_of("Node", "gone") is None
+    assert cache.uid_of("CapacityPlan", "plan") is None  # a kind the caches do not keep
+
+
+class _Reads(_Events):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def read_node(self, name: str, **kw: Any) -> Any:
+        self.reads.append(name)
+        return super().read_node(name, **kw)

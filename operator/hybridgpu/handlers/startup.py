@@ -73,7 +73,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         # kopf starts (and, after 410 Gone, restarts) its watches with a streaming list
         # where the apiserver serves them: else each restart is a LIST of the kind.
         memo["streaming_lists"] = serves_streaming_lists(api)
-        memo["reconciler"] = Reconciler(KubeCluster(api), options, reads=cache)
+        cluster = KubeCluster(api)
+        cluster.known_uids = lambda ref: cache.uid_of(ref.kind, ref.name, ref.namespace)
+        memo["reconciler"] = Reconciler(cluster, options, reads=cache)
         memo["watch_cache"] = cache
         # The kwok stand-in cloud reads its instances' Nodes from the same cache.
         kwok.read_nodes_from(cache.reflectors["nodes"].view)

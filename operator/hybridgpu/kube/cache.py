@@ -950,5 +950,27 @@ class WatchCache:
             raise NotFound(f"ScalingPolicy {name} not found (watch cache)", status=404)
         return found
 
+    def uid_of(self, kind: str, name: str, namespace: str | None = None) -> str | None:
+        """The uid of the object of ``kind`` (a Kubernetes kind: Node, Pod, Job, GPUPool...)
+        named ``name`` as the cache has it; None when the cache keeps no such kind or object
+        (a Node just launched, a pod without GPUs): then it is read from the apiserver."""
+        reflector = self.reflectors.get(self._kind_names.get(kind, ""))
+        if reflector is None:
+            return None
+        found = reflector.get(f"{namespace}/{name}" if namespace else name)
+        uid = ((found or {}).get("metadata") or {}).get("uid")
+        return str(uid) if uid else None
+
+    _kind_names = {
+        "Node": "nodes",
+        "Pod": "pods",
+        "Job": "jobs",
+        "GPUPool": GPUPOOLS,
+        "ScalingPolicy": SCALINGPOLICIES,
+        "Deployment": DEPLOYMENTS,
+        **{k.kind: k.plural for k in CUSTOM_KINDS},
+    }
+    """The cache's stream of each kind an Event may be about."""
+
     def counters(self) -> dict[str, Counters]:
         return {name: r.counters for name, r in self.reflectors.items()}

@@ -82,6 +82,10 @@ class ObjectRef:
 class KubeCluster:
     """The apiserver, as the operator uses it."""
 
+    known_uids: Callable[[ObjectRef], str | None] | None = None
+    """Where an Event's uid is looked up before it is read from the apiserver (the operator's
+    watch caches): one request per Event instead of two."""
+
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -553,10 +557,12 @@ class KubeCluster:
     ) -> None:
         """Post an Event; the same (object, reason, message) again bumps its count instead.
 
-        The Event carries the object's uid (read here when ``ref`` has none): `kubectl
-        describe` lists only the Events whose involvedObject.uid is the object's."""
+        The Event carries the object's uid (``known_uids``'s, else read here when ``ref``
+        has none): `kubectl describe` lists only the Events whose involvedObject.uid is the
+        object's."""
         namespace = ref.namespace or EVENTS_NAMESPACE
-        uid = ref.uid or self.uid_of(ref)
+        known = self.known_uids
+        uid = ref.uid or (known(ref) if known is not None else None) or self.uid_of(ref)
         digest = hashlib.sha1(
             f"{ref.kind}/{ref.name}/{uid}/{reason}/{message}".encode()
         ).hexdigest()
