@@ -11,6 +11,7 @@ import pytest
 
 from hybridgpu.handlers import resources
 from hybridgpu.handlers.resources import gpupool_changed
+from hybridgpu.kube.executor import PlanExecutor
 
 pytestmark = pytest.mark.unit
 
@@ -66,6 +67,7 @@ class Cluster:
 class Reconciler:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.executor = PlanExecutor(cluster, None, cluster.clock.time)  # type: ignore[arg-type]
 
     def trigger_all(self) -> None:
         return None

@@ -3,7 +3,6 @@ a Ready condition, and wake the reconcile loop. All decisions live in ``core``."
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -13,7 +12,6 @@ from pydantic import BaseModel, ValidationError
 from hybridgpu.handlers.loop import Reconciler, nodes_of_deleted_pools
 from hybridgpu.kube.convert import is_bare
 from hybridgpu.kube.errors import Conflict, KubeError
-from hybridgpu.kube.executor import pool_ref
 from hybridgpu.kube.moves import read_move
 from hybridgpu.kube.names import GPUPOOLS, GROUP, SCALINGPOLICIES, VERSION
 from hybridgpu.kube.status import condition, merge_conditions
@@ -129,14 +127,10 @@ def _policy_gone(found: dict[str, Any] | None) -> bool:
 
 
 def _warn(reconciler: Reconciler, pool: str, reason: str, message: str) -> None:
-    """A Warning Event on the pool (`kubectl describe gpupool` lists it); a failure to post
-    it is logged, never raised."""
-    try:
-        reconciler.cluster.post_event(
-            pool_ref(pool), reason=reason, message=message, event_type="Warning", now=time.time()
-        )
-    except KubeError as err:
-        logging.getLogger(__name__).warning("could not post event %s: %s", reason, err)
+    """A Warning Event on the pool (`kubectl describe gpupool` lists it), posted as the ticks
+    post theirs (``PlanExecutor.warn_pools``: the same message at most once a minute; a
+    failure to post it is logged, never raised)."""
+    reconciler.executor.warn_pools(reason, {pool: message})
 
 
 def _write(
